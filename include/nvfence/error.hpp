@@ -1,0 +1,134 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// @file error.hpp
+/// The one error model of libnvfence: std::error_code in one of three
+/// categories.
+///  - nvme_category(): the device answered with an NVMe status. The value is
+///    the 11-bit status (SCT << 8 | SC) without the DNR and More bits, and the
+///    message names it in words, e.g. "Reservation Conflict (0x83)".
+///  - nvfence_category(): nvfence's own failures (Errc below).
+///  - std::system_category(): an errno from the kernel, kept as it is.
+
+#include <cstdint>
+#include <string>
+#include <system_error>
+
+namespace nvfence {
+
+/// NVMe status values nvfence reasons about (SCT << 8 | SC).
+enum class NvmeStatus : uint16_t {
+    success = 0x000,
+    invalid_opcode = 0x001,
+    invalid_field = 0x002,
+    command_id_conflict = 0x003,
+    data_transfer_error = 0x004,
+    power_loss_abort = 0x005,
+    internal_error = 0x006,
+    abort_requested = 0x007,
+    sq_deletion_abort = 0x008,
+    invalid_namespace = 0x00b,
+    command_sequence_error = 0x00c,
+    host_id_inconsistent_format = 0x018,
+    lba_out_of_range = 0x080,
+    capacity_exceeded = 0x081,
+    namespace_not_ready = 0x082,
+    reservation_conflict = 0x083,
+    format_in_progress = 0x084,
+    invalid_log_page = 0x109,
+    feature_not_saveable = 0x10d,
+    feature_not_changeable = 0x10e,
+    feature_not_namespace_specific = 0x10f,
+    write_fault = 0x280,
+    unrecovered_read_error = 0x281,
+    access_denied = 0x286,
+    internal_path_error = 0x300,
+    ana_persistent_loss = 0x301,
+    ana_inaccessible = 0x302,
+    ana_transition = 0x303,
+    controller_pathing_error = 0x360,
+    host_pathing_error = 0x370,
+    command_aborted_by_host = 0x371,
+};
+
+/// Bits of the 15-bit status field returned by the kernel passthrough.
+inline constexpr uint16_t kStatusDnr = 0x4000;   ///< Do Not Retry.
+inline constexpr uint16_t kStatusMore = 0x2000;  ///< More information in log.
+inline constexpr uint16_t kStatusMask = 0x07ff;  ///< SCT << 8 | SC.
+
+/// The category of NVMe completion statuses.
+const std::error_category& nvme_category() noexcept;
+
+/// An error_code for an NVMe status as the kernel returns it (DNR and More
+/// bits are dropped). @p raw_status must be non-zero for an error.
+std::error_code make_nvme_error(uint16_t raw_status) noexcept;
+
+/// The words for an NVMe status value (SCT << 8 | SC), without the number.
+std::string nvme_status_name(uint16_t status);
+
+/// nvfence's own failures.
+enum class Errc : int {
+    not_found = 1,          ///< The path does not exist.
+    not_nvme,               ///< The path is not an NVMe namespace.
+    controller_node,        ///< An NVMe controller node, not a namespace.
+    no_reservations,        ///< The namespace has no reservation support.
+    type_unsupported,       ///< The namespace lacks this reservation type.
+    invalid_argument,       ///< A caller-supplied value is out of range.
+    invalid_key,            ///< A key string could not be parsed.
+    malformed_data,         ///< The device returned data that does not parse.
+    not_registered,         ///< This host has no registration.
+    not_holder,             ///< This host does not hold the reservation.
+    held_by_other,          ///< Another host holds the reservation.
+    lost_race,              ///< Another host won a concurrent takeover.
+    verify_failed,          ///< A Report contradicts what a command claimed.
+    host_id_conflict,       ///< Another registrant shares this host's id.
+    host_id_unknown,        ///< This host's identifier could not be read.
+    device_gone,            ///< The device disappeared.
+    fenced,                 ///< The device refused I/O: this host is fenced.
+    timeout,                ///< A bounded wait ran out.
+    queue_full,             ///< A bounded queue is full.
+    misaligned,             ///< Buffer, offset or length not aligned.
+    out_of_bounds,          ///< I/O past the end of the namespace.
+    epoch_exhausted,        ///< No larger epoch fits in the key.
+    state_io,               ///< The state directory could not be used.
+    refused,                ///< Refused for safety; a flag overrides.
+    protocol,               ///< A malformed control-socket message.
+};
+
+/// The category of nvfence's own failures.
+const std::error_category& nvfence_category() noexcept;
+
+/// Makes an error_code in nvfence_category().
+std::error_code make_error_code(Errc e) noexcept;
+
+/// An errno as an error_code in std::system_category().
+inline std::error_code errno_error(int err) noexcept {
+    return {err, std::system_category()};
+}
+
+/// True when @p ec is the NVMe status @p s.
+bool is_nvme(std::error_code ec, NvmeStatus s) noexcept;
+
+/// True when @p ec means the device refused this host (Reservation Conflict,
+/// -EBADE from the block layer, or Errc::fenced).
+bool is_fenced(std::error_code ec) noexcept;
+
+/// Process exit codes of the nvfence tools (DESIGN.md contract).
+enum class ExitCode : int {
+    ok = 0,
+    failure = 1,       ///< Anything else.
+    usage = 2,         ///< Bad command line.
+    conflict = 3,      ///< Reservation conflict / not the holder.
+    unsupported = 4,   ///< Not NVMe, or no reservation support.
+    permission = 5,    ///< Permission denied.
+    lost_race = 6,     ///< Another host won a takeover race.
+};
+
+/// The documented exit code for an error.
+ExitCode exit_code_for(std::error_code ec) noexcept;
+
+}  // namespace nvfence
+
+namespace std {
+template <>
+struct is_error_code_enum<nvfence::Errc> : true_type {};
+}  // namespace std

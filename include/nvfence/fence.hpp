@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// @file fence.hpp
+/// The ownership protocol on one namespace: join (register), acquire,
+/// takeover (preempt-and-abort the holder), release, leave (unregister),
+/// clear, verify. Every change is followed by a Report, and the outcome says
+/// what the Report showed: the device decides, this object only remembers
+/// what the device last said.
+///
+/// Safety rules kept here:
+///  - every registration made here takes a fresh epoch, above every epoch of
+///    this cluster tag on the device and every epoch the EpochStore holds,
+///    persisted before the key is sent;
+///  - takeover uses preempt-and-abort unless told otherwise;
+///  - nothing here re-acquires by itself;
+///  - operations are idempotent: taking over when already holder, releasing
+///    when nothing is held, leaving when not registered change nothing.
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "nvfence/command.hpp"
+#include "nvfence/epoch_store.hpp"
+#include "nvfence/report.hpp"
+#include "nvfence/reservation.hpp"
+#include "nvfence/result.hpp"
+
+namespace nvfence {
+
+/// How this host takes part.
+struct FenceOptions {
+    uint8_t tag = 0;                 ///< Cluster tag of our keys.
+    uint8_t node = 0;                ///< Node id; 0: reuse the one registered.
+    ResvType type = ResvType::write_exclusive;  ///< Type to acquire.
+    bool abort = true;               ///< Takeover with preempt-and-abort.
+    Cptpl cptpl = Cptpl::no_change;  ///< CPTPL on register.
+};
+
+/// What one operation did and what the device reported afterwards.
+struct Outcome {
+    bool changed = false;                   ///< A command changed state.
+    uint64_t key = 0;                       ///< This host's key after (0: none).
+    std::optional<uint64_t> previous_holder;///< Holder key before.
+    std::vector<uint64_t> removed;          ///< Keys registered before, gone after.
+    ReservationStatus before;               ///< Report before.
+    ReservationStatus after;                ///< Report after (the verification).
+};
+
+/// The ownership protocol for this host on one namespace.
+class Fence {
+public:
+    /// Uses @p resv for commands and @p self as this host's id. @p store may
+    /// be null (epochs then come from the device alone).
+    Fence(Reservations& resv, HostId self, FenceOptions opts, const EpochStore* store)
+        : resv_(resv), self_(self), opts_(opts), store_(store) {}
+
+    /// Reads the reservation (Report) and remembers it as last_report().
+    Result<ReservationStatus> verify();
+    /// This host's registration in @p st, if any.
+    const Registrant* mine(const ReservationStatus& st) const { return st.find_host(self_); }
+    /// The epoch a new key would take given @p st: one above the largest
+    /// epoch of our tag on the device and in the store.
+    Result<uint32_t> next_epoch(const ReservationStatus& st) const;
+
+    /// Registers with a fresh key (or the key of @p epoch when given). When
+    /// this host is already registered: with @p replace, replaces the key;
+    /// otherwise succeeds unchanged if the registered key is ours for this
+    /// node, and fails with Errc::host_id_conflict when the host id is
+    /// bound to another node's or a foreign key.
+    Result<Outcome> join(std::optional<uint32_t> epoch, bool replace);
+    /// Acquires the reservation of opts.type with the registered key.
+    /// Errc::not_registered, Errc::held_by_other.
+    Result<Outcome> acquire();
+    /// Takes the reservation over: registers or re-keys with a fresh epoch,
+    /// then preempts (and aborts) @p victim or, by default, the holder.
+    /// Errc::lost_race when another host holds afterwards.
+    Result<Outcome> takeover(std::optional<uint64_t> victim);
+    /// Releases the reservation if this host holds it.
+    Result<Outcome> release();
+    /// Unregisters this host (releasing first if it holds).
+    Result<Outcome> leave();
+    /// Clears the reservation and every registration (needs registration).
+    Result<Outcome> clear();
+
+    /// The last Report read, if any: who holds, for error messages.
+    const std::optional<ReservationStatus>& last_report() const { return last_; }
+    /// The options in force.
+    const FenceOptions& options() const { return opts_; }
+
+private:
+    Result<uint8_t> node_for(const ReservationStatus& st) const;
+    Result<uint64_t> fresh_key(const ReservationStatus& st, uint8_t node,
+                               std::optional<uint32_t> epoch);
+    Outcome finish(Outcome o, const ReservationStatus& after) const;
+
+    Reservations& resv_;
+    HostId self_;
+    FenceOptions opts_;
+    const EpochStore* store_;
+    std::optional<ReservationStatus> last_;
+};
+
+}  // namespace nvfence

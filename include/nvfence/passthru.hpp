@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// @file passthru.hpp
+/// The boundary between nvfence and a device: send one encoded Command,
+/// get its completion dword 0 or an error_code. The real implementation
+/// uses the kernel's NVMe passthrough ioctls on a namespace node; unit tests
+/// put a scripted fake here.
+
+#include <cstdint>
+#include <span>
+
+#include "nvfence/command.hpp"
+#include "nvfence/fd.hpp"
+#include "nvfence/result.hpp"
+
+namespace nvfence {
+
+/// Sends encoded commands to one namespace.
+class Passthru {
+public:
+    virtual ~Passthru() = default;
+    /// Sends @p cmd. For device-to-host commands @p data receives
+    /// cmd.data_len bytes (it must be at least that large). For host-to-device
+    /// commands @p data is the data sent, or empty to send cmd.payload.
+    /// Returns completion dword 0, or an NVMe status error (nvme_category)
+    /// or an errno (system_category).
+    virtual Result<uint32_t> submit(const Command& cmd, std::span<uint8_t> data) = 0;
+};
+
+/// Passthru over the kernel's NVME_IOCTL_ADMIN_CMD / NVME_IOCTL_IO_CMD on an
+/// open namespace node (block or generic char device). The fd is borrowed.
+class IoctlPassthru final : public Passthru {
+public:
+    /// Uses @p fd, which must outlive this object.
+    explicit IoctlPassthru(int fd) : fd_(fd) {}
+    /// See Passthru::submit.
+    Result<uint32_t> submit(const Command& cmd, std::span<uint8_t> data) override;
+
+private:
+    int fd_;
+};
+
+}  // namespace nvfence

@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// @file reservation.hpp
+/// The reservation commands of one namespace, sent through a Passthru.
+/// Each call encodes (command.hpp), sends, and returns the device's answer;
+/// none of them trusts a return code to describe the device's state: callers
+/// that change state re-read with report() (fence.hpp does).
+
+#include <cstdint>
+
+#include "nvfence/command.hpp"
+#include "nvfence/passthru.hpp"
+#include "nvfence/report.hpp"
+#include "nvfence/result.hpp"
+
+namespace nvfence {
+
+/// Limits of Reservations::report().
+inline constexpr uint32_t kReportInitialBytes = 4096;     ///< First read.
+inline constexpr int kReportMaxReads = 4;                 ///< Re-reads if it grew.
+
+/// Reservation commands for namespace @p nsid behind a Passthru.
+class Reservations {
+public:
+    /// Commands go to @p pt (borrowed) for namespace @p nsid.
+    Reservations(Passthru& pt, uint32_t nsid) : pt_(pt), nsid_(nsid) {}
+
+    /// The namespace id.
+    uint32_t nsid() const { return nsid_; }
+    /// Reservation Register (register, unregister, replace). args.nsid is
+    /// overwritten with this namespace's id.
+    Status reg(RegisterArgs args);
+    /// Reservation Acquire (acquire, preempt, preempt-and-abort).
+    Status acquire(AcquireArgs args);
+    /// Reservation Release (release, clear).
+    Status release(ReleaseArgs args);
+    /// Reservation Report. Asks for the extended data structure first and
+    /// falls back to the plain one only when the device refuses it (Invalid
+    /// Field); sizes the buffer from the registrant count and re-reads while
+    /// it grew, at most kReportMaxReads times.
+    Result<ReservationStatus> report();
+    /// Reads (and thereby consumes) one Reservation Notification log page.
+    Result<ResvNotification> notification_log();
+    /// Sets which reservation notifications this controller reports.
+    Status set_notification_mask(const NotificationMask& m);
+    /// Reads the Reservation Notification Mask.
+    Result<NotificationMask> notification_mask();
+    /// True after report() had to fall back to the plain data structure.
+    bool extended_refused() const { return extended_refused_; }
+
+private:
+    Result<ReservationStatus> report_once(bool extended, uint32_t len, std::vector<uint8_t>& buf);
+    Passthru& pt_;
+    uint32_t nsid_;
+    bool extended_refused_ = false;
+};
+
+}  // namespace nvfence

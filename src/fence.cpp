@@ -1,0 +1,276 @@
+// SPDX-License-Identifier: MIT
+#include "nvfence/fence.hpp"
+
+#include <algorithm>
+
+#include "nvfence/error.hpp"
+#include "nvfence/key.hpp"
+
+namespace nvfence {
+
+Result<ReservationStatus> Fence::verify() {
+    auto r = resv_.report();
+    if (r) last_ = *r;
+    return r;
+}
+
+Result<uint32_t> Fence::next_epoch(const ReservationStatus& st) const {
+    uint32_t max = 0;
+    for (const auto& r : st.registrants) {
+        auto f = decode_key(r.key);
+        if (f && f->tag == opts_.tag) max = std::max(max, f->epoch);
+    }
+    if (store_) {
+        auto s = store_->load();
+        if (!s) return s.error();
+        max = std::max(max, *s);
+    }
+    if (max == kMaxEpoch) return make_error_code(Errc::epoch_exhausted);
+    return max + 1;
+}
+
+Result<uint8_t> Fence::node_for(const ReservationStatus& st) const {
+    if (opts_.node != 0) return opts_.node;
+    if (const auto* me = mine(st)) {
+        auto f = decode_key(me->key);
+        if (f && f->tag == opts_.tag) return f->node;
+    }
+    return make_error_code(Errc::invalid_argument);
+}
+
+Result<uint64_t> Fence::fresh_key(const ReservationStatus& st, uint8_t node,
+                                  std::optional<uint32_t> epoch) {
+    uint32_t e;
+    if (epoch) {
+        e = *epoch;
+    } else {
+        auto n = next_epoch(st);
+        if (!n) return n.error();
+        e = *n;
+    }
+    auto key = make_key({opts_.tag, node, e});
+    if (!key) return key.error();
+    // Persist before the key reaches the device: a crash after the register
+    // must never let this host reuse the epoch.
+    if (store_) {
+        auto s = store_->raise_to(e);
+        if (!s) return s.error();
+    }
+    return *key;
+}
+
+Outcome Fence::finish(Outcome o, const ReservationStatus& after) const {
+    o.after = after;
+    const auto* me = mine(after);
+    o.key = me ? me->key : 0;
+    for (const auto& r : o.before.registrants) {
+        const bool still = std::any_of(after.registrants.begin(), after.registrants.end(),
+                                       [&](const Registrant& a) { return a.key == r.key; });
+        if (!still && std::find(o.removed.begin(), o.removed.end(), r.key) == o.removed.end())
+            o.removed.push_back(r.key);
+    }
+    return o;
+}
+
+Result<Outcome> Fence::join(std::optional<uint32_t> epoch, bool replace) {
+    auto before = verify();
+    if (!before) return before.error();
+    Outcome o;
+    o.before = *before;
+    if (const auto* h = before->holder()) o.previous_holder = h->key;
+    auto node = node_for(*before);
+    if (!node) return node.error();
+    const auto* me = mine(*before);
+    if (me && !replace) {
+        auto f = decode_key(me->key);
+        if (f && f->tag == opts_.tag && f->node == *node && (!epoch || *epoch == f->epoch))
+            return finish(o, *before);
+        return make_error_code(Errc::host_id_conflict);
+    }
+    auto key = fresh_key(*before, *node, epoch);
+    if (!key) return key.error();
+    RegisterArgs a;
+    a.cptpl = opts_.cptpl;
+    a.nrkey = *key;
+    if (me) {
+        a.action = RegisterAction::replace_key;
+        a.crkey = me->key;
+    }
+    if (auto s = resv_.reg(a); !s) return s.error();
+    o.changed = true;
+    auto after = verify();
+    if (!after) return after.error();
+    const auto* now = mine(*after);
+    if (!now || now->key != *key) return make_error_code(Errc::verify_failed);
+    return finish(o, *after);
+}
+
+Result<Outcome> Fence::acquire() {
+    auto before = verify();
+    if (!before) return before.error();
+    Outcome o;
+    o.before = *before;
+    if (const auto* h = before->holder()) o.previous_holder = h->key;
+    const auto* me = mine(*before);
+    if (!me) return make_error_code(Errc::not_registered);
+    if (me->holder && before->type == opts_.type) return finish(o, *before);
+    AcquireArgs a;
+    a.action = AcquireAction::acquire;
+    a.type = opts_.type;
+    a.crkey = me->key;
+    if (auto s = resv_.acquire(a); !s) {
+        if (!is_nvme(s.error(), NvmeStatus::reservation_conflict)) return s.error();
+        auto now = verify();
+        if (!now) return now.error();
+        if (!mine(*now)) return make_error_code(Errc::not_registered);
+        const auto* h = now->holder();
+        if (h && h->key != me->key) return make_error_code(Errc::held_by_other);
+        return s.error();
+    }
+    o.changed = true;
+    auto after = verify();
+    if (!after) return after.error();
+    const auto* now = mine(*after);
+    if (!now || !now->holder || after->type != opts_.type)
+        return make_error_code(Errc::verify_failed);
+    return finish(o, *after);
+}
+
+Result<Outcome> Fence::takeover(std::optional<uint64_t> victim) {
+    auto before = verify();
+    if (!before) return before.error();
+    Outcome o;
+    o.before = *before;
+    const auto* holder = before->holder();
+    if (holder) o.previous_holder = holder->key;
+    const auto* me = mine(*before);
+    if (victim && me && *victim == me->key) return make_error_code(Errc::invalid_argument);
+    if (me && me->holder && before->type == opts_.type && !victim) return finish(o, *before);
+
+    auto node = node_for(*before);
+    if (!node) return node.error();
+    auto key = fresh_key(*before, *node, std::nullopt);
+    if (!key) return key.error();
+    RegisterArgs reg;
+    reg.cptpl = opts_.cptpl;
+    reg.nrkey = *key;
+    if (me) {
+        reg.action = RegisterAction::replace_key;
+        reg.crkey = me->key;
+    }
+    if (auto s = resv_.reg(reg); !s) return s.error();
+    o.changed = true;
+
+    std::optional<uint64_t> prkey = victim;
+    if (!prkey && holder && !(me && me->holder)) {
+        prkey = resv_type_all_registrants(before->type) ? 0 : holder->key;
+    }
+    auto lost_or = [&](std::error_code ec) -> Result<Outcome> {
+        auto now = verify();
+        if (!now) return now.error();
+        const auto* h = now->holder();
+        const auto* m = mine(*now);
+        if ((h && h->key != *key) || !m) return make_error_code(Errc::lost_race);
+        return ec;
+    };
+    AcquireArgs a;
+    a.type = opts_.type;
+    a.crkey = *key;
+    if (prkey) {
+        a.action = opts_.abort ? AcquireAction::preempt_and_abort : AcquireAction::preempt;
+        a.prkey = *prkey;
+    } else {
+        a.action = AcquireAction::acquire;
+    }
+    if (auto s = resv_.acquire(a); !s) {
+        if (is_nvme(s.error(), NvmeStatus::reservation_conflict)) return lost_or(s.error());
+        return s.error();
+    }
+    auto after = verify();
+    if (!after) return after.error();
+    // Preempting a registrant that did not hold leaves the reservation
+    // free: take it now, once.
+    if (!after->holder() && mine(*after)) {
+        AcquireArgs take;
+        take.type = opts_.type;
+        take.crkey = *key;
+        if (auto s = resv_.acquire(take); !s) {
+            if (is_nvme(s.error(), NvmeStatus::reservation_conflict)) return lost_or(s.error());
+            return s.error();
+        }
+        after = verify();
+        if (!after) return after.error();
+    }
+    const auto* now = mine(*after);
+    if (now && now->holder && now->key == *key && after->type == opts_.type)
+        return finish(o, *after);
+    const auto* h = after->holder();
+    if ((h && h->key != *key) || !now) return make_error_code(Errc::lost_race);
+    return make_error_code(Errc::verify_failed);
+}
+
+Result<Outcome> Fence::release() {
+    auto before = verify();
+    if (!before) return before.error();
+    Outcome o;
+    o.before = *before;
+    const auto* holder = before->holder();
+    if (holder) o.previous_holder = holder->key;
+    const auto* me = mine(*before);
+    if (!me || !me->holder) {
+        if (!holder) return finish(o, *before);
+        return make_error_code(Errc::not_holder);
+    }
+    ReleaseArgs a;
+    a.action = ReleaseAction::release;
+    a.type = before->type;
+    a.crkey = me->key;
+    if (auto s = resv_.release(a); !s) return s.error();
+    o.changed = true;
+    auto after = verify();
+    if (!after) return after.error();
+    const auto* now = mine(*after);
+    if (now && now->holder) return make_error_code(Errc::verify_failed);
+    return finish(o, *after);
+}
+
+Result<Outcome> Fence::leave() {
+    auto before = verify();
+    if (!before) return before.error();
+    Outcome o;
+    o.before = *before;
+    if (const auto* h = before->holder()) o.previous_holder = h->key;
+    const auto* me = mine(*before);
+    if (!me) return finish(o, *before);
+    RegisterArgs a;
+    a.action = RegisterAction::unregister_key;
+    a.crkey = me->key;
+    if (auto s = resv_.reg(a); !s) return s.error();
+    o.changed = true;
+    auto after = verify();
+    if (!after) return after.error();
+    if (mine(*after)) return make_error_code(Errc::verify_failed);
+    return finish(o, *after);
+}
+
+Result<Outcome> Fence::clear() {
+    auto before = verify();
+    if (!before) return before.error();
+    Outcome o;
+    o.before = *before;
+    if (const auto* h = before->holder()) o.previous_holder = h->key;
+    const auto* me = mine(*before);
+    if (!me) return make_error_code(Errc::not_registered);
+    ReleaseArgs a;
+    a.action = ReleaseAction::clear;
+    a.type = before->type == ResvType::none ? opts_.type : before->type;
+    a.crkey = me->key;
+    if (auto s = resv_.release(a); !s) return s.error();
+    o.changed = true;
+    auto after = verify();
+    if (!after) return after.error();
+    if (!after->registrants.empty() || after->holder()) return make_error_code(Errc::verify_failed);
+    return finish(o, *after);
+}
+
+}  // namespace nvfence

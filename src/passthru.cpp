@@ -1,0 +1,53 @@
+// SPDX-License-Identifier: MIT
+#include "nvfence/passthru.hpp"
+
+#include <linux/nvme_ioctl.h>
+#include <sys/ioctl.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "nvfence/error.hpp"
+
+namespace nvfence {
+
+Result<uint32_t> IoctlPassthru::submit(const Command& cmd, std::span<uint8_t> data) {
+    nvme_passthru_cmd pc;
+    std::memset(&pc, 0, sizeof pc);
+    pc.opcode = cmd.opcode;
+    pc.nsid = cmd.nsid;
+    pc.cdw10 = cmd.cdw[0];
+    pc.cdw11 = cmd.cdw[1];
+    pc.cdw12 = cmd.cdw[2];
+    pc.cdw13 = cmd.cdw[3];
+    pc.cdw14 = cmd.cdw[4];
+    pc.cdw15 = cmd.cdw[5];
+    pc.timeout_ms = cmd.timeout_ms;
+    pc.data_len = cmd.data_len;
+    // The kernel may write the payload buffer for bidirectional opcodes, so
+    // send a private copy rather than casting away const.
+    std::array<uint8_t, 16> payload = cmd.payload;
+    if (cmd.data_len > 0) {
+        if (cmd.host_to_device && data.empty()) {
+            if (cmd.data_len > payload.size()) std::abort();
+            pc.addr = reinterpret_cast<uintptr_t>(payload.data());
+        } else {
+            if (data.size() < cmd.data_len) std::abort();
+            pc.addr = reinterpret_cast<uintptr_t>(data.data());
+        }
+    }
+    const unsigned long req = cmd.queue == Queue::admin ? NVME_IOCTL_ADMIN_CMD : NVME_IOCTL_IO_CMD;
+    int rc;
+    do {
+        rc = ::ioctl(fd_, req, &pc);
+    } while (rc < 0 && errno == EINTR);
+    if (rc < 0) {
+        if (errno == ENODEV || errno == ENXIO) return make_error_code(Errc::device_gone);
+        return errno_error(errno);
+    }
+    if (rc > 0) return make_nvme_error(static_cast<uint16_t>(rc));
+    return pc.result;
+}
+
+}  // namespace nvfence

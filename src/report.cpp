@@ -1,0 +1,188 @@
+// SPDX-License-Identifier: MIT
+#include "nvfence/report.hpp"
+
+#include <cstdio>
+
+#include "nvfence/error.hpp"
+
+namespace nvfence {
+namespace {
+
+uint16_t le16(std::span<const uint8_t> b, size_t o) {
+    return static_cast<uint16_t>(b[o] | (b[o + 1] << 8));
+}
+uint32_t le32(std::span<const uint8_t> b, size_t o) {
+    return uint32_t{b[o]} | (uint32_t{b[o + 1]} << 8) | (uint32_t{b[o + 2]} << 16) |
+           (uint32_t{b[o + 3]} << 24);
+}
+uint64_t le64(std::span<const uint8_t> b, size_t o) {
+    return uint64_t{le32(b, o)} | (uint64_t{le32(b, o + 4)} << 32);
+}
+
+// Identify strings are space padded ASCII; anything unprintable is replaced
+// so a hostile device cannot inject control characters into our output.
+std::string trimmed(std::span<const uint8_t> b, size_t off, size_t len) {
+    std::string s;
+    for (size_t i = 0; i < len; ++i) {
+        uint8_t c = b[off + i];
+        if (c == 0) break;
+        s.push_back((c >= 0x20 && c < 0x7f) ? static_cast<char>(c) : '?');
+    }
+    while (!s.empty() && s.back() == ' ') s.pop_back();
+    size_t first = s.find_first_not_of(' ');
+    return first == std::string::npos ? std::string{} : s.substr(first);
+}
+
+}  // namespace
+
+std::string format_host_id(const HostId& id) {
+    std::string s;
+    char buf[3];
+    for (uint8_t b : id) {
+        std::snprintf(buf, sizeof buf, "%02x", b);
+        s += buf;
+    }
+    return s;
+}
+
+bool host_id_is_zero(const HostId& id) {
+    for (uint8_t b : id)
+        if (b) return false;
+    return true;
+}
+
+const Registrant* ReservationStatus::holder() const {
+    for (const auto& r : registrants)
+        if (r.holder) return &r;
+    return nullptr;
+}
+
+const Registrant* ReservationStatus::find_host(const HostId& id) const {
+    for (const auto& r : registrants)
+        if (r.host_id == id) return &r;
+    return nullptr;
+}
+
+size_t report_size_for(uint16_t n, bool extended) {
+    return extended ? kReportExtHeaderBytes + size_t{n} * kRegistrantExtBytes
+                    : kReportHeaderBytes + size_t{n} * kRegistrantBytes;
+}
+
+Result<ReservationStatus> parse_report(std::span<const uint8_t> buf, bool extended) {
+    const size_t header = extended ? kReportExtHeaderBytes : kReportHeaderBytes;
+    const size_t entry = extended ? kRegistrantExtBytes : kRegistrantBytes;
+    if (buf.size() < header) return make_error_code(Errc::malformed_data);
+    ReservationStatus st;
+    st.extended = extended;
+    st.generation = le32(buf, 0);
+    st.raw_type = buf[4];
+    if (st.raw_type > 6) return make_error_code(Errc::malformed_data);
+    st.type = static_cast<ResvType>(st.raw_type);
+    st.num_registrants = le16(buf, 5);
+    st.ptpl = buf[9] & 1;
+    const size_t fit = (buf.size() - header) / entry;
+    const size_t n = std::min<size_t>(fit, st.num_registrants);
+    st.registrants.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+        auto e = buf.subspan(header + i * entry, entry);
+        Registrant r;
+        r.cntlid = le16(e, 0);
+        r.holder = e[2] & 1;
+        if (extended) {
+            r.key = le64(e, 8);
+            std::copy(e.begin() + 16, e.begin() + 32, r.host_id.begin());
+        } else {
+            std::copy(e.begin() + 8, e.begin() + 16, r.host_id.begin());
+            r.key = le64(e, 16);
+        }
+        st.registrants.push_back(r);
+    }
+    return st;
+}
+
+const char* notification_type_name(NotificationType t) {
+    switch (t) {
+    case NotificationType::empty: return "empty";
+    case NotificationType::registration_preempted: return "registration preempted";
+    case NotificationType::reservation_released: return "reservation released";
+    case NotificationType::reservation_preempted: return "reservation preempted";
+    }
+    return "unknown";
+}
+
+Result<ResvNotification> parse_notification_log(std::span<const uint8_t> buf) {
+    if (buf.size() < 64) return make_error_code(Errc::malformed_data);
+    ResvNotification n;
+    n.log_page_count = le64(buf, 0);
+    if (buf[8] > 3) return make_error_code(Errc::malformed_data);
+    n.type = static_cast<NotificationType>(buf[8]);
+    n.available = buf[9];
+    n.nsid = le32(buf, 12);
+    return n;
+}
+
+Result<ControllerIdentity> parse_identify_controller(std::span<const uint8_t> buf) {
+    if (buf.size() < 4096) return make_error_code(Errc::malformed_data);
+    ControllerIdentity c;
+    c.vid = le16(buf, 0);
+    c.serial = trimmed(buf, 4, 20);
+    c.model = trimmed(buf, 24, 40);
+    c.firmware = trimmed(buf, 64, 8);
+    c.multi_controller = buf[76] & 0x2;
+    c.cntlid = le16(buf, 78);
+    c.hostid_128 = le32(buf, 96) & 1;
+    c.reservations = le16(buf, 520) & (1u << 5);
+    c.subnqn = trimmed(buf, 768, 256);
+    return c;
+}
+
+bool ResvCaps::supports(ResvType t) const {
+    switch (t) {
+    case ResvType::write_exclusive: return we;
+    case ResvType::exclusive_access: return ea;
+    case ResvType::write_exclusive_reg_only: return wero;
+    case ResvType::exclusive_access_reg_only: return earo;
+    case ResvType::write_exclusive_all_regs: return wear;
+    case ResvType::exclusive_access_all_regs: return eaar;
+    case ResvType::none: return false;
+    }
+    return false;
+}
+
+Result<NamespaceIdentity> parse_identify_namespace(std::span<const uint8_t> buf) {
+    if (buf.size() < 4096) return make_error_code(Errc::malformed_data);
+    NamespaceIdentity n;
+    n.size_blocks = le64(buf, 0);
+    n.capacity_blocks = le64(buf, 8);
+    const unsigned nlbaf = buf[25];
+    const uint8_t flbas = buf[26];
+    const unsigned idx = (flbas & 0xfu) | (((flbas >> 5) & 0x3u) << 4);
+    if (idx > nlbaf || idx >= 64) return make_error_code(Errc::malformed_data);
+    const uint32_t lbaf = le32(buf, 128 + 4 * idx);
+    const unsigned lbads = (lbaf >> 16) & 0xff;
+    if (lbads < 9 || lbads > 16) return make_error_code(Errc::malformed_data);
+    n.lba_bytes = 1u << lbads;
+    n.metadata_bytes = static_cast<uint16_t>(lbaf & 0xffff);
+    n.shared = buf[30] & 1;
+    const uint8_t r = buf[31];
+    n.rescap_raw = r;
+    n.rescap = ResvCaps{bool(r & 0x01), bool(r & 0x02), bool(r & 0x04), bool(r & 0x08),
+                        bool(r & 0x10), bool(r & 0x20), bool(r & 0x40), bool(r & 0x80)};
+    return n;
+}
+
+std::optional<std::string> ebs_volume_id(const std::string& serial) {
+    if (serial.size() < 4 || serial.compare(0, 3, "vol") != 0) return std::nullopt;
+    std::string rest = serial.substr(3);
+    if (!rest.empty() && rest[0] == '-') rest.erase(0, 1);
+    if (rest.empty() || rest.size() > 32) return std::nullopt;
+    for (char c : rest)
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return std::nullopt;
+    return "vol-" + rest;
+}
+
+bool is_ebs_model(const std::string& model) {
+    return model == "Amazon Elastic Block Store";
+}
+
+}  // namespace nvfence

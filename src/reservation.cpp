@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: MIT
+#include "nvfence/reservation.hpp"
+
+#include <vector>
+
+#include "nvfence/error.hpp"
+
+namespace nvfence {
+
+namespace {
+Status send(Passthru& pt, const Command& c) {
+    auto r = pt.submit(c, {});
+    if (!r) return r.error();
+    return Ok{};
+}
+}  // namespace
+
+Status Reservations::reg(RegisterArgs a) {
+    a.nsid = nsid_;
+    return send(pt_, encode_register(a));
+}
+
+Status Reservations::acquire(AcquireArgs a) {
+    a.nsid = nsid_;
+    return send(pt_, encode_acquire(a));
+}
+
+Status Reservations::release(ReleaseArgs a) {
+    a.nsid = nsid_;
+    return send(pt_, encode_release(a));
+}
+
+Result<ReservationStatus> Reservations::report_once(bool extended, uint32_t len,
+                                                    std::vector<uint8_t>& buf) {
+    buf.assign(len, 0);
+    auto r = pt_.submit(encode_report({nsid_, extended, len}), buf);
+    if (!r) return r.error();
+    return parse_report(buf, extended);
+}
+
+Result<ReservationStatus> Reservations::report() {
+    std::vector<uint8_t> buf;
+    bool extended = !extended_refused_;
+    uint32_t len = kReportInitialBytes;
+    for (int i = 0; i < kReportMaxReads; ++i) {
+        auto st = report_once(extended, len, buf);
+        if (!st && extended && is_nvme(st.error(), NvmeStatus::invalid_field)) {
+            extended_refused_ = true;
+            extended = false;
+            --i;  // the refused extended read does not count against the bound
+            continue;
+        }
+        if (!st || !st->truncated()) return st;
+        // Registrants were added between reads, or the first buffer was too
+        // small: size for what the device claims now and read again.
+        const size_t need = report_size_for(st->num_registrants, extended);
+        len = static_cast<uint32_t>((need + 3) & ~size_t{3});
+    }
+    return make_error_code(Errc::malformed_data);
+}
+
+Result<ResvNotification> Reservations::notification_log() {
+    std::vector<uint8_t> buf(64);
+    auto r = pt_.submit(encode_get_log_page(kLogReservationNotification, nsid_, 64, false), buf);
+    if (!r) return r.error();
+    return parse_notification_log(buf);
+}
+
+Status Reservations::set_notification_mask(const NotificationMask& m) {
+    return send(pt_, encode_set_notification_mask(nsid_, m));
+}
+
+Result<NotificationMask> Reservations::notification_mask() {
+    auto r = pt_.submit(encode_get_notification_mask(nsid_), {});
+    if (!r) return r.error();
+    return decode_notification_mask(*r);
+}
+
+}  // namespace nvfence

@@ -1,0 +1,798 @@
+// SPDX-License-Identifier: MIT
+// nvfence: the operator's and cluster manager's tool for NVMe reservation
+// fencing. See README.md for the reference.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <string>
+
+extern "C" {
+#include <nvme/fabrics.h>
+}
+
+#include "json.hpp"
+#include "nvfence/error.hpp"
+#include "nvfence/fence.hpp"
+#include "nvfence/key.hpp"
+#include "nvfence/namespace.hpp"
+#include "nvfence/reservation.hpp"
+#include "nvfence/stamp.hpp"
+#include "nvfence/writer.hpp"
+
+namespace nvfence::cli {
+namespace {
+
+constexpr const char* kExitCodes =
+    "Exit codes:\n"
+    "  0  ok\n"
+    "  1  any other failure (device error, verification failed)\n"
+    "  2  usage: bad arguments, no such device\n"
+    "  3  reservation conflict / not the holder (the device refused this host)\n"
+    "  4  device unsupported: not an NVMe namespace, or no reservation support\n"
+    "  5  permission denied (run as root)\n"
+    "  6  lost a takeover race (another host won; it is named)\n";
+
+struct Common {
+    std::string dev;
+    bool json = false;
+    unsigned tag = 0;
+    std::string state_dir = "/var/lib/nvfence";
+};
+
+int code(ExitCode c) { return static_cast<int>(c); }
+
+std::string env_or(const char* name, std::string fallback) {
+    const char* v = std::getenv(name);
+    return (v && *v) ? std::string(v) : fallback;
+}
+
+std::string describe_key(uint64_t key) {
+    if (auto f = decode_key(key))
+        return format_key(key) + " (node " + std::to_string(f->node) + ", epoch " +
+               std::to_string(f->epoch) + ")";
+    return format_key_hex(key) + " (foreign)";
+}
+
+// One line on stderr (what is wrong and what to do), plus the same as a
+// JSON object on stdout for programs that asked for --json.
+int fail(const Common& c, const std::string& what, std::error_code ec, std::string hint = {},
+         std::optional<uint64_t> holder = std::nullopt) {
+    const int rc = code(exit_code_for(ec));
+    std::string line = "nvfence: " + what;
+    if (!hint.empty()) line += ": " + hint;
+    std::cerr << line << "\n";
+    if (c.json) {
+        Json j;
+        j.begin_object().key("error").str(line).key("exit_code").num(static_cast<uint64_t>(rc));
+        j.key("cause").str(ec.message());
+        if (holder) j.key("holder").str(format_key_hex(*holder)).key("holder_key").str(format_key(*holder));
+        j.end_object();
+        std::cout << j.text() << "\n";
+    }
+    return rc;
+}
+
+int fail_open(const Common& c, std::error_code ec) {
+    const std::string& d = c.dev;
+    if (ec == Errc::not_found)
+        return fail(c, d + ": no such device", ec, "check the path (ls /dev/nvme*n* /dev/disk/by-id/)");
+    if (ec == Errc::not_nvme)
+        return fail(c, d + ": not an NVMe namespace", ec,
+                    "give a namespace block device /dev/nvmeXnY, its /dev/ngXnY, or a link to one");
+    if (ec == Errc::controller_node)
+        return fail(c, d + ": is an NVMe controller node, not a namespace", ec,
+                    "reservations belong to a namespace: use /dev/nvmeXnY");
+    if (ec == Errc::device_gone)
+        return fail(c, d + ": the device disappeared", ec, "check that the namespace is still attached");
+    if (ec.category() == std::system_category() && (ec.value() == EACCES || ec.value() == EPERM))
+        return fail(c, d + ": permission denied", ec,
+                    "NVMe passthrough needs root (CAP_SYS_ADMIN): run nvfence as root");
+    if (is_nvme(ec, NvmeStatus::invalid_opcode))
+        return fail(c, d + ": the device refused Identify: " + ec.message(), errno_error(EIO),
+                    "is this an NVMe namespace?");
+    return fail(c, d + ": cannot open: " + ec.message(), ec);
+}
+
+// Opens the namespace and insists on reservation support; on error returns
+// nullptr and sets rc.
+std::unique_ptr<Namespace> open_ns(const Common& c, int& rc, bool require_resv = true) {
+    auto ns = Namespace::open(c.dev);
+    if (!ns) {
+        rc = fail_open(c, ns.error());
+        return nullptr;
+    }
+    if (require_resv) {
+        std::string why;
+        if (auto s = (*ns)->require_reservations(&why); !s) {
+            rc = fail(c, why, s.error(), "use a reservation-capable shared namespace");
+            return nullptr;
+        }
+    }
+    return std::move(*ns);
+}
+
+std::string volume_name(const NamespaceInfo& i) {
+    if (i.ebs_volume) return *i.ebs_volume;
+    return i.ctrl.serial + "-n" + std::to_string(i.nsid);
+}
+
+int fail_host_id(const Common& c) {
+    return fail(c, c.dev + ": cannot read this host's NVMe host identifier", make_error_code(Errc::host_id_unknown),
+                "Get Features Host Identifier failed and the controller has no sysfs hostid; "
+                "nvfence needs it to find this host's registration");
+}
+
+// Error reporting for fence operations, naming the holder where known.
+int fail_op(const Common& c, const std::string& op, std::error_code ec, const Fence& f) {
+    std::optional<uint64_t> holder;
+    std::string holder_text = "nobody";
+    if (f.last_report()) {
+        if (const auto* h = f.last_report()->holder()) {
+            holder = h->key;
+            holder_text = describe_key(h->key) + " (host id " + format_host_id(h->host_id) + ")";
+        }
+    }
+    if (ec == Errc::lost_race)
+        return fail(c, op + ": lost the takeover race: " + holder_text + " now holds " + c.dev, ec,
+                    "this host registered a fresh key but did not take the reservation", holder);
+    if (ec == Errc::held_by_other)
+        return fail(c, op + ": " + holder_text + " holds the reservation on " + c.dev, ec,
+                    "use 'nvfence preempt' to take it over", holder);
+    if (ec == Errc::not_holder)
+        return fail(c, op + ": this host does not hold the reservation; " + holder_text + " does", ec, {},
+                    holder);
+    if (ec == Errc::not_registered)
+        return fail(c, op + ": this host is not registered on " + c.dev, ec,
+                    "run 'nvfence register DEV --node N' first", holder);
+    if (ec == Errc::host_id_conflict) {
+        std::string bound = "another key";
+        if (f.last_report()) {
+            if (const auto* me = f.mine(*f.last_report())) bound = describe_key(me->key);
+        }
+        return fail(c, op + ": this host's host id is already registered with " + bound, ec,
+                    "if another host shares this host id, give each host a unique hostid "
+                    "(/etc/nvme/hostid); to change this host's own key use --replace",
+                    holder);
+    }
+    if (ec == Errc::invalid_argument)
+        return fail(c, op + ": " + ec.message(), ec, {}, holder);
+    if (ec == Errc::verify_failed)
+        return fail(c, op + ": the device accepted the command but the report does not show the change", ec,
+                    "run 'nvfence report' to see the state", holder);
+    if (ec == Errc::state_io)
+        return fail(c, op + ": cannot persist the epoch in " + c.state_dir, ec,
+                    "check --state-dir (nothing was sent to the device)", holder);
+    if (is_fenced(ec))
+        return fail(c, op + ": the device refused this host: " + ec.message(), ec,
+                    "this host is not allowed to do this now (see 'nvfence report')", holder);
+    return fail(c, op + ": " + ec.message(), ec, {}, holder);
+}
+
+void json_registrant(Json& j, const Registrant& r) {
+    j.begin_object();
+    j.key("key").str(format_key_hex(r.key));
+    j.key("key_text").str(format_key(r.key));
+    if (auto f = decode_key(r.key)) {
+        j.key("foreign").boolean(false);
+        j.key("tag").num(f->tag).key("node").num(f->node).key("epoch").num(f->epoch);
+    } else {
+        j.key("foreign").boolean(true);
+    }
+    j.key("holder").boolean(r.holder);
+    j.key("host_id").str(format_host_id(r.host_id));
+    j.key("cntlid").num(r.cntlid);
+    j.end_object();
+}
+
+void json_status(Json& j, const ReservationStatus& st, const std::optional<HostId>& self) {
+    j.begin_object();
+    j.key("generation").num(st.generation);
+    j.key("type").str(resv_type_short(st.type));
+    j.key("type_name").str(resv_type_name(st.type));
+    j.key("ptpl").boolean(st.ptpl);
+    j.key("extended").boolean(st.extended);
+    const auto* h = st.holder();
+    j.key("holder");
+    if (h) j.str(format_key_hex(h->key)); else j.null();
+    j.key("holder_key");
+    if (h) j.str(format_key(h->key)); else j.null();
+    j.key("self");
+    if (self && st.find_host(*self)) j.str(format_key_hex(st.find_host(*self)->key)); else j.null();
+    j.key("registrants").begin_array();
+    for (const auto& r : st.registrants) json_registrant(j, r);
+    j.end_array();
+    j.end_object();
+}
+
+void print_status(const ReservationStatus& st, const std::optional<HostId>& self) {
+    std::printf("generation:  %u\n", st.generation);
+    if (st.type == ResvType::none)
+        std::printf("reservation: none\n");
+    else
+        std::printf("reservation: %s (%s)\n", resv_type_name(st.type), resv_type_short(st.type));
+    const auto* h = st.holder();
+    std::printf("holder:      %s\n", h ? describe_key(h->key).c_str() : "none");
+    std::printf("registrants: %zu%s\n", st.registrants.size(), st.extended ? "" : " (short report: 64-bit host ids)");
+    if (!st.registrants.empty()) {
+        std::printf("  %-20s %-18s %-6s %-5s %-6s %-32s %s\n", "KEY", "HEX", "NODE", "EPOCH", "HOLDER",
+                    "HOST ID", "CNTLID");
+        for (const auto& r : st.registrants) {
+            auto f = decode_key(r.key);
+            std::string node = f ? std::to_string(f->node) : "-";
+            std::string epoch = f ? std::to_string(f->epoch) : "-";
+            std::string text = f ? format_key(r.key) : "foreign";
+            const bool me = self && r.host_id == *self;
+            std::printf("  %-20s %-18s %-6s %-5s %-6s %-32s 0x%04x%s\n", text.c_str(),
+                        format_key_hex(r.key).c_str(), node.c_str(), epoch.c_str(), r.holder ? "yes" : "no",
+                        format_host_id(r.host_id).c_str(), r.cntlid, me ? "  <- this host" : "");
+        }
+    }
+}
+
+void json_outcome(Json& j, const Outcome& o, const std::optional<HostId>& self) {
+    j.key("changed").boolean(o.changed);
+    j.key("key");
+    if (o.key) j.str(format_key_hex(o.key)); else j.null();
+    j.key("key_text");
+    if (o.key) j.str(format_key(o.key)); else j.null();
+    if (auto f = o.key ? decode_key(o.key) : std::nullopt) j.key("epoch").num(f->epoch).key("node").num(f->node);
+    j.key("previous_holder");
+    if (o.previous_holder) j.str(format_key_hex(*o.previous_holder)); else j.null();
+    j.key("removed").begin_array();
+    for (auto k : o.removed) j.str(format_key_hex(k));
+    j.end_array();
+    j.key("generation").num(o.after.generation);
+    j.key("report");
+    json_status(j, o.after, self);
+}
+
+std::string hostnqn_for(const NamespaceInfo& i) {
+    std::ifstream f("/sys/class/nvme/" + i.paths.controller + "/hostnqn");
+    std::string s;
+    if (f && std::getline(f, s) && !s.empty()) return s;
+    char* n = nvmf_hostnqn_from_file();
+    if (n) {
+        s = n;
+        std::free(n);
+    }
+    return s;
+}
+
+// ---- commands -------------------------------------------------------------
+
+int cmd_info(const Common& c) {
+    int rc = 0;
+    auto ns = open_ns(c, rc, false);
+    if (!ns) return rc;
+    const auto& i = ns->info();
+    std::string why;
+    const bool ok = ns->require_reservations(&why).ok();
+    const auto& r = i.ns.rescap;
+    const std::string hostnqn = hostnqn_for(i);
+    if (c.json) {
+        Json j;
+        j.begin_object();
+        j.key("device").str(i.paths.block).key("generic").str(i.paths.generic);
+        j.key("controller").str(i.paths.controller).key("transport").str(i.paths.transport);
+        j.key("model").str(i.ctrl.model).key("serial").str(i.ctrl.serial).key("firmware").str(i.ctrl.firmware);
+        j.key("ebs_volume_id");
+        if (i.ebs_volume) j.str(*i.ebs_volume); else j.null();
+        j.key("nsid").num(i.nsid).key("lba_bytes").num(i.ns.lba_bytes);
+        j.key("size_blocks").num(i.ns.size_blocks).key("capacity_bytes").num(i.ns.size_blocks * i.ns.lba_bytes);
+        j.key("shared").boolean(i.looks_shared());
+        j.key("reservations").boolean(ok);
+        j.key("oncs_reservations").boolean(i.ctrl.reservations);
+        j.key("rescap").num(i.ns.rescap_raw);
+        j.key("types").begin_array();
+        for (auto t : {ResvType::write_exclusive, ResvType::exclusive_access, ResvType::write_exclusive_reg_only,
+                       ResvType::exclusive_access_reg_only, ResvType::write_exclusive_all_regs,
+                       ResvType::exclusive_access_all_regs})
+            if (r.supports(t)) j.str(resv_type_short(t));
+        j.end_array();
+        j.key("ptpl").boolean(r.ptpl).key("iekey").boolean(r.iekey);
+        j.key("host_id");
+        if (i.host_id) j.str(format_host_id(*i.host_id)); else j.null();
+        j.key("hostnqn").str(hostnqn);
+        j.end_object();
+        std::cout << j.text() << "\n";
+    } else {
+        std::printf("device:        %s\n", i.paths.block.c_str());
+        std::printf("generic:       %s\n", i.paths.generic.empty() ? "-" : i.paths.generic.c_str());
+        std::printf("controller:    %s (%s)\n", i.paths.controller.c_str(),
+                    i.paths.transport.empty() ? "?" : i.paths.transport.c_str());
+        std::printf("model:         %s\n", i.ctrl.model.c_str());
+        std::printf("serial:        %s\n", i.ctrl.serial.c_str());
+        std::printf("firmware:      %s\n", i.ctrl.firmware.c_str());
+        if (i.ebs_volume) std::printf("EBS volume:    %s\n", i.ebs_volume->c_str());
+        std::printf("nsid:          %u\n", i.nsid);
+        std::printf("LBA size:      %u bytes\n", i.ns.lba_bytes);
+        std::printf("capacity:      %llu blocks (%llu bytes)\n", static_cast<unsigned long long>(i.ns.size_blocks),
+                    static_cast<unsigned long long>(i.ns.size_blocks * i.ns.lba_bytes));
+        std::printf("shared:        %s\n", i.looks_shared() ? "yes" : "no");
+        std::printf("reservations:  %s (ONCS bit %s, RESCAP 0x%02x)\n", ok ? "supported" : "NOT supported",
+                    i.ctrl.reservations ? "set" : "clear", i.ns.rescap_raw);
+        std::printf("types:        ");
+        for (auto t : {ResvType::write_exclusive, ResvType::exclusive_access, ResvType::write_exclusive_reg_only,
+                       ResvType::exclusive_access_reg_only, ResvType::write_exclusive_all_regs,
+                       ResvType::exclusive_access_all_regs})
+            if (r.supports(t)) std::printf(" %s", resv_type_short(t));
+        std::printf("\nPTPL:          %s\nIEKEY:         %s\n", r.ptpl ? "yes" : "no", r.iekey ? "yes" : "no");
+        std::printf("host id:       %s\n", i.host_id ? format_host_id(*i.host_id).c_str() : "unknown");
+        std::printf("host NQN:      %s\n", hostnqn.empty() ? "-" : hostnqn.c_str());
+        std::printf("fencing:       the device refuses every write path of a preempted host\n"
+                    "               (page cache, filesystems, other processes), not only nvfence's\n");
+    }
+    if (!ok) return fail(c, why, make_error_code(Errc::no_reservations), "nvfence cannot fence this namespace");
+    return 0;
+}
+
+int cmd_report(const Common& c) {
+    int rc = 0;
+    auto ns = open_ns(c, rc);
+    if (!ns) return rc;
+    Reservations resv(ns->passthru(), ns->info().nsid);
+    auto st = resv.report();
+    if (!st) return fail(c, c.dev + ": reservation report failed: " + st.error().message(), st.error());
+    if (c.json) {
+        Json j;
+        json_status(j, *st, ns->info().host_id);
+        std::cout << j.text() << "\n";
+    } else {
+        print_status(*st, ns->info().host_id);
+    }
+    return 0;
+}
+
+struct FenceCtx {
+    std::unique_ptr<Namespace> ns;
+    std::unique_ptr<Reservations> resv;
+    std::unique_ptr<EpochStore> store;
+    std::unique_ptr<Fence> fence;
+};
+
+std::optional<FenceCtx> open_fence(const Common& c, FenceOptions opts, int& rc) {
+    FenceCtx x;
+    x.ns = open_ns(c, rc);
+    if (!x.ns) return std::nullopt;
+    if (!x.ns->info().host_id) {
+        rc = fail_host_id(c);
+        return std::nullopt;
+    }
+    if (!x.ns->info().ns.rescap.supports(opts.type)) {
+        rc = fail(c, c.dev + ": the namespace does not support reservation type " +
+                         resv_type_name(opts.type),
+                  make_error_code(Errc::type_unsupported), "see 'nvfence info' for the supported types");
+        return std::nullopt;
+    }
+    opts.tag = static_cast<uint8_t>(c.tag);
+    x.resv = std::make_unique<Reservations>(x.ns->passthru(), x.ns->info().nsid);
+    x.store = std::make_unique<EpochStore>(c.state_dir, volume_name(x.ns->info()));
+    x.fence = std::make_unique<Fence>(*x.resv, *x.ns->info().host_id, opts, x.store.get());
+    return x;
+}
+
+int print_outcome(const Common& c, const FenceCtx& x, const Outcome& o, const std::string& verb) {
+    if (c.json) {
+        Json j;
+        j.begin_object();
+        j.key("command").str(verb);
+        json_outcome(j, o, x.ns->info().host_id);
+        j.end_object();
+        std::cout << j.text() << "\n";
+        return 0;
+    }
+    std::printf("%s: %s\n", verb.c_str(), o.changed ? "done" : "nothing to do (already in that state)");
+    if (o.key) std::printf("this host:   %s\n", describe_key(o.key).c_str());
+    else std::printf("this host:   not registered\n");
+    for (auto k : o.removed) std::printf("removed:     %s\n", describe_key(k).c_str());
+    std::printf("verified by report:\n");
+    print_status(o.after, x.ns->info().host_id);
+    return 0;
+}
+
+Result<ResvType> parse_type(const std::string& s) {
+    if (s == "exclusive" || s == "we") return ResvType::write_exclusive;
+    if (s == "shared" || s == "wero") return ResvType::write_exclusive_reg_only;
+    if (s == "ea") return ResvType::exclusive_access;
+    if (s == "earo") return ResvType::exclusive_access_reg_only;
+    if (s == "wear") return ResvType::write_exclusive_all_regs;
+    if (s == "eaar") return ResvType::exclusive_access_all_regs;
+    return make_error_code(Errc::invalid_argument);
+}
+
+int cmd_register(const Common& c, unsigned node, std::optional<uint32_t> epoch, bool replace, bool ptpl) {
+    FenceOptions o;
+    o.node = static_cast<uint8_t>(node);
+    o.cptpl = ptpl ? Cptpl::set : Cptpl::no_change;
+    int rc = 0;
+    auto x = open_fence(c, o, rc);
+    if (!x) return rc;
+    if (ptpl && !x->ns->info().ns.rescap.ptpl)
+        return fail(c, c.dev + ": the namespace does not support Persist Through Power Loss",
+                    make_error_code(Errc::type_unsupported), "register without --ptpl");
+    auto out = x->fence->join(epoch, replace);
+    if (!out) return fail_op(c, "register", out.error(), *x->fence);
+    return print_outcome(c, *x, *out, "register");
+}
+
+int cmd_simple(const Common& c, const std::string& verb, ResvType type) {
+    FenceOptions o;
+    o.type = type;
+    int rc = 0;
+    auto x = open_fence(c, o, rc);
+    if (!x) return rc;
+    Result<Outcome> out = make_error_code(Errc::invalid_argument);
+    if (verb == "unregister") out = x->fence->leave();
+    else if (verb == "acquire") out = x->fence->acquire();
+    else if (verb == "release") out = x->fence->release();
+    else if (verb == "clear") out = x->fence->clear();
+    else std::abort();
+    if (!out) return fail_op(c, verb, out.error(), *x->fence);
+    return print_outcome(c, *x, *out, verb);
+}
+
+int cmd_preempt(const Common& c, unsigned node, ResvType type, std::optional<uint64_t> victim, bool abort) {
+    FenceOptions o;
+    o.node = static_cast<uint8_t>(node);
+    o.type = type;
+    o.abort = abort;
+    int rc = 0;
+    auto x = open_fence(c, o, rc);
+    if (!x) return rc;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto out = x->fence->takeover(victim);
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+    if (!out) {
+        if (out.error() == Errc::invalid_argument && victim)
+            return fail(c, "preempt: --victim " + format_key(*victim) + " is this host's own key", out.error(),
+                        "a host cannot preempt itself");
+        if (out.error() == Errc::invalid_argument)
+            return fail(c, "preempt: this host has no key of cluster tag " + std::to_string(c.tag) + " to reuse its node id",
+                        out.error(), "pass --node N (or set NVFENCE_NODE)");
+        return fail_op(c, "preempt", out.error(), *x->fence);
+    }
+    if (c.json) {
+        Json j;
+        j.begin_object();
+        j.key("command").str("preempt");
+        j.key("action").str(abort ? "preempt-and-abort" : "preempt");
+        j.key("elapsed_us").num(static_cast<uint64_t>(us));
+        json_outcome(j, *out, x->ns->info().host_id);
+        j.end_object();
+        std::cout << j.text() << "\n";
+        return 0;
+    }
+    if (!out->changed) {
+        std::printf("preempt: this host already holds %s; nothing changed\n", c.dev.c_str());
+    } else {
+        std::printf("preempt: this host now holds %s (%s, %lld us)\n", c.dev.c_str(),
+                    abort ? "preempt-and-abort" : "preempt", static_cast<long long>(us));
+        if (out->previous_holder) std::printf("previous:    %s\n", describe_key(*out->previous_holder).c_str());
+        for (auto k : out->removed) std::printf("removed:     %s\n", describe_key(k).c_str());
+    }
+    std::printf("holder:      %s\n", describe_key(out->key).c_str());
+    if (auto f = decode_key(out->key)) std::printf("epoch:       %u\n", f->epoch);
+    std::printf("generation:  %u\n", out->after.generation);
+    std::printf("type:        %s\n", resv_type_name(out->after.type));
+    return 0;
+}
+
+std::string host_name() {
+    char h[64] = {};
+    if (::gethostname(h, sizeof h - 1) != 0) return "?";
+    return h;
+}
+
+int io_open(const Common& c, bool passthrough, std::unique_ptr<Namespace>& ns, std::unique_ptr<FencedWriter>& w,
+            uint64_t epoch) {
+    int rc = 0;
+    ns = open_ns(c, rc);
+    if (!ns) return rc;
+    WriterOptions wo;
+    wo.mode = passthrough ? WriterMode::passthrough : WriterMode::block;
+    wo.queue_depth = 4;
+    wo.timeout_ms = 30000;
+    wo.epoch = epoch;
+    auto wr = FencedWriter::open(c.dev, wo);
+    if (!wr) {
+        if (wr.error().category() == std::system_category() &&
+            (wr.error().value() == EACCES || wr.error().value() == EPERM))
+            return fail(c, c.dev + ": permission denied opening for I/O", wr.error(), "run as root");
+        return fail(c, c.dev + ": cannot open for " + (passthrough ? "passthrough" : "block") +
+                           " I/O: " + wr.error().message(), wr.error());
+    }
+    w = std::move(*wr);
+    return 0;
+}
+
+int cmd_write(const Common& c, uint64_t lba, uint32_t blocks, bool passthrough) {
+    // The key this host is registered with goes into the stamp, so a
+    // read-back names the writer and its epoch.
+    std::unique_ptr<Namespace> ns;
+    std::unique_ptr<FencedWriter> w;
+    uint64_t key = 0;
+    {
+        int rc = 0;
+        auto probe = open_ns(c, rc);
+        if (!probe) return rc;
+        if (probe->info().host_id) {
+            Reservations resv(probe->passthru(), probe->info().nsid);
+            if (auto st = resv.report()) {
+                if (const auto* me = st->find_host(*probe->info().host_id)) key = me->key;
+            }
+        }
+    }
+    auto f = decode_key(key);
+    if (int rc = io_open(c, passthrough, ns, w, f ? f->epoch : 0)) return rc;
+    const uint32_t bs = w->block_bytes();
+    if (blocks == 0 || lba + blocks > w->size_blocks() || lba + blocks < lba)
+        return fail(c, "write: blocks " + std::to_string(lba) + ".." + std::to_string(lba + blocks) +
+                           " are past the end of " + c.dev + " (" + std::to_string(w->size_blocks()) + " blocks)",
+                    make_error_code(Errc::invalid_argument));
+    AlignedBuffer buf(size_t{bs} * blocks, 4096);
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    for (uint32_t b = 0; b < blocks; ++b) {
+        Stamp s;
+        s.key = key;
+        s.epoch = f ? f->epoch : 0;
+        s.node = f ? f->node : 0;
+        s.tag = f ? f->tag : 0;
+        s.lba = lba + b;
+        s.seq = b;
+        s.time_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count());
+        s.host = host_name();
+        s.writer_id = static_cast<uint64_t>(::getpid());
+        write_stamp(buf.span().subspan(size_t{b} * bs, bs), s);
+    }
+    auto comp = w->write(lba, buf.span());
+    const char* verdict = comp.status == IoStatus::ok ? "accepted" : comp.status == IoStatus::fenced ? "fenced" : "error";
+    if (c.json) {
+        Json j;
+        j.begin_object().key("command").str("write").key("result").str(verdict);
+        j.key("lba").num(lba).key("blocks").num(blocks).key("mode").str(writer_mode_name(w->mode()));
+        j.key("key");
+        if (key) j.str(format_key_hex(key)); else j.null();
+        j.key("status").str(comp.error ? comp.error.message() : "ok");
+        j.end_object();
+        std::cout << j.text() << "\n";
+    } else if (comp.status == IoStatus::ok) {
+        std::printf("write: accepted by the device: %u block(s) at LBA %llu (%s mode, key %s)\n", blocks,
+                    static_cast<unsigned long long>(lba), writer_mode_name(w->mode()),
+                    key ? format_key(key).c_str() : "none");
+    }
+    if (comp.status == IoStatus::fenced) {
+        std::cerr << "nvfence: write: FENCED: the device refused the write to " << c.dev << " ("
+                  << comp.error.message() << "); this host does not hold write access\n";
+        return code(ExitCode::conflict);
+    }
+    if (comp.status == IoStatus::io_error) {
+        std::cerr << "nvfence: write: I/O error on " << c.dev << ": " << comp.error.message() << "\n";
+        return code(ExitCode::failure);
+    }
+    return 0;
+}
+
+int cmd_read(const Common& c, uint64_t lba, uint32_t blocks, bool passthrough) {
+    std::unique_ptr<Namespace> ns;
+    std::unique_ptr<FencedWriter> w;
+    if (int rc = io_open(c, passthrough, ns, w, 0)) return rc;
+    const uint32_t bs = w->block_bytes();
+    if (blocks == 0 || blocks > 4096 || lba + blocks > w->size_blocks() || lba + blocks < lba)
+        return fail(c, "read: blocks " + std::to_string(lba) + ".." + std::to_string(lba + blocks) +
+                           " are outside " + c.dev + " (" + std::to_string(w->size_blocks()) + " blocks, at most 4096 per read)",
+                    make_error_code(Errc::invalid_argument));
+    AlignedBuffer buf(size_t{bs} * blocks, 4096);
+    auto comp = w->read(lba, buf.span());
+    if (comp.status != IoStatus::ok) {
+        std::cerr << "nvfence: read: " << (comp.status == IoStatus::fenced ? "FENCED: the device refused the read"
+                                                                          : "I/O error")
+                  << " on " << c.dev << ": " << comp.error.message() << "\n";
+        return code(comp.status == IoStatus::fenced ? ExitCode::conflict : ExitCode::failure);
+    }
+    Json j;
+    j.begin_object().key("command").str("read").key("blocks").begin_array();
+    for (uint32_t b = 0; b < blocks; ++b) {
+        auto blk = std::span<const uint8_t>(buf.data() + size_t{b} * bs, bs);
+        auto s = read_stamp(blk);
+        bool zero = true;
+        for (auto byte : blk)
+            if (byte) { zero = false; break; }
+        const uint64_t at = lba + b;
+        if (c.json) {
+            j.begin_object().key("lba").num(at);
+            if (s) {
+                j.key("stamp").boolean(true).key("key").str(format_key_hex(s->key)).key("key_text").str(format_key(s->key));
+                j.key("epoch").num(s->epoch).key("node").num(s->node).key("seq").num(s->seq);
+                j.key("stamped_lba").num(s->lba).key("host").str(s->host).key("writer_id").num(s->writer_id);
+            } else {
+                j.key("stamp").boolean(false).key("zero").boolean(zero);
+            }
+            j.end_object();
+        } else if (s) {
+            std::printf("LBA %llu: stamped by %s key %s epoch %u seq %llu%s\n", static_cast<unsigned long long>(at),
+                        s->host.c_str(), format_key(s->key).c_str(), s->epoch, static_cast<unsigned long long>(s->seq),
+                        s->lba == at ? "" : " (stamp names another LBA!)");
+        } else {
+            std::printf("LBA %llu: %s\n", static_cast<unsigned long long>(at), zero ? "zeros" : "no nvfence stamp");
+        }
+    }
+    j.end_array().end_object();
+    if (c.json) std::cout << j.text() << "\n";
+    return 0;
+}
+
+int cmd_notifications(const Common& c, unsigned max_pages) {
+    int rc = 0;
+    auto ns = open_ns(c, rc);
+    if (!ns) return rc;
+    Reservations resv(ns->passthru(), ns->info().nsid);
+    Json j;
+    j.begin_object().key("notifications").begin_array();
+    unsigned n = 0;
+    for (; n < max_pages; ++n) {
+        auto log = resv.notification_log();
+        if (!log) return fail(c, c.dev + ": reading the Reservation Notification log failed: " + log.error().message(), log.error());
+        if (log->type == NotificationType::empty) break;
+        if (c.json) {
+            j.begin_object().key("count").num(log->log_page_count).key("type").str(notification_type_name(log->type));
+            j.key("nsid").num(log->nsid).key("available").num(log->available).end_object();
+        } else {
+            std::printf("#%llu %s (nsid %u, %u more)\n", static_cast<unsigned long long>(log->log_page_count),
+                        notification_type_name(log->type), log->nsid, log->available);
+        }
+        if (log->available == 0) { ++n; break; }
+    }
+    j.end_array().end_object();
+    if (c.json) std::cout << j.text() << "\n";
+    else if (n == 0) std::printf("no reservation notifications\n");
+    return 0;
+}
+
+// ---- argument parsing -------------------------------------------------------
+
+// CLI11 validator shared by every numeric option: decimal, no sign, in range.
+CLI::Validator uint_in(uint64_t lo, uint64_t hi) {
+    return CLI::Validator(
+        [lo, hi](std::string& s) -> std::string {
+            if (!parse_uint(s, lo, hi)) return "must be a whole number from " + std::to_string(lo) + " to " + std::to_string(hi);
+            return {};
+        },
+        "INT in [" + std::to_string(lo) + ".." + std::to_string(hi) + "]");
+}
+
+CLI::Validator key_text() {
+    return CLI::Validator(
+        [](std::string& s) -> std::string {
+            if (!parse_key(s)) return "not a reservation key: use nf:TAG:NODE:EPOCH or 0x followed by 1-16 hex digits (not 0)";
+            return {};
+        },
+        "KEY");
+}
+
+CLI::Validator type_text() {
+    return CLI::Validator(
+        [](std::string& s) -> std::string {
+            if (!parse_type(s)) return "unknown reservation type: use exclusive|shared|we|ea|wero|earo|wear|eaar";
+            return {};
+        },
+        "TYPE");
+}
+
+void add_common(CLI::App* sub, Common& c) {
+    sub->add_option("device", c.dev, "NVMe namespace: /dev/nvmeXnY, /dev/ngXnY or a link such as /dev/disk/by-id/...")
+        ->required();
+    sub->add_flag("--json", c.json, "machine-readable output (keys as hex strings)");
+    sub->add_option("--tag", c.tag, "cluster tag of nvfence keys (env NVFENCE_TAG)")
+        ->check(uint_in(0, 255))->envname("NVFENCE_TAG");
+    sub->add_option("--state-dir", c.state_dir, "where the highest used epoch is persisted (env NVFENCE_STATE_DIR)")
+        ->envname("NVFENCE_STATE_DIR");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"nvfence: storage-level fencing with NVMe reservations"};
+    app.footer(std::string("\nKeys: nf:TAG:NODE:EPOCH (nvfence's own) or 0x<hex> (any key); foreign keys are never decoded.\n\n") +
+               kExitCodes);
+    app.require_subcommand(1);
+    Common c;
+    c.state_dir = env_or("NVFENCE_STATE_DIR", c.state_dir);
+    unsigned node = 0, blocks = 1, max_pages = 64;
+    std::string epoch_s, victim_s, type_s = "exclusive";
+    uint64_t lba = 0;
+    bool replace = false, ptpl = false, holder_flag = false, no_abort = false, force = false, passthrough = false;
+
+    auto* info = app.add_subcommand("info", "identity, reservation capabilities and host id of a namespace");
+    add_common(info, c);
+    auto* report = app.add_subcommand("report", "the reservation: generation, type, holder, every registrant");
+    add_common(report, c);
+    auto* reg = app.add_subcommand("register", "register this host with a fresh key (epoch above all seen)");
+    add_common(reg, c);
+    reg->add_option("--node", node, "this host's node id (env NVFENCE_NODE)")->check(uint_in(1, 255))->envname("NVFENCE_NODE")->required();
+    reg->add_option("--epoch", epoch_s, "use this epoch instead of a fresh one")->check(uint_in(1, kMaxEpoch));
+    reg->add_flag("--replace", replace, "replace the key this host is registered with");
+    reg->add_flag("--ptpl", ptpl, "ask the device to persist the registration through power loss");
+    auto* unreg = app.add_subcommand("unregister", "remove this host's registration (releases if holder)");
+    add_common(unreg, c);
+    auto* acq = app.add_subcommand("acquire", "acquire the reservation with this host's key");
+    add_common(acq, c);
+    acq->add_option("--type", type_s, "exclusive (=we, Write Exclusive), shared (=wero), ea, earo, wear, eaar")->check(type_text());
+    auto* pre = app.add_subcommand("preempt", "failover: take the reservation, preempt-and-abort the holder, verify");
+    add_common(pre, c);
+    pre->add_option("--node", node, "this host's node id (env NVFENCE_NODE; default: from its current key)")
+        ->check(uint_in(1, 255))->envname("NVFENCE_NODE");
+    auto* vopt = pre->add_option("--victim", victim_s, "key to preempt (default: the current holder)")->check(key_text());
+    auto* hopt = pre->add_flag("--holder", holder_flag, "preempt the current holder (the default)");
+    vopt->excludes(hopt);
+    pre->add_flag("--no-abort", no_abort, "plain preempt: do not abort the victim's queued commands");
+    pre->add_option("--type", type_s, "type to take: exclusive (default), shared, we, ea, wero, earo, wear, eaar")->check(type_text());
+    auto* rel = app.add_subcommand("release", "release the reservation this host holds");
+    add_common(rel, c);
+    auto* clr = app.add_subcommand("clear", "clear the reservation and ALL registrations (needs --force)");
+    add_common(clr, c);
+    clr->add_flag("--force", force, "really remove every host's registration");
+    auto* wr = app.add_subcommand("write", "diagnostic write of stamped blocks: accepted or fenced?");
+    add_common(wr, c);
+    wr->add_option("--lba", lba, "first block")->required()->check(uint_in(0, (1ull << 48)));
+    wr->add_option("--blocks", blocks, "number of blocks (1-256)")->check(uint_in(1, 256));
+    wr->add_flag("--passthrough", passthrough, "NVMe passthrough on /dev/ngXnY instead of the block device");
+    auto* rd = app.add_subcommand("read", "read blocks back and show their stamps (who wrote, which epoch)");
+    add_common(rd, c);
+    rd->add_option("--lba", lba, "first block")->required()->check(uint_in(0, (1ull << 48)));
+    rd->add_option("--blocks", blocks, "number of blocks (1-4096)")->check(uint_in(1, 4096));
+    rd->add_flag("--passthrough", passthrough, "NVMe passthrough on /dev/ngXnY instead of the block device");
+    auto* notif = app.add_subcommand("notifications", "read (and consume) the Reservation Notification log");
+    add_common(notif, c);
+    notif->add_option("--max", max_pages, "most pages to read (1-1024)")->check(uint_in(1, 1024));
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+        std::cerr << "nvfence: " << e.what() << "\n       run 'nvfence --help' for usage\n";
+        return code(ExitCode::usage);
+    }
+    auto type = parse_type(type_s);
+    if (!type) return code(ExitCode::usage);
+
+    if (info->parsed()) return cmd_info(c);
+    if (report->parsed()) return cmd_report(c);
+    if (reg->parsed()) {
+        std::optional<uint32_t> epoch;
+        if (!epoch_s.empty()) epoch = static_cast<uint32_t>(*parse_uint(epoch_s, 1, kMaxEpoch));
+        return cmd_register(c, node, epoch, replace, ptpl);
+    }
+    if (unreg->parsed()) return cmd_simple(c, "unregister", *type);
+    if (acq->parsed()) return cmd_simple(c, "acquire", *type);
+    if (rel->parsed()) return cmd_simple(c, "release", *type);
+    if (clr->parsed()) {
+        if (!force)
+            return fail(c, "clear: refusing to remove every host's registration without --force",
+                        make_error_code(Errc::refused), "nothing was changed") ,
+                   code(ExitCode::usage);
+        return cmd_simple(c, "clear", *type);
+    }
+    if (pre->parsed()) {
+        std::optional<uint64_t> victim;
+        if (!victim_s.empty()) victim = *parse_key(victim_s);
+        return cmd_preempt(c, node, *type, victim, !no_abort);
+    }
+    if (wr->parsed()) return cmd_write(c, lba, blocks, passthrough);
+    if (rd->parsed()) return cmd_read(c, lba, blocks, passthrough);
+    if (notif->parsed()) return cmd_notifications(c, max_pages);
+    return code(ExitCode::usage);
+}
+
+}  // namespace nvfence::cli
+
+int main(int argc, char** argv) { return nvfence::cli::main(argc, argv); }
