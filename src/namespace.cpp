@@ -118,7 +118,7 @@ Result<HostId> read_host_id(Passthru& pt, const NamespacePaths& paths) {
     return make_error_code(Errc::host_id_unknown);
 }
 
-Result<std::unique_ptr<Namespace>> Namespace::open(std::string_view path) {
+Result<std::unique_ptr<Namespace>> Namespace::open(std::string_view path, const OpenOptions& opts) {
     auto paths = resolve_namespace(path);
     if (!paths) return paths.error();
     Fd fd(::open(paths->block.c_str(), O_RDONLY | O_CLOEXEC));
@@ -137,19 +137,26 @@ Result<std::unique_ptr<Namespace>> Namespace::open(std::string_view path) {
     info.nsid = static_cast<uint32_t>(nsid);
     IoctlPassthru pt(fd.get());
     std::vector<uint8_t> buf(4096);
-    auto r = pt.submit(encode_identify(IdentifyCns::controller, 0), buf);
+    Command id_ctrl = encode_identify(IdentifyCns::controller, 0);
+    id_ctrl.timeout_ms = opts.timeout_ms;
+    auto r = pt.submit(id_ctrl, buf);
     if (!r) return r.error();
     auto ctrl = parse_identify_controller(buf);
     if (!ctrl) return ctrl.error();
     info.ctrl = std::move(*ctrl);
     std::fill(buf.begin(), buf.end(), 0);
-    r = pt.submit(encode_identify(IdentifyCns::namespace_, info.nsid), buf);
+    Command id_ns = encode_identify(IdentifyCns::namespace_, info.nsid);
+    id_ns.timeout_ms = opts.timeout_ms;
+    r = pt.submit(id_ns, buf);
     if (!r) return r.error();
     auto ns = parse_identify_namespace(buf);
     if (!ns) return ns.error();
     info.ns = *ns;
     info.ebs_volume = ebs_volume_id(info.ctrl.serial);
-    if (auto h = read_host_id(pt, info.paths)) info.host_id = *h;
+    info.volume = volume_id(info.ctrl.serial, info.ns, info.nsid);
+    if (opts.read_host_id) {
+        if (auto h = read_host_id(pt, info.paths)) info.host_id = *h;
+    }
     return std::unique_ptr<Namespace>(new Namespace(std::move(fd), std::move(info)));
 }
 

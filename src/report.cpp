@@ -166,6 +166,8 @@ Result<NamespaceIdentity> parse_identify_namespace(std::span<const uint8_t> buf)
     n.shared = buf[30] & 1;
     const uint8_t r = buf[31];
     n.rescap_raw = r;
+    std::copy(buf.begin() + 104, buf.begin() + 120, n.nguid.begin());
+    std::copy(buf.begin() + 120, buf.begin() + 128, n.eui64.begin());
     n.rescap = ResvCaps{bool(r & 0x01), bool(r & 0x02), bool(r & 0x04), bool(r & 0x08),
                         bool(r & 0x10), bool(r & 0x20), bool(r & 0x40), bool(r & 0x80)};
     return n;
@@ -183,6 +185,31 @@ std::optional<std::string> ebs_volume_id(const std::string& serial) {
 
 bool is_ebs_model(const std::string& model) {
     return model == "Amazon Elastic Block Store";
+}
+
+std::string volume_id(const std::string& serial, const NamespaceIdentity& ns, uint32_t nsid) {
+    if (auto ebs = ebs_volume_id(serial)) return *ebs;
+    auto hex = [](std::span<const uint8_t> b) {
+        std::string s;
+        bool nonzero = false;
+        char t[3];
+        for (uint8_t x : b) {
+            nonzero |= x != 0;
+            std::snprintf(t, sizeof t, "%02x", x);
+            s += t;
+        }
+        return nonzero ? s : std::string{};
+    };
+    if (auto g = hex(ns.nguid); !g.empty()) return "nguid-" + g;
+    if (auto e = hex(ns.eui64); !e.empty()) return "eui-" + e;
+    std::string out;
+    for (char c : serial) {
+        const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                          c == '.' || c == '_' || c == '-';
+        out.push_back(keep ? c : '_');
+    }
+    if (out.empty()) out = "unnamed";
+    return out + "-n" + std::to_string(nsid);
 }
 
 }  // namespace nvfence

@@ -48,10 +48,17 @@ struct NamespaceInfo {
     NamespaceIdentity ns;              ///< Identify Namespace.
     std::optional<std::string> ebs_volume;  ///< "vol-..." for EBS volumes.
     std::optional<HostId> host_id;     ///< This host's id, if readable.
+    std::string volume;                ///< Stable volume name (see volume_id()).
     /// True when the controller and the namespace support reservations.
     bool reservations() const { return ctrl.reservations && ns.rescap.any(); }
     /// True when the volume looks shared (multi-controller, fabrics, EBS).
     bool looks_shared() const;
+};
+
+/// How Namespace::open identifies a namespace.
+struct OpenOptions {
+    uint32_t timeout_ms = 0;    ///< Per-command bound (0: the kernel's default).
+    bool read_host_id = true;   ///< Also read this host's identifier.
 };
 
 /// An open NVMe namespace: its identity and a passthrough to it.
@@ -59,7 +66,7 @@ class Namespace {
 public:
     /// Opens and identifies @p path. Errors: see resolve_namespace, plus
     /// EACCES/EPERM (system_category) without privileges.
-    static Result<std::unique_ptr<Namespace>> open(std::string_view path);
+    static Result<std::unique_ptr<Namespace>> open(std::string_view path, const OpenOptions& opts = {});
     /// The identity read at open.
     const NamespaceInfo& info() const { return info_; }
     /// The passthrough to this namespace.

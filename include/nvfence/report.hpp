@@ -123,6 +123,8 @@ struct NamespaceIdentity {
     bool shared = false;          ///< NMIC bit 0: may be shared.
     uint8_t rescap_raw = 0;       ///< RESCAP as read.
     ResvCaps rescap;              ///< RESCAP decoded.
+    std::array<uint8_t, 16> nguid{};  ///< NGUID (all zero: not reported).
+    std::array<uint8_t, 8> eui64{};   ///< EUI64 (all zero: not reported).
 };
 /// Parses a 4096-byte Identify Namespace data structure. Fails on an LBA
 /// data size outside 512 B .. 64 KiB or a format index past NLBAF.
@@ -134,5 +136,10 @@ std::optional<std::string> ebs_volume_id(const std::string& serial);
 
 /// True when @p model is the model string of an Amazon EBS volume.
 bool is_ebs_model(const std::string& model);
+
+/// A stable name for a shared volume: the EBS volume id when @p serial is an
+/// EBS serial, else "nguid-<hex>" or "eui-<hex>" when the namespace reports
+/// one, else "<serial>-n<nsid>" with unsafe characters replaced by '_'.
+std::string volume_id(const std::string& serial, const NamespaceIdentity& ns, uint32_t nsid);
 
 }  // namespace nvfence

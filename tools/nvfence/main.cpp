@@ -118,11 +118,6 @@ std::unique_ptr<Namespace> open_ns(const Common& c, int& rc, bool require_resv =
     return std::move(*ns);
 }
 
-std::string volume_name(const NamespaceInfo& i) {
-    if (i.ebs_volume) return *i.ebs_volume;
-    return i.ctrl.serial + "-n" + std::to_string(i.nsid);
-}
-
 int fail_host_id(const Common& c) {
     return fail(c, c.dev + ": cannot read this host's NVMe host identifier", make_error_code(Errc::host_id_unknown),
                 "Get Features Host Identifier failed and the controller has no sysfs hostid; "
@@ -284,6 +279,7 @@ int cmd_info(const Common& c) {
         j.key("model").str(i.ctrl.model).key("serial").str(i.ctrl.serial).key("firmware").str(i.ctrl.firmware);
         j.key("ebs_volume_id");
         if (i.ebs_volume) j.str(*i.ebs_volume); else j.null();
+        j.key("volume_id").str(i.volume);
         j.key("nsid").num(i.nsid).key("lba_bytes").num(i.ns.lba_bytes);
         j.key("size_blocks").num(i.ns.size_blocks).key("capacity_bytes").num(i.ns.size_blocks * i.ns.lba_bytes);
         j.key("shared").boolean(i.looks_shared());
@@ -311,6 +307,7 @@ int cmd_info(const Common& c) {
         std::printf("serial:        %s\n", i.ctrl.serial.c_str());
         std::printf("firmware:      %s\n", i.ctrl.firmware.c_str());
         if (i.ebs_volume) std::printf("EBS volume:    %s\n", i.ebs_volume->c_str());
+        std::printf("volume id:     %s\n", i.volume.c_str());
         std::printf("nsid:          %u\n", i.nsid);
         std::printf("LBA size:      %u bytes\n", i.ns.lba_bytes);
         std::printf("capacity:      %llu blocks (%llu bytes)\n", static_cast<unsigned long long>(i.ns.size_blocks),
@@ -373,7 +370,7 @@ std::optional<FenceCtx> open_fence(const Common& c, FenceOptions opts, int& rc) 
     }
     opts.tag = static_cast<uint8_t>(c.tag);
     x.resv = std::make_unique<Reservations>(x.ns->passthru(), x.ns->info().nsid);
-    x.store = std::make_unique<EpochStore>(c.state_dir, volume_name(x.ns->info()));
+    x.store = std::make_unique<EpochStore>(c.state_dir, x.ns->info().volume);
     x.fence = std::make_unique<Fence>(*x.resv, *x.ns->info().host_id, opts, x.store.get());
     return x;
 }
@@ -655,6 +652,43 @@ int cmd_notifications(const Common& c, unsigned max_pages) {
     return 0;
 }
 
+// Prints udev properties (KEY=value lines) for one namespace. Silent and
+// exit 0 for anything that is not an NVMe namespace, so a rule can run it on
+// every block device; each Identify is bounded so udev is never held long.
+int cmd_udev_probe(const std::string& dev) {
+    OpenOptions o;
+    o.timeout_ms = 2000;
+    o.read_host_id = false;
+    auto ns = Namespace::open(dev, o);
+    if (!ns) return 0;
+    const auto& i = (*ns)->info();
+    const auto& r = i.ns.rescap;
+    std::string types;
+    for (auto t : {ResvType::write_exclusive, ResvType::exclusive_access, ResvType::write_exclusive_reg_only,
+                   ResvType::exclusive_access_reg_only, ResvType::write_exclusive_all_regs,
+                   ResvType::exclusive_access_all_regs})
+        if (r.supports(t)) types += std::string(types.empty() ? "" : ",") + resv_type_short(t);
+    std::string why;
+    if (is_ebs_model(i.ctrl.model)) why = "ebs";
+    else if (!i.paths.transport.empty() && i.paths.transport != "pcie") why = "fabrics";
+    else if (i.ctrl.multi_controller) why = "multi-controller";
+    else if (i.ns.shared) why = "nmic";
+    auto clean = [](std::string v) {
+        for (char& ch : v)
+            if (ch == ' ' || ch == '"' || ch == '\'' || ch == '\\' || ch < 0x20) ch = '_';
+        return v;
+    };
+    std::printf("NVFENCE_NVME=1\n");
+    std::printf("NVFENCE_NSID=%u\n", i.nsid);
+    std::printf("NVFENCE_MODEL=%s\n", clean(i.ctrl.model).c_str());
+    std::printf("NVFENCE_VOLUME_ID=%s\n", clean(i.volume).c_str());
+    std::printf("NVFENCE_RESERVATIONS=%d\n", i.reservations() ? 1 : 0);
+    if (i.reservations()) std::printf("NVFENCE_RESV_TYPES=%s\n", types.c_str());
+    std::printf("NVFENCE_SHARED=%d\n", why.empty() ? 0 : 1);
+    if (!why.empty()) std::printf("NVFENCE_SHARED_REASON=%s\n", why.c_str());
+    return 0;
+}
+
 // ---- argument parsing -------------------------------------------------------
 
 // CLI11 validator shared by every numeric option: decimal, no sign, in range.
@@ -752,6 +786,10 @@ int main(int argc, char** argv) {
     add_common(notif, c);
     notif->add_option("--max", max_pages, "most pages to read (1-1024)")->check(uint_in(1, 1024));
 
+    std::string probe_dev;
+    auto* probe = app.add_subcommand("udev-probe", "print udev properties of a namespace (silent for non-NVMe)");
+    probe->add_option("devnode", probe_dev, "device node, e.g. /dev/nvme1n1")->required();
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -765,6 +803,7 @@ int main(int argc, char** argv) {
     auto type = parse_type(type_s);
     if (!type) return code(ExitCode::usage);
 
+    if (probe->parsed()) return cmd_udev_probe(probe_dev);
     if (info->parsed()) return cmd_info(c);
     if (report->parsed()) return cmd_report(c);
     if (reg->parsed()) {
