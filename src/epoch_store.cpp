@@ -21,7 +21,7 @@ EpochStore::EpochStore(std::string dir, const std::string& volume) : dir_(std::m
                           (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
         v.push_back(keep ? c : '_');
     }
-    if (v.empty() || v[0] == '.') v.insert(0, "v");
+    if (v.empty() || v[0] == '.') v = "v" + v;  // not insert(): GCC 12 -Wrestrict false positive
     path_ = dir_ + "/" + v + ".epoch";
 }
 
@@ -45,7 +45,12 @@ Status EpochStore::raise_to(uint32_t epoch) const {
     auto cur = load();
     if (!cur) return cur.error();
     if (*cur >= epoch) return Ok{};
-    if (::mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) return make_error_code(Errc::state_io);
+    // Create missing parents too: a fresh host may have no /var/lib/nvfence.
+    for (size_t pos = 1; pos <= dir_.size(); ++pos) {
+        if (pos != dir_.size() && dir_[pos] != '/') continue;
+        const std::string part = dir_.substr(0, pos);
+        if (::mkdir(part.c_str(), 0700) != 0 && errno != EEXIST) return make_error_code(Errc::state_io);
+    }
     const std::string tmp = path_ + ".tmp";
     {
         Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));

@@ -296,6 +296,7 @@ int cmd_info(const Common& c) {
         j.key("host_id");
         if (i.host_id) j.str(format_host_id(*i.host_id)); else j.null();
         j.key("hostnqn").str(hostnqn);
+        if (!ok) j.key("error").str("nvfence: " + why).key("exit_code").num(static_cast<uint64_t>(ExitCode::unsupported));
         j.end_object();
         std::cout << j.text() << "\n";
     } else {
@@ -326,7 +327,11 @@ int cmd_info(const Common& c) {
         std::printf("fencing:       the device refuses every write path of a preempted host\n"
                     "               (page cache, filesystems, other processes), not only nvfence's\n");
     }
-    if (!ok) return fail(c, why, make_error_code(Errc::no_reservations), "nvfence cannot fence this namespace");
+    if (!ok) {
+        // One JSON document: the error is part of the info object above.
+        std::cerr << "nvfence: " << why << "\n";
+        return code(ExitCode::unsupported);
+    }
     return 0;
 }
 
@@ -509,6 +514,15 @@ int io_open(const Common& c, bool passthrough, std::unique_ptr<Namespace>& ns, s
     return 0;
 }
 
+// The block layer reports an NVMe Reservation Conflict as -EBADE; name the
+// NVMe status either way so people see the same words in both modes.
+std::string io_error_text(std::error_code ec) {
+    if (ec.category() == std::system_category() && ec.value() == EBADE)
+        return make_nvme_error(static_cast<uint16_t>(NvmeStatus::reservation_conflict)).message() +
+               ", EBADE from the block layer";
+    return ec.message();
+}
+
 int cmd_write(const Common& c, uint64_t lba, uint32_t blocks, bool passthrough) {
     // The key this host is registered with goes into the stamp, so a
     // read-back names the writer and its epoch.
@@ -556,7 +570,7 @@ int cmd_write(const Common& c, uint64_t lba, uint32_t blocks, bool passthrough) 
         j.key("lba").num(lba).key("blocks").num(blocks).key("mode").str(writer_mode_name(w->mode()));
         j.key("key");
         if (key) j.str(format_key_hex(key)); else j.null();
-        j.key("status").str(comp.error ? comp.error.message() : "ok");
+        j.key("status").str(comp.error ? io_error_text(comp.error) : "ok");
         j.end_object();
         std::cout << j.text() << "\n";
     } else if (comp.status == IoStatus::ok) {
@@ -566,11 +580,11 @@ int cmd_write(const Common& c, uint64_t lba, uint32_t blocks, bool passthrough) 
     }
     if (comp.status == IoStatus::fenced) {
         std::cerr << "nvfence: write: FENCED: the device refused the write to " << c.dev << " ("
-                  << comp.error.message() << "); this host does not hold write access\n";
+                  << io_error_text(comp.error) << "); this host does not hold write access\n";
         return code(ExitCode::conflict);
     }
     if (comp.status == IoStatus::io_error) {
-        std::cerr << "nvfence: write: I/O error on " << c.dev << ": " << comp.error.message() << "\n";
+        std::cerr << "nvfence: write: I/O error on " << c.dev << ": " << io_error_text(comp.error) << "\n";
         return code(ExitCode::failure);
     }
     return 0;
@@ -590,7 +604,7 @@ int cmd_read(const Common& c, uint64_t lba, uint32_t blocks, bool passthrough) {
     if (comp.status != IoStatus::ok) {
         std::cerr << "nvfence: read: " << (comp.status == IoStatus::fenced ? "FENCED: the device refused the read"
                                                                           : "I/O error")
-                  << " on " << c.dev << ": " << comp.error.message() << "\n";
+                  << " on " << c.dev << ": " << io_error_text(comp.error) << "\n";
         return code(comp.status == IoStatus::fenced ? ExitCode::conflict : ExitCode::failure);
     }
     Json j;

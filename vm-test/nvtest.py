@@ -1,0 +1,75 @@
+"""Helpers shared by the lab scenarios: run the nvfence CLI and nvme-cli on a
+lab host and parse what they print."""
+import json
+import shlex
+
+# CLI exit codes (DESIGN.md contract).
+OK, FAIL, USAGE, CONFLICT, UNSUPPORTED, PERMISSION, LOST_RACE = 0, 1, 2, 3, 4, 5, 6
+
+
+class Cli:
+    """Result of one nvfence run: rc, parsed JSON (or None), stdout, stderr."""
+
+    def __init__(self, res):
+        self.rc = res.rc
+        self.out = res.out
+        self.err = res.err
+        self.json = None
+        for line in reversed(res.out.strip().splitlines()):
+            if line.startswith("{"):
+                self.json = json.loads(line)
+                break
+
+    def __repr__(self):
+        return f"Cli(rc={self.rc}, out={self.out!r}, err={self.err!r})"
+
+
+def nvf(host, *args, json_out=True, timeout_s=60, dev=None):
+    """Runs `nvfence ARGS... $NVFENCE_DEV [--json]` on host (device inserted
+    after the subcommand)."""
+    sub, rest = args[0], list(args[1:])
+    device = shlex.quote(dev) if dev else '"$NVFENCE_DEV"'
+    cmd = f"nvfence {sub} {device} " + " ".join(shlex.quote(a) for a in rest)
+    if json_out:
+        cmd += " --json"
+    return Cli(host.run(cmd, timeout_s=timeout_s))
+
+
+def report(host):
+    """nvfence report --json, asserting success."""
+    r = nvf(host, "report")
+    assert r.rc == 0, r
+    return r.json
+
+
+def nvme_report(host):
+    """nvme-cli's own view: `nvme resv-report --eds -o json`."""
+    res = host.run('nvme resv-report "$NVFENCE_DEV" --eds --numd=1023 -o json', timeout_s=30)
+    assert res.rc == 0, (res.rc, res.out, res.err)
+    return json.loads(res.out)
+
+
+def nvme_keys(nr):
+    """{key: holder?} from an nvme-cli report."""
+    regs = nr.get("regctlext") or nr.get("regctl_eds") or nr.get("regctlds") or []
+    out = {}
+    for r in regs:
+        out[int(r["rkey"])] = bool(int(r["rcsts"]) & 1)
+    return out
+
+
+def hexkey(k):
+    return "0x%016x" % k
+
+
+def reset(lab):
+    """Clears every registration on the shared namespace, through nvme-cli on
+    the first host, so each scenario starts from an empty reservation."""
+    h = lab.hosts[0]
+    h.run('nvme resv-register "$NVFENCE_DEV" --nrkey=0xdead --rrega=0 >/dev/null 2>&1 || '
+          'nvme resv-register "$NVFENCE_DEV" --nrkey=0xdead --rrega=2 --iekey >/dev/null 2>&1',
+          timeout_s=30)
+    res = h.run('nvme resv-release "$NVFENCE_DEV" --crkey=0xdead --rrela=1 --rtype=1', timeout_s=30)
+    assert res.rc == 0, (res.out, res.err)
+    st = report(h)
+    assert st["registrants"] == [] and st["holder"] is None, st
