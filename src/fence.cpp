@@ -64,6 +64,12 @@ Outcome Fence::finish(Outcome o, const ReservationStatus& after) const {
     const auto* me = mine(after);
     o.key = me ? me->key : 0;
     for (const auto& r : o.before.registrants) {
+        // This host's own earlier key, still registered under a new key, was
+        // replaced, not removed: callers report it apart from the victims.
+        if (r.host_id == self_ && me) {
+            if (r.key != me->key) o.replaced = r.key;
+            continue;
+        }
         const bool still = std::any_of(after.registrants.begin(), after.registrants.end(),
                                        [&](const Registrant& a) { return a.key == r.key; });
         if (!still && std::find(o.removed.begin(), o.removed.end(), r.key) == o.removed.end())
@@ -162,8 +168,13 @@ Result<Outcome> Fence::takeover(std::optional<uint64_t> victim) {
     o.changed = true;
 
     std::optional<uint64_t> prkey = victim;
-    if (!prkey && holder && !(me && me->holder)) {
-        prkey = resv_type_all_registrants(before->type) ? 0 : holder->key;
+    if (!prkey && holder) {
+        if (resv_type_all_registrants(before->type))
+            prkey = 0;  // every registrant holds, this host too: preempt all others
+        else if (!(me && me->holder))
+            prkey = holder->key;
+        else
+            prkey = *key;  // this host holds another type: preempting itself changes it
     }
     auto lost_or = [&](std::error_code ec) -> Result<Outcome> {
         auto now = verify();
@@ -205,7 +216,16 @@ Result<Outcome> Fence::takeover(std::optional<uint64_t> victim) {
     if (now && now->holder && now->key == *key && after->type == opts_.type)
         return finish(o, *after);
     const auto* h = after->holder();
-    if ((h && h->key != *key) || !now) return make_error_code(Errc::lost_race);
+    if (h && h->key != *key) {
+        // The key just preempted still holds: the device did not do what it
+        // acknowledged.
+        if (prkey && h->key == *prkey) return make_error_code(Errc::verify_failed);
+        // The holder from before, which was not the victim, still holds:
+        // nobody raced.
+        if (holder && h->key == holder->key) return make_error_code(Errc::held_by_other);
+        return make_error_code(Errc::lost_race);
+    }
+    if (!now) return make_error_code(Errc::lost_race);
     return make_error_code(Errc::verify_failed);
 }
 

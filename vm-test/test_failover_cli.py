@@ -24,6 +24,12 @@ def test_failover(lab):
     assert nvf(a, "write", "--lba", "0", "--blocks", "8").rc == OK
     assert nvf(a, "write", "--lba", "8", "--passthrough").rc == OK
     nvf(a, "notifications")  # drain anything older than this scenario
+    # A one-block write touches exactly one block, in both modes.
+    assert nvf(a, "write", "--lba", "40").rc == OK
+    assert nvf(a, "write", "--lba", "41", "--passthrough").rc == OK
+    around = nvf(a, "read", "--lba", "39", "--blocks", "4").json["blocks"]
+    assert [x["stamp"] for x in around] == [False, True, True, False], around
+    assert [x.get("stamped_lba") for x in around[1:3]] == [40, 41]
 
     # B is not registered at all: preempt registers it, then takes over.
     r = nvf(b, "preempt", "--node", "2")

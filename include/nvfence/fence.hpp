@@ -42,7 +42,9 @@ struct Outcome {
     bool changed = false;                   ///< A command changed state.
     uint64_t key = 0;                       ///< This host's key after (0: none).
     std::optional<uint64_t> previous_holder;///< Holder key before.
-    std::vector<uint64_t> removed;          ///< Keys registered before, gone after.
+    std::vector<uint64_t> removed;          ///< Other hosts' keys registered before, gone after
+                                            ///< (and this host's own when it left).
+    std::optional<uint64_t> replaced;       ///< This host's earlier key, replaced by `key`.
     ReservationStatus before;               ///< Report before.
     ReservationStatus after;                ///< Report after (the verification).
 };

@@ -243,6 +243,8 @@ void json_outcome(Json& j, const Outcome& o, const std::optional<HostId>& self) 
     j.key("removed").begin_array();
     for (auto k : o.removed) j.str(format_key_hex(k));
     j.end_array();
+    j.key("replaced");
+    if (o.replaced) j.str(format_key_hex(*o.replaced)); else j.null();
     j.key("generation").num(o.after.generation);
     j.key("report");
     json_status(j, o.after, self);
@@ -478,6 +480,7 @@ int cmd_preempt(const Common& c, unsigned node, ResvType type, std::optional<uin
                     abort ? "preempt-and-abort" : "preempt", static_cast<long long>(us));
         if (out->previous_holder) std::printf("previous:    %s\n", describe_key(*out->previous_holder).c_str());
         for (auto k : out->removed) std::printf("removed:     %s\n", describe_key(k).c_str());
+        if (out->replaced) std::printf("re-keyed:    this host's %s\n", describe_key(*out->replaced).c_str());
     }
     std::printf("holder:      %s\n", describe_key(out->key).c_str());
     if (auto f = decode_key(out->key)) std::printf("epoch:       %u\n", f->epoch);
@@ -562,7 +565,7 @@ int cmd_write(const Common& c, uint64_t lba, uint32_t blocks, bool passthrough) 
         s.writer_id = static_cast<uint64_t>(::getpid());
         write_stamp(buf.span().subspan(size_t{b} * bs, bs), s);
     }
-    auto comp = w->write(lba, buf.span());
+    auto comp = w->write(lba, buf.span().first(size_t{bs} * blocks));
     const char* verdict = comp.status == IoStatus::ok ? "accepted" : comp.status == IoStatus::fenced ? "fenced" : "error";
     if (c.json) {
         Json j;
@@ -600,7 +603,7 @@ int cmd_read(const Common& c, uint64_t lba, uint32_t blocks, bool passthrough) {
                            " are outside " + c.dev + " (" + std::to_string(w->size_blocks()) + " blocks, at most 4096 per read)",
                     make_error_code(Errc::invalid_argument));
     AlignedBuffer buf(size_t{bs} * blocks, 4096);
-    auto comp = w->read(lba, buf.span());
+    auto comp = w->read(lba, buf.span().first(size_t{bs} * blocks));
     if (comp.status != IoStatus::ok) {
         std::cerr << "nvfence: read: " << (comp.status == IoStatus::fenced ? "FENCED: the device refused the read"
                                                                           : "I/O error")

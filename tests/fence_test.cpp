@@ -1,0 +1,752 @@
+// SPDX-License-Identifier: MIT
+// The ownership protocol (fence.hpp) against the in-memory target model:
+// several hosts share one namespace; hooks make the device fail, lie, or let
+// another host act in between.
+
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "fake_passthru.hpp"
+#include "nvfence/error.hpp"
+#include "nvfence/fence.hpp"
+#include "nvfence/key.hpp"
+
+namespace nvfence {
+namespace {
+
+using test::FakeTarget;
+using test::HostPort;
+using test::make_host;
+using test::TempDir;
+
+constexpr uint8_t kTag = 7;
+
+uint64_t key(uint8_t tag, uint8_t node, uint32_t epoch) { return *make_key({tag, node, epoch}); }
+uint64_t key(uint8_t node, uint32_t epoch) { return key(kTag, node, epoch); }
+
+// One host: its port to the shared target, its commands, store and fence.
+struct Node {
+    Node(FakeTarget& t, uint8_t n, const std::string& dir, FenceOptions o, bool with_store = true)
+        : id(make_host(n)),
+          port(t, id, n),
+          resv(port, 1),
+          store(dir, "vol"),
+          fence(resv, id, o, with_store ? &store : nullptr) {}
+    HostId id;
+    HostPort port;
+    Reservations resv;
+    EpochStore store;
+    Fence fence;
+    /// Writes one block through this host's port.
+    std::error_code write() { return port.submit(encode_rw(true, 1, 0, 1, 512), {}).error(); }
+};
+
+class FenceTest : public ::testing::Test {
+protected:
+    TempDir tmp;
+    FakeTarget target;
+
+    std::unique_ptr<Node> node(uint8_t n, FenceOptions o = {}) {
+        if (o.node == 0) o.node = n;
+        if (o.tag == 0) o.tag = kTag;
+        return std::make_unique<Node>(target, n, tmp.path() + "/n" + std::to_string(n), o);
+    }
+    std::unique_ptr<Node> node_opts(uint8_t n, FenceOptions o) {
+        return std::make_unique<Node>(target, n, tmp.path() + "/n" + std::to_string(n), o);
+    }
+    // The last command with @p op, or nullptr.
+    const Command* last(uint8_t op) const {
+        for (auto it = target.log.rbegin(); it != target.log.rend(); ++it)
+            if (it->cmd.opcode == op && it->cmd.queue == Queue::io) return &it->cmd;
+        return nullptr;
+    }
+    static uint64_t payload_key(const Command& c, size_t off) {
+        return test::get_le64(c.payload.data() + off);
+    }
+    uint64_t key_of(const Node& n) const {
+        const auto* r = target.find(n.id);
+        return r ? r->key : 0;
+    }
+};
+
+// ------------------------------------------------------------------- join
+
+TEST_F(FenceTest, JoinRegistersAFreshKey) {
+    auto a = node(1);
+    auto o = a->fence.join(std::nullopt, false);
+    ASSERT_TRUE(o) << o.error().message();
+    EXPECT_TRUE(o->changed);
+    EXPECT_EQ(o->key, key(1, 1));
+    EXPECT_EQ(key_of(*a), key(1, 1));
+    EXPECT_TRUE(o->before.registrants.empty());
+    ASSERT_EQ(o->after.registrants.size(), 1u);
+    EXPECT_FALSE(o->previous_holder);
+    EXPECT_TRUE(o->removed.empty());
+    EXPECT_EQ(*a->store.load(), 1u);
+    const Command* reg = last(opcode::kResvRegister);
+    ASSERT_NE(reg, nullptr);
+    EXPECT_EQ(reg->cdw[0] & 7u, 0u) << "RREGA register";
+    EXPECT_EQ(payload_key(*reg, 8), key(1, 1));
+    ASSERT_TRUE(a->fence.last_report());
+    EXPECT_EQ(a->fence.last_report()->registrants.size(), 1u);
+}
+
+TEST_F(FenceTest, JoinTakesAnEpochAboveEveryEpochOfItsTagOnTheDevice) {
+    auto a = node(1);
+    target.add(make_host(2), key(2, 41));
+    target.add(make_host(3), key(8, 3, 900));        // another cluster's key
+    target.add(make_host(4), 0x0000000000001234ull); // a foreign key
+    auto o = a->fence.join(std::nullopt, false);
+    ASSERT_TRUE(o);
+    EXPECT_EQ(o->key, key(1, 42));
+    EXPECT_EQ(*a->store.load(), 42u);
+}
+
+TEST_F(FenceTest, JoinTakesAnEpochAboveTheStore) {
+    auto a = node(1);
+    ASSERT_TRUE(a->store.raise_to(100));
+    target.add(make_host(2), key(2, 41));
+    auto o = a->fence.join(std::nullopt, false);
+    ASSERT_TRUE(o);
+    EXPECT_EQ(o->key, key(1, 101));
+    EXPECT_EQ(*a->store.load(), 101u);
+}
+
+TEST_F(FenceTest, JoinWithoutAStoreUsesTheDeviceAlone) {
+    auto a = std::make_unique<Node>(target, 1, tmp.path() + "/n1",
+                                    FenceOptions{.tag = kTag, .node = 1}, false);
+    target.add(make_host(2), key(2, 5));
+    auto o = a->fence.join(std::nullopt, false);
+    ASSERT_TRUE(o);
+    EXPECT_EQ(o->key, key(1, 6));
+    EXPECT_EQ(*a->store.load(), 0u) << "nothing persisted";
+}
+
+TEST_F(FenceTest, JoinWithAnExplicitEpoch) {
+    auto a = node(1);
+    auto o = a->fence.join(500, false);
+    ASSERT_TRUE(o);
+    EXPECT_EQ(o->key, key(1, 500));
+    EXPECT_EQ(*a->store.load(), 500u);
+}
+
+TEST_F(FenceTest, JoinIsIdempotent) {
+    auto a = node(1);
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    const uint32_t gen = target.generation;
+    const size_t regs = target.count(opcode::kResvRegister);
+    auto o = a->fence.join(std::nullopt, false);
+    ASSERT_TRUE(o);
+    EXPECT_FALSE(o->changed);
+    EXPECT_EQ(o->key, key(1, 1));
+    EXPECT_EQ(target.count(opcode::kResvRegister), regs);
+    EXPECT_EQ(target.generation, gen);
+    // The same explicit epoch is the same registration.
+    o = a->fence.join(1, false);
+    ASSERT_TRUE(o);
+    EXPECT_FALSE(o->changed);
+}
+
+TEST_F(FenceTest, JoinRefusesAHostIdBoundToAnotherKey) {
+    auto a = node(1);
+    for (uint64_t other : {key(2, 5), key(9, 1, 5), uint64_t{0x1234}}) {
+        target.regs.clear();
+        target.log.clear();
+        target.add(a->id, other);
+        auto o = a->fence.join(std::nullopt, false);
+        ASSERT_FALSE(o) << format_key(other);
+        EXPECT_EQ(o.error(), Errc::host_id_conflict) << format_key(other);
+        EXPECT_EQ(target.state_commands(), 0u);
+        EXPECT_EQ(key_of(*a), other) << "left as it was";
+    }
+}
+
+TEST_F(FenceTest, JoinWithReplaceRekeysAboveEverything) {
+    auto a = node(1);
+    target.add(a->id, key(1, 5));
+    target.add(make_host(2), key(2, 9));
+    target.hold(a->id, ResvType::write_exclusive);
+    auto o = a->fence.join(std::nullopt, true);
+    ASSERT_TRUE(o) << o.error().message();
+    EXPECT_TRUE(o->changed);
+    EXPECT_EQ(o->key, key(1, 10));
+    const Command* reg = last(opcode::kResvRegister);
+    ASSERT_NE(reg, nullptr);
+    EXPECT_EQ(reg->cdw[0] & 7u, 2u) << "RREGA replace";
+    EXPECT_EQ(payload_key(*reg, 0), key(1, 5)) << "CRKEY is the old key";
+    EXPECT_EQ(payload_key(*reg, 8), key(1, 10));
+    EXPECT_TRUE(o->removed.empty()) << "this host's own key is replaced, not removed";
+    EXPECT_EQ(o->replaced, key(1, 5));
+    EXPECT_TRUE(target.is_holder(a->id)) << "replacing the key keeps the reservation";
+    EXPECT_EQ(o->previous_holder, key(1, 5));
+}
+
+TEST_F(FenceTest, NodeZeroReusesTheRegisteredNode) {
+    auto a = node_opts(1, {.tag = kTag, .node = 0});
+    auto o = a->fence.join(std::nullopt, false);
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::invalid_argument) << "no node and no registration to take it from";
+    target.add(a->id, key(4, 3));
+    o = a->fence.join(std::nullopt, true);
+    ASSERT_TRUE(o);
+    EXPECT_EQ(o->key, key(4, 4));
+}
+
+TEST_F(FenceTest, EpochIsPersistedBeforeTheKeyReachesTheDevice) {
+    auto a = node(1);
+    target.add(make_host(2), key(2, 30));
+    std::vector<std::pair<uint64_t, uint32_t>> seen;  // (key sent, stored epoch then)
+    target.fail = [&](const HostId& h, const Command& c) -> std::optional<std::error_code> {
+        if (h == a->id && c.opcode == opcode::kResvRegister)
+            seen.emplace_back(payload_key(c, 8), *a->store.load());
+        return std::nullopt;
+    };
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    ASSERT_TRUE(a->fence.join(std::nullopt, true));
+    target.hold(make_host(2), ResvType::write_exclusive);
+    ASSERT_TRUE(a->fence.takeover(std::nullopt));
+    ASSERT_EQ(seen.size(), 3u);
+    for (const auto& [k, stored] : seen) {
+        auto f = decode_key(k);
+        ASSERT_TRUE(f);
+        EXPECT_EQ(stored, f->epoch) << format_key(k);
+    }
+    EXPECT_EQ(seen[0].first, key(1, 31));
+    EXPECT_EQ(seen[1].first, key(1, 32));
+    EXPECT_EQ(seen[2].first, key(1, 33));
+}
+
+TEST_F(FenceTest, NothingIsSentWhenTheStoreCannotBeUsed) {
+    tmp.write("n1", "not a directory");
+    auto a = node(1);
+    auto o = a->fence.join(std::nullopt, false);
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::state_io);
+    EXPECT_EQ(target.state_commands(), 0u);
+    target.add(make_host(2), key(2, 1));
+    target.hold(make_host(2), ResvType::write_exclusive);
+    o = a->fence.takeover(std::nullopt);
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::state_io);
+    EXPECT_EQ(target.state_commands(), 0u);
+    EXPECT_TRUE(target.is_holder(make_host(2)));
+}
+
+TEST_F(FenceTest, JoinFailsWhenEpochsAreExhausted) {
+    auto a = node(1);
+    target.add(make_host(2), key(2, kMaxEpoch));
+    auto o = a->fence.join(std::nullopt, false);
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::epoch_exhausted);
+    EXPECT_EQ(target.state_commands(), 0u);
+}
+
+TEST_F(FenceTest, JoinVerifyFailsWhenTheDeviceLies) {
+    auto a = node(1);
+    target.swallow = [](const HostId&, const Command& c) { return c.opcode == opcode::kResvRegister; };
+    auto o = a->fence.join(std::nullopt, false);
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::verify_failed);
+}
+
+TEST_F(FenceTest, JoinPassesDeviceErrorsOn) {
+    auto a = node(1);
+    target.fail = [](const HostId&, const Command& c) -> std::optional<std::error_code> {
+        if (c.opcode == opcode::kResvRegister) return make_nvme_error(0x4006);
+        return std::nullopt;
+    };
+    auto o = a->fence.join(std::nullopt, false);
+    ASSERT_FALSE(o);
+    EXPECT_TRUE(is_nvme(o.error(), NvmeStatus::internal_error));
+}
+
+TEST_F(FenceTest, CptplOptionReachesRegister) {
+    auto a = node(1, {.cptpl = Cptpl::set});
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    EXPECT_EQ(last(opcode::kResvRegister)->cdw[0] >> 30, 3u);
+    EXPECT_TRUE(target.ptpl);
+}
+
+// ---------------------------------------------------------------- acquire
+
+TEST_F(FenceTest, AcquireNeedsARegistration) {
+    auto a = node(1);
+    auto o = a->fence.acquire();
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::not_registered);
+    EXPECT_EQ(target.state_commands(), 0u);
+}
+
+TEST_F(FenceTest, AcquireTakesAFreeReservationOnce) {
+    auto a = node(1, {.type = ResvType::exclusive_access});
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    auto o = a->fence.acquire();
+    ASSERT_TRUE(o) << o.error().message();
+    EXPECT_TRUE(o->changed);
+    EXPECT_EQ(o->after.type, ResvType::exclusive_access);
+    EXPECT_TRUE(target.is_holder(a->id));
+    EXPECT_EQ(target.type, ResvType::exclusive_access);
+    const Command* acq = last(opcode::kResvAcquire);
+    ASSERT_NE(acq, nullptr);
+    EXPECT_EQ(acq->cdw[0], 0x200u) << "acquire, EA";
+    EXPECT_EQ(payload_key(*acq, 0), key(1, 1));
+
+    const size_t n = target.count(opcode::kResvAcquire);
+    o = a->fence.acquire();
+    ASSERT_TRUE(o);
+    EXPECT_FALSE(o->changed);
+    EXPECT_EQ(target.count(opcode::kResvAcquire), n) << "already holder: nothing sent";
+    EXPECT_EQ(o->previous_holder, key(1, 1));
+}
+
+TEST_F(FenceTest, AcquireHeldByOther) {
+    auto a = node(1), b = node(2);
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));
+    ASSERT_TRUE(b->fence.acquire());
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    auto o = a->fence.acquire();
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::held_by_other);
+    EXPECT_EQ(exit_code_for(o.error()), ExitCode::conflict);
+    ASSERT_TRUE(a->fence.last_report());
+    ASSERT_NE(a->fence.last_report()->holder(), nullptr);
+    EXPECT_EQ(a->fence.last_report()->holder()->key, key_of(*b)) << "who holds, for the message";
+    EXPECT_TRUE(target.is_holder(b->id));
+}
+
+TEST_F(FenceTest, AcquireVerifyFailsWhenTheDeviceLies) {
+    auto a = node(1);
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    target.swallow = [](const HostId&, const Command& c) { return c.opcode == opcode::kResvAcquire; };
+    auto o = a->fence.acquire();
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::verify_failed);
+}
+
+TEST_F(FenceTest, AcquireAfterBeingPreemptedIsNotRegistered) {
+    auto a = node(1), b = node(2);
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    ASSERT_TRUE(a->fence.acquire());
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));
+    ASSERT_TRUE(b->fence.takeover(std::nullopt));
+    // The preempted host gets no way back without a new registration.
+    auto o = a->fence.acquire();
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::not_registered);
+    EXPECT_TRUE(target.is_holder(b->id));
+}
+
+// --------------------------------------------------------------- takeover
+
+TEST_F(FenceTest, TakeoverPreemptsAndAbortsTheHolder) {
+    auto a = node(1), b = node(2);
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));  // epoch 1
+    ASSERT_TRUE(a->fence.acquire());
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));  // epoch 2
+    const uint64_t old_a = key_of(*a), old_b = key_of(*b);
+    EXPECT_FALSE(a->write());
+
+    auto o = b->fence.takeover(std::nullopt);
+    ASSERT_TRUE(o) << o.error().message();
+    EXPECT_TRUE(o->changed);
+    EXPECT_EQ(o->key, key(2, 3)) << "a fresh epoch above every epoch on the device";
+    EXPECT_EQ(o->previous_holder, old_a);
+    EXPECT_NE(std::find(o->removed.begin(), o->removed.end(), old_a), o->removed.end());
+    EXPECT_EQ(std::find(o->removed.begin(), o->removed.end(), old_b), o->removed.end())
+        << "b's own old key was replaced, not removed";
+    EXPECT_EQ(o->replaced, old_b);
+    EXPECT_TRUE(target.is_holder(b->id));
+    EXPECT_EQ(target.find(a->id), nullptr);
+    EXPECT_EQ(o->after.holder()->key, key(2, 3));
+
+    // Re-key first (replace), then preempt-and-abort with PRKEY = holder.
+    const Command* reg = last(opcode::kResvRegister);
+    EXPECT_EQ(reg->cdw[0] & 7u, 2u);
+    EXPECT_EQ(payload_key(*reg, 0), old_b);
+    const Command* acq = last(opcode::kResvAcquire);
+    ASSERT_NE(acq, nullptr);
+    EXPECT_EQ(acq->cdw[0], 0x102u) << "preempt and abort, WE";
+    EXPECT_EQ(payload_key(*acq, 0), key(2, 3));
+    EXPECT_EQ(payload_key(*acq, 8), old_a);
+    ASSERT_EQ(target.aborted.size(), 1u);
+    EXPECT_EQ(target.aborted[0], a->id);
+
+    // The device now refuses the old holder, whatever it believes.
+    EXPECT_TRUE(is_fenced(a->write()));
+    EXPECT_FALSE(b->write());
+}
+
+TEST_F(FenceTest, TakeoverWithoutAbortUsesPlainPreempt) {
+    auto a = node(1), b = node(2, {.abort = false});
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    ASSERT_TRUE(a->fence.acquire());
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));
+    auto o = b->fence.takeover(std::nullopt);
+    ASSERT_TRUE(o);
+    EXPECT_EQ(last(opcode::kResvAcquire)->cdw[0], 0x101u) << "preempt, WE";
+    EXPECT_TRUE(target.aborted.empty());
+    EXPECT_TRUE(target.is_holder(b->id));
+}
+
+TEST_F(FenceTest, TakeoverIsIdempotentWhenAlreadyHolder) {
+    auto a = node(1);
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    ASSERT_TRUE(a->fence.acquire());
+    const size_t n = target.state_commands();
+    const uint32_t gen = target.generation;
+    auto o = a->fence.takeover(std::nullopt);
+    ASSERT_TRUE(o);
+    EXPECT_FALSE(o->changed);
+    EXPECT_EQ(o->key, key(1, 1));
+    EXPECT_EQ(target.state_commands(), n);
+    EXPECT_EQ(target.generation, gen);
+    EXPECT_EQ(*a->store.load(), 1u) << "no epoch spent";
+}
+
+TEST_F(FenceTest, TakeoverByAnUnregisteredHostRegistersFirst) {
+    auto a = node(1), c = node(3);
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    ASSERT_TRUE(a->fence.acquire());
+    auto o = c->fence.takeover(std::nullopt);
+    ASSERT_TRUE(o) << o.error().message();
+    EXPECT_EQ(o->key, key(3, 2));
+    EXPECT_EQ(last(opcode::kResvRegister)->cdw[0] & 7u, 0u) << "register, not replace";
+    EXPECT_TRUE(target.is_holder(c->id));
+    EXPECT_EQ(target.find(a->id), nullptr);
+}
+
+TEST_F(FenceTest, TakeoverOfAFreeReservationAcquiresIt) {
+    auto a = node(1), b = node(2);
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    auto o = a->fence.takeover(std::nullopt);
+    ASSERT_TRUE(o);
+    EXPECT_FALSE(o->previous_holder);
+    EXPECT_EQ(last(opcode::kResvAcquire)->cdw[0], 0x100u) << "acquire, WE";
+    EXPECT_TRUE(target.is_holder(a->id));
+    EXPECT_NE(target.find(b->id), nullptr) << "a registrant that held nothing stays";
+}
+
+TEST_F(FenceTest, TakeoverOfADeadRegistrantThenTakesTheFreeReservation) {
+    auto a = node(1), b = node(2);
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    auto o = a->fence.takeover(key_of(*b));
+    ASSERT_TRUE(o) << o.error().message();
+    EXPECT_EQ(target.find(b->id), nullptr);
+    EXPECT_TRUE(target.is_holder(a->id));
+    EXPECT_EQ(target.type, ResvType::write_exclusive);
+}
+
+TEST_F(FenceTest, TakeoverRefusesToPreemptItself) {
+    auto a = node(1);
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    ASSERT_TRUE(a->fence.acquire());
+    const size_t n = target.state_commands();
+    auto o = a->fence.takeover(key_of(*a));
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::invalid_argument);
+    EXPECT_EQ(target.state_commands(), n);
+    EXPECT_TRUE(target.is_holder(a->id));
+}
+
+TEST_F(FenceTest, TakeoverWithTheHolderAsExplicitVictim) {
+    auto a = node(1), b = node(2);
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    ASSERT_TRUE(a->fence.acquire());
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));
+    const uint64_t old_a = key_of(*a);
+    auto o = b->fence.takeover(old_a);
+    ASSERT_TRUE(o);
+    EXPECT_EQ(payload_key(*last(opcode::kResvAcquire), 8), old_a);
+    EXPECT_TRUE(target.is_holder(b->id));
+}
+
+TEST_F(FenceTest, TakeoverOfANonHolderVictimWhileAnotherHoldsIsHeldByOther) {
+    auto a = node(1), b = node(2), c = node(3);
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    ASSERT_TRUE(a->fence.acquire());
+    ASSERT_TRUE(c->fence.join(std::nullopt, false));
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));
+    auto o = b->fence.takeover(key_of(*c));
+    ASSERT_FALSE(o);
+    // Nobody raced: the holder simply was not the victim.
+    EXPECT_EQ(o.error(), Errc::held_by_other);
+    EXPECT_EQ(target.find(c->id), nullptr);
+    EXPECT_TRUE(target.is_holder(a->id));
+}
+
+TEST_F(FenceTest, TakeoverLostRaceAfterOurPreempt) {
+    auto a = node(1), b = node(2), c = node(3);
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    ASSERT_TRUE(a->fence.acquire());
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));
+    ASSERT_TRUE(c->fence.join(std::nullopt, false));
+    const uint64_t kc = key_of(*c);
+    // Right after b's preempt completes, c preempts b.
+    target.after = [&](const HostId& h, const Command& cmd) {
+        if (h != b->id || cmd.opcode != opcode::kResvAcquire) return;
+        auto pre = encode_acquire({.nsid = 1, .action = AcquireAction::preempt_and_abort,
+                                   .type = ResvType::write_exclusive, .iekey = false, .crkey = kc,
+                                   .prkey = key_of(*b)});
+        ASSERT_TRUE(c->port.submit(pre, {}));
+    };
+    auto o = b->fence.takeover(std::nullopt);
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::lost_race);
+    EXPECT_EQ(exit_code_for(o.error()), ExitCode::lost_race);
+    EXPECT_TRUE(target.is_holder(c->id));
+    ASSERT_TRUE(b->fence.last_report());
+    EXPECT_EQ(b->fence.last_report()->holder()->key, kc) << "who holds now";
+}
+
+TEST_F(FenceTest, TakeoverLostRaceBeforeOurPreempt) {
+    auto a = node(1), b = node(2), c = node(3);
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    ASSERT_TRUE(a->fence.acquire());
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));
+    ASSERT_TRUE(c->fence.join(std::nullopt, false));
+    const uint64_t kc = key_of(*c);
+    // Just before b's preempt reaches the device, c takes over and evicts b.
+    target.fail = [&](const HostId& h, const Command& cmd) -> std::optional<std::error_code> {
+        if (h != b->id || cmd.opcode != opcode::kResvAcquire) return std::nullopt;
+        const uint64_t ka = key_of(*a), kb = key_of(*b);
+        EXPECT_TRUE(c->port.submit(encode_acquire({.nsid = 1, .action = AcquireAction::preempt_and_abort,
+                                                   .type = ResvType::write_exclusive, .iekey = false,
+                                                   .crkey = kc, .prkey = ka}), {}));
+        EXPECT_TRUE(c->port.submit(encode_acquire({.nsid = 1, .action = AcquireAction::preempt_and_abort,
+                                                   .type = ResvType::write_exclusive, .iekey = false,
+                                                   .crkey = kc, .prkey = kb}), {}));
+        return std::nullopt;
+    };
+    auto o = b->fence.takeover(std::nullopt);
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::lost_race);
+    EXPECT_TRUE(target.is_holder(c->id));
+    EXPECT_EQ(target.find(b->id), nullptr);
+}
+
+TEST_F(FenceTest, TakeoverOfAnAllRegistrantsReservationByANewHost) {
+    auto a = node(1), b = node(2), c = node(3);
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));
+    ASSERT_TRUE(c->fence.join(std::nullopt, false));
+    target.hold(b->id, ResvType::write_exclusive_all_regs);
+    auto o = a->fence.takeover(std::nullopt);
+    ASSERT_TRUE(o) << o.error().message();
+    // PRKEY 0 preempts every other registrant of an all-registrants type.
+    EXPECT_EQ(payload_key(*last(opcode::kResvAcquire), 8), 0u);
+    EXPECT_TRUE(target.is_holder(a->id));
+    EXPECT_EQ(target.type, ResvType::write_exclusive);
+    EXPECT_EQ(target.regs.size(), 1u);
+}
+
+TEST_F(FenceTest, TakeoverOfAnAllRegistrantsReservationByARegistrant) {
+    // Registered under WEAR this host is itself a holder, but not of the
+    // type it wants and not alone: it must still preempt the others.
+    auto a = node(1), b = node(2);
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    target.hold(b->id, ResvType::write_exclusive_all_regs);
+    auto o = a->fence.takeover(std::nullopt);
+    ASSERT_TRUE(o) << o.error().message();
+    EXPECT_TRUE(target.is_holder(a->id));
+    EXPECT_EQ(target.type, ResvType::write_exclusive);
+    EXPECT_EQ(target.find(b->id), nullptr);
+    EXPECT_TRUE(is_fenced(b->write()));
+}
+
+TEST_F(FenceTest, TakeoverChangesTheTypeOfOwnReservation) {
+    auto a = node(1, {.type = ResvType::exclusive_access});
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    ASSERT_TRUE(a->fence.acquire());
+    auto a2 = node(1, {.type = ResvType::write_exclusive});
+    auto o = a2->fence.takeover(std::nullopt);
+    ASSERT_TRUE(o) << o.error().message();
+    EXPECT_EQ(target.type, ResvType::write_exclusive);
+    EXPECT_TRUE(target.is_holder(a->id));
+}
+
+TEST_F(FenceTest, TakeoverVerifyFailsWhenTheDeviceLies) {
+    auto a = node(1), b = node(2);
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    ASSERT_TRUE(a->fence.acquire());
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));
+    // The preempt claims success and changes nothing: a still holds, and
+    // the Report says so.
+    target.swallow = [](const HostId&, const Command& c) { return c.opcode == opcode::kResvAcquire; };
+    auto o = b->fence.takeover(std::nullopt);
+    ASSERT_FALSE(o);
+    EXPECT_TRUE(o.error() == Errc::lost_race || o.error() == Errc::verify_failed) << o.error().message();
+    EXPECT_TRUE(target.is_holder(a->id));
+}
+
+TEST_F(FenceTest, TakeoverVerifyFailsWhenTheTypeIsNotTheOneAsked) {
+    auto a = node(1, {.type = ResvType::exclusive_access});
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    // The device grants a different type than asked.
+    target.after = [&](const HostId&, const Command& c) {
+        if (c.opcode == opcode::kResvAcquire) target.type = ResvType::write_exclusive;
+    };
+    auto o = a->fence.takeover(std::nullopt);
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::verify_failed);
+}
+
+// --------------------------------------------------------- release / leave
+
+TEST_F(FenceTest, ReleaseIsIdempotent) {
+    auto a = node(1, {.type = ResvType::exclusive_access_reg_only});
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    ASSERT_TRUE(a->fence.acquire());
+    auto o = a->fence.release();
+    ASSERT_TRUE(o) << o.error().message();
+    EXPECT_TRUE(o->changed);
+    EXPECT_EQ(o->previous_holder, key(1, 1));
+    EXPECT_EQ(target.type, ResvType::none);
+    EXPECT_NE(target.find(a->id), nullptr) << "still registered";
+    EXPECT_EQ(last(opcode::kResvRelease)->cdw[0], 0x400u) << "release, EARO";
+    const size_t n = target.state_commands();
+    o = a->fence.release();
+    ASSERT_TRUE(o);
+    EXPECT_FALSE(o->changed);
+    EXPECT_EQ(target.state_commands(), n);
+    // Not even registered, nothing held: still fine.
+    auto b = node(2);
+    o = b->fence.release();
+    ASSERT_TRUE(o);
+    EXPECT_FALSE(o->changed);
+}
+
+TEST_F(FenceTest, ReleaseUsesTheTypeHeldNotTheConfiguredOne) {
+    auto a = node(1, {.type = ResvType::exclusive_access});
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    ASSERT_TRUE(a->fence.acquire());
+    auto a2 = node(1, {.type = ResvType::write_exclusive});
+    auto o = a2->fence.release();
+    ASSERT_TRUE(o) << o.error().message();
+    EXPECT_EQ(target.type, ResvType::none);
+}
+
+TEST_F(FenceTest, ReleaseWhenAnotherHoldsIsNotHolder) {
+    auto a = node(1), b = node(2);
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));
+    ASSERT_TRUE(b->fence.acquire());
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    auto o = a->fence.release();
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::not_holder);
+    EXPECT_TRUE(target.is_holder(b->id));
+}
+
+TEST_F(FenceTest, ReleaseVerifyFailsWhenTheDeviceLies) {
+    auto a = node(1);
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    ASSERT_TRUE(a->fence.acquire());
+    target.swallow = [](const HostId&, const Command& c) { return c.opcode == opcode::kResvRelease; };
+    auto o = a->fence.release();
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::verify_failed);
+}
+
+TEST_F(FenceTest, LeaveUnregistersAndReleases) {
+    auto a = node(1);
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    ASSERT_TRUE(a->fence.acquire());
+    auto o = a->fence.leave();
+    ASSERT_TRUE(o) << o.error().message();
+    EXPECT_TRUE(o->changed);
+    EXPECT_EQ(o->key, 0u);
+    EXPECT_EQ(o->removed, std::vector<uint64_t>{key(1, 1)});
+    EXPECT_EQ(target.find(a->id), nullptr);
+    EXPECT_EQ(target.type, ResvType::none);
+    const Command* reg = last(opcode::kResvRegister);
+    EXPECT_EQ(reg->cdw[0] & 7u, 1u) << "unregister";
+    EXPECT_EQ(payload_key(*reg, 0), key(1, 1));
+    // Again: nothing to do.
+    const size_t n = target.state_commands();
+    o = a->fence.leave();
+    ASSERT_TRUE(o);
+    EXPECT_FALSE(o->changed);
+    EXPECT_EQ(target.state_commands(), n);
+}
+
+TEST_F(FenceTest, LeaveVerifyFailsWhenTheDeviceLies) {
+    auto a = node(1);
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    target.swallow = [](const HostId&, const Command& c) { return c.opcode == opcode::kResvRegister; };
+    auto o = a->fence.leave();
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::verify_failed);
+}
+
+// ------------------------------------------------------------------ clear
+
+TEST_F(FenceTest, ClearNeedsARegistration) {
+    auto a = node(1), b = node(2);
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));
+    auto o = a->fence.clear();
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::not_registered);
+    EXPECT_EQ(target.regs.size(), 1u);
+}
+
+TEST_F(FenceTest, ClearRemovesEveryRegistrationAndTheReservation) {
+    auto a = node(1), b = node(2);
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));
+    ASSERT_TRUE(b->fence.acquire());
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    const uint64_t ka = key_of(*a), kb = key_of(*b);
+    auto o = a->fence.clear();
+    ASSERT_TRUE(o) << o.error().message();
+    EXPECT_TRUE(o->changed);
+    EXPECT_EQ(o->previous_holder, kb);
+    EXPECT_TRUE(target.regs.empty());
+    EXPECT_EQ(target.type, ResvType::none);
+    ASSERT_EQ(o->removed.size(), 2u);
+    EXPECT_NE(std::find(o->removed.begin(), o->removed.end(), ka), o->removed.end());
+    EXPECT_NE(std::find(o->removed.begin(), o->removed.end(), kb), o->removed.end());
+    EXPECT_EQ(last(opcode::kResvRelease)->cdw[0] & 7u, 1u) << "clear";
+}
+
+TEST_F(FenceTest, ClearVerifyFailsWhenTheDeviceLies) {
+    auto a = node(1);
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    target.swallow = [](const HostId&, const Command& c) { return c.opcode == opcode::kResvRelease; };
+    auto o = a->fence.clear();
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::verify_failed);
+}
+
+// ------------------------------------------------------- verify / epochs
+
+TEST_F(FenceTest, VerifyRemembersTheLastReport) {
+    auto a = node(1);
+    EXPECT_FALSE(a->fence.last_report());
+    target.add(make_host(2), key(2, 3));
+    auto st = a->fence.verify();
+    ASSERT_TRUE(st);
+    ASSERT_TRUE(a->fence.last_report());
+    EXPECT_EQ(a->fence.last_report()->registrants.size(), 1u);
+    EXPECT_EQ(a->fence.mine(*st), nullptr);
+    target.fail = [](const HostId&, const Command&) -> std::optional<std::error_code> {
+        return errno_error(EIO);
+    };
+    EXPECT_FALSE(a->fence.verify());
+    EXPECT_EQ(a->fence.last_report()->registrants.size(), 1u) << "kept on failure";
+}
+
+TEST_F(FenceTest, NextEpochCountsOnlyOurTagAndTheStore) {
+    auto a = node(1);
+    ReservationStatus st;
+    st.registrants.push_back({.cntlid = 1, .holder = false, .key = key(2, 10), .host_id = {}});
+    st.registrants.push_back({.cntlid = 2, .holder = false, .key = key(3, 7, 1000), .host_id = {}});
+    st.registrants.push_back({.cntlid = 3, .holder = false, .key = 0xf500000000001000ull, .host_id = {}});
+    EXPECT_EQ(*a->fence.next_epoch(st), 11u);
+    ASSERT_TRUE(a->store.raise_to(20));
+    EXPECT_EQ(*a->fence.next_epoch(st), 21u);
+    EXPECT_EQ(*a->fence.next_epoch({}), 21u);
+}
+
+}  // namespace
+}  // namespace nvfence
