@@ -46,7 +46,8 @@ const char* status_words(uint16_t s) {
     case 1: return "Command Specific Status";
     case 2: return "Media and Data Integrity Error";
     case 3: return "Path Related Status";
-    default: return "Vendor Specific Status";
+    case 7: return "Vendor Specific Status";
+    default: return "Reserved Status Code Type";
     }
 }
 
@@ -147,7 +148,8 @@ ExitCode exit_code_for(std::error_code ec) noexcept {
         case Errc::type_unsupported: return ExitCode::unsupported;
         case Errc::not_holder:
         case Errc::held_by_other:
-        case Errc::not_registered: return ExitCode::conflict;
+        case Errc::not_registered:
+        case Errc::host_id_conflict: return ExitCode::conflict;
         case Errc::lost_race: return ExitCode::lost_race;
         case Errc::not_found:
         case Errc::invalid_argument:
