@@ -188,7 +188,9 @@ Result<Outcome> Fence::takeover(std::optional<uint64_t> victim) {
     a.type = opts_.type;
     a.crkey = *key;
     if (prkey) {
-        a.action = opts_.abort ? AcquireAction::preempt_and_abort : AcquireAction::preempt;
+        // Never abort this host's own commands when it only changes the type.
+        a.action = opts_.abort && *prkey != *key ? AcquireAction::preempt_and_abort
+                                                 : AcquireAction::preempt;
         a.prkey = *prkey;
     } else {
         a.action = AcquireAction::acquire;

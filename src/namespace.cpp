@@ -11,7 +11,6 @@
 #include <climits>
 #include <cstdlib>
 #include <fstream>
-#include <regex>
 #include <vector>
 
 #include "nvfence/error.hpp"
@@ -36,6 +35,28 @@ std::string link_basename(const std::string& path) {
     return slash == std::string::npos ? s : s.substr(slash + 1);
 }
 
+// Splits "<prefix><digits>[n<digits>]" kernel names; false when @p s is not
+// exactly that shape. want_ns selects whether the "n<digits>" part must be
+// there or must not.
+bool split_name(std::string_view s, std::string_view prefix, bool want_ns, std::string& ctrl,
+                std::string& ns) {
+    if (s.substr(0, prefix.size()) != prefix) return false;
+    s.remove_prefix(prefix.size());
+    auto digits = [](std::string_view d) {
+        return !d.empty() && d.size() <= 10 && d.find_first_not_of("0123456789") == std::string_view::npos;
+    };
+    const auto n = s.find('n');
+    if (!want_ns) {
+        if (!digits(s)) return false;
+        ctrl = std::string(s);
+        return true;
+    }
+    if (n == std::string_view::npos || !digits(s.substr(0, n)) || !digits(s.substr(n + 1))) return false;
+    ctrl = std::string(s.substr(0, n));
+    ns = std::string(s.substr(n + 1));
+    return true;
+}
+
 bool exists(const std::string& p) {
     struct stat st;
     return ::stat(p.c_str(), &st) == 0;
@@ -56,16 +77,13 @@ Result<NamespacePaths> resolve_namespace(std::string_view path) {
                             std::to_string(major(st.st_rdev)) + ":" +
                             std::to_string(minor(st.st_rdev));
     const std::string kname = link_basename(sys);
-    static const std::regex ns_re("nvme([0-9]+)n([0-9]+)");
-    static const std::regex ng_re("ng([0-9]+)n([0-9]+)");
-    static const std::regex ctrl_re("nvme([0-9]+)");
-    std::smatch m;
+    std::string c, n, unused;
     NamespacePaths out;
-    if (blk && std::regex_match(kname, m, ns_re)) {
+    if (blk && split_name(kname, "nvme", true, c, n)) {
         out.name = kname;
-    } else if (chr && std::regex_match(kname, m, ng_re)) {
-        out.name = "nvme" + m[1].str() + "n" + m[2].str();
-    } else if (chr && std::regex_match(kname, ctrl_re)) {
+    } else if (chr && split_name(kname, "ng", true, c, n)) {
+        out.name = "nvme" + c + "n" + n;
+    } else if (chr && split_name(kname, "nvme", false, c, unused)) {
         return make_error_code(Errc::controller_node);
     } else {
         return make_error_code(Errc::not_nvme);
@@ -75,7 +93,7 @@ Result<NamespacePaths> resolve_namespace(std::string_view path) {
     // multipath is off; with multipath it names the subsystem and the
     // namespace's first path is used instead.
     std::string ctrl = link_basename("/sys/block/" + out.name + "/device");
-    if (!std::regex_match(ctrl, ctrl_re)) ctrl = "nvme" + std::string(m[1].str());
+    if (!split_name(ctrl, "nvme", false, unused, unused)) ctrl = "nvme" + c;
     out.controller = ctrl;
     out.transport = read_line("/sys/class/nvme/" + ctrl + "/transport");
     const std::string ng = "/dev/ng" + out.name.substr(4);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "nvfence/report.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "nvfence/error.hpp"
@@ -58,8 +59,10 @@ const Registrant* ReservationStatus::holder() const {
 }
 
 const Registrant* ReservationStatus::find_host(const HostId& id) const {
+    // The plain data structure carries 64-bit host ids: compare those bytes.
+    const size_t n = extended ? id.size() : 8;
     for (const auto& r : registrants)
-        if (r.host_id == id) return &r;
+        if (std::equal(id.begin(), id.begin() + static_cast<std::ptrdiff_t>(n), r.host_id.begin())) return &r;
     return nullptr;
 }
 

@@ -61,7 +61,10 @@ Result<ReservationStatus> Reservations::report() {
 
 Result<ResvNotification> Reservations::notification_log() {
     std::vector<uint8_t> buf(64);
-    auto r = pt_.submit(encode_get_log_page(kLogReservationNotification, nsid_, 64, false), buf);
+    // The log page is per controller (each page names its namespace): ask
+    // for all namespaces as libnvme does; a strict controller refuses a
+    // specific NSID for a log page that is not namespace specific.
+    auto r = pt_.submit(encode_get_log_page(kLogReservationNotification, 0xffffffffu, 64, false), buf);
     if (!r) return r.error();
     return parse_notification_log(buf);
 }

@@ -111,6 +111,8 @@ TEST(EpochStore, UnusableDirectoryIsStateIo) {
     d.write("file", "x");
     // The "directory" is a regular file: neither load nor raise can work.
     EpochStore s(d.path() + "/file", "vol");
+    // Not "absent": an unreadable store must never read as epoch 0.
+    EXPECT_EQ(s.load().error(), Errc::state_io);
     EXPECT_EQ(s.raise_to(1).error(), Errc::state_io);
     EpochStore under_file(d.path() + "/file/sub", "vol");
     EXPECT_EQ(under_file.raise_to(1).error(), Errc::state_io);

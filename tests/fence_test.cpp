@@ -324,6 +324,17 @@ TEST_F(FenceTest, AcquireVerifyFailsWhenTheDeviceLies) {
     EXPECT_EQ(o.error(), Errc::verify_failed);
 }
 
+TEST_F(FenceTest, AcquireVerifyFailsWhenTheDeviceGrantsAnotherType) {
+    auto a = node(1, {.type = ResvType::exclusive_access});
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    target.after = [&](const HostId&, const Command& c) {
+        if (c.opcode == opcode::kResvAcquire) target.type = ResvType::write_exclusive;
+    };
+    auto o = a->fence.acquire();
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::verify_failed);
+}
+
 TEST_F(FenceTest, AcquireAfterBeingPreemptedIsNotRegistered) {
     auto a = node(1), b = node(2);
     ASSERT_TRUE(a->fence.join(std::nullopt, false));
@@ -565,6 +576,12 @@ TEST_F(FenceTest, TakeoverChangesTheTypeOfOwnReservation) {
     ASSERT_TRUE(o) << o.error().message();
     EXPECT_EQ(target.type, ResvType::write_exclusive);
     EXPECT_TRUE(target.is_holder(a->id));
+    // Preempting its own (new) key changes the type; nothing is aborted.
+    const Command* acq = last(opcode::kResvAcquire);
+    EXPECT_EQ(acq->cdw[0], 0x101u) << "preempt (no abort), WE";
+    EXPECT_EQ(payload_key(*acq, 8), o->key);
+    EXPECT_EQ(o->key, key(1, 2));
+    EXPECT_TRUE(target.aborted.empty());
 }
 
 TEST_F(FenceTest, TakeoverVerifyFailsWhenTheDeviceLies) {
@@ -577,7 +594,7 @@ TEST_F(FenceTest, TakeoverVerifyFailsWhenTheDeviceLies) {
     target.swallow = [](const HostId&, const Command& c) { return c.opcode == opcode::kResvAcquire; };
     auto o = b->fence.takeover(std::nullopt);
     ASSERT_FALSE(o);
-    EXPECT_TRUE(o.error() == Errc::lost_race || o.error() == Errc::verify_failed) << o.error().message();
+    EXPECT_EQ(o.error(), Errc::verify_failed) << o.error().message();
     EXPECT_TRUE(target.is_holder(a->id));
 }
 

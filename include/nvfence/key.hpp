@@ -20,7 +20,7 @@
 ///
 /// Text format (one format for printing and parsing):
 ///  - ours:    `nf:<tag>:<node>:<epoch>` in decimal, e.g. `nf:7:2:41`;
-///  - any key: `0x` followed by 1 to 16 hex digits, e.g. `0xf5a3070200000029`.
+///  - any key: `0x` followed by 1 to 16 hex digits, e.g. `0xf5c4070200000029`.
 /// Printing gives the `nf:` form for ours and the hex form for foreign keys.
 /// Key 0 is never valid: NVMe uses it to mean "no key".
 

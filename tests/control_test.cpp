@@ -1,0 +1,441 @@
+// SPDX-License-Identifier: MIT
+// Unit tests of the control protocol (control.hpp): exact wire layout,
+// round trips, strict decoding, bounded sizes, a deterministic mutation
+// fuzz, and the unix socket client/server with its timeouts and limits.
+
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "fake_passthru.hpp"
+#include "nvfence/control.hpp"
+#include "nvfence/error.hpp"
+#include "nvfence/key.hpp"
+
+namespace nvfence::test {
+namespace {
+
+ControlReply full_reply() {
+    ControlReply r;
+    r.op = ControlOp::takeover;
+    r.id = 0xdeadbeef;
+    r.exit_code = 6;
+    r.changed = true;
+    r.state = AgentState::fenced;
+    r.mode = ResvType::write_exclusive_reg_only;
+    r.resv_type = ResvType::write_exclusive;
+    r.holder_self = true;
+    r.node = 255;
+    r.tag = 7;
+    r.key = *make_key({7, 255, 0xffffffffu});
+    r.holder = 0x0123456789abcdefull;
+    r.previous_holder = UINT64_MAX;
+    r.generation = 0xfffffffeu;
+    r.registrants = 65535;
+    r.check_failures = 12;
+    r.pid = 4242;
+    r.checks = 1ull << 40;
+    r.notifications = 3;
+    r.last_check_age_ms = 17;
+    r.last_check_unix_ms = 1700000000000;
+    r.fenced_for_ms = kControlNever;
+    r.uptime_ms = 99;
+    r.volume = "vol-0123456789abcdef0";
+    r.device = "/dev/nvme1n1";
+    r.message = "lost the takeover race: nf:7:2:9 holds now";
+    r.fence_reason = "preempted";
+    r.last_error = "";
+    return r;
+}
+
+TEST(ControlCodecTest, RequestWireLayoutIsExact) {
+    ControlRequest q;
+    q.op = ControlOp::takeover;
+    q.id = 0x01020304;
+    q.victim = 0x1122334455667788ull;
+    const auto b = encode_request(q);
+    const std::vector<uint8_t> want = {'N', 'V', 'F', 'C', 1, 0, 1, 2, 4, 3, 2, 1, 16, 0, 0, 0,
+                                       0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 0, 0, 0, 0, 0, 0, 0, 0};
+    EXPECT_EQ(b, want);
+    auto d = decode_request(b);
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ(*d, q);
+}
+
+TEST(ControlCodecTest, EveryRequestRoundTrips) {
+    for (auto op : {ControlOp::status, ControlOp::takeover, ControlOp::release, ControlOp::rejoin}) {
+        ControlRequest q;
+        q.op = op;
+        q.id = static_cast<uint32_t>(op) * 1000;
+        auto d = decode_request(encode_request(q));
+        ASSERT_TRUE(d.ok()) << control_op_name(op);
+        EXPECT_EQ(*d, q);
+    }
+}
+
+TEST(ControlCodecTest, ReplyRoundTripsWithEveryField) {
+    const ControlReply r = full_reply();
+    const auto b = encode_reply(r);
+    EXPECT_EQ(b.size(), kControlHeaderBytes + kReplyFixedBytes + 5 * 2 + r.volume.size() + r.device.size() +
+                            r.message.size() + r.fence_reason.size());
+    auto d = decode_reply(b);
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ(*d, r);
+    ControlReply empty;
+    auto e = decode_reply(encode_reply(empty));
+    ASSERT_TRUE(e.ok());
+    EXPECT_EQ(*e, empty);
+}
+
+TEST(ControlCodecTest, EncodingBoundsAndCleansStrings) {
+    ControlReply r = full_reply();
+    r.volume = std::string(5000, 'v');
+    r.device = std::string(5000, 'd');
+    r.message = std::string(5000, 'm');
+    r.fence_reason = std::string(5000, 'f');
+    r.last_error = "a\nb\x7f" + std::string(1, '\0') + "c";
+    const auto b = encode_reply(r);
+    EXPECT_LE(b.size(), kControlMaxMessage);
+    auto d = decode_reply(b);
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ(d->volume.size(), kControlMaxText);
+    EXPECT_EQ(d->message, std::string(kControlMaxText, 'm'));
+    EXPECT_EQ(d->last_error, "a?b??c");
+}
+
+TEST(ControlCodecTest, StrictDecodingRejectsMalformedRequests) {
+    ControlRequest q;
+    q.op = ControlOp::status;
+    const auto good = encode_request(q);
+    ASSERT_TRUE(decode_request(good).ok());
+    auto mutated = [&](size_t at, uint8_t v) {
+        auto b = good;
+        b[at] = v;
+        return b;
+    };
+    EXPECT_FALSE(decode_request({}).ok());
+    EXPECT_FALSE(decode_request(std::span<const uint8_t>(good.data(), 15)).ok());
+    EXPECT_FALSE(decode_request(std::span<const uint8_t>(good.data(), good.size() - 1)).ok());
+    EXPECT_FALSE(decode_request(mutated(0, 'X')).ok()) << "magic";
+    EXPECT_FALSE(decode_request(mutated(4, 2)).ok()) << "version";
+    EXPECT_FALSE(decode_request(mutated(6, 2)).ok()) << "a reply is not a request";
+    EXPECT_FALSE(decode_request(mutated(6, 3)).ok()) << "kind";
+    EXPECT_FALSE(decode_request(mutated(7, 0)).ok()) << "op 0";
+    EXPECT_FALSE(decode_request(mutated(7, 5)).ok()) << "op 5";
+    EXPECT_FALSE(decode_request(mutated(12, 17)).ok()) << "length";
+    EXPECT_FALSE(decode_request(mutated(16, 1)).ok()) << "victim on a status request";
+    EXPECT_FALSE(decode_request(mutated(24, 1)).ok()) << "flags";
+    EXPECT_FALSE(decode_request(mutated(28, 1)).ok()) << "reserved";
+    auto longer = good;
+    longer.push_back(0);
+    EXPECT_FALSE(decode_request(longer).ok()) << "trailing byte";
+    std::vector<uint8_t> huge(kControlMaxMessage + 1);
+    std::copy(good.begin(), good.end(), huge.begin());
+    EXPECT_FALSE(decode_request(huge).ok()) << "over the size bound";
+    EXPECT_EQ(decode_request(mutated(0, 'X')).error(), Errc::protocol);
+}
+
+TEST(ControlCodecTest, StrictDecodingRejectsMalformedReplies) {
+    const auto good = encode_reply(full_reply());
+    ASSERT_TRUE(decode_reply(good).ok());
+    const size_t f = kControlHeaderBytes;
+    auto mutated = [&](size_t at, uint8_t v) {
+        auto b = good;
+        b[at] = v;
+        return b;
+    };
+    EXPECT_FALSE(decode_reply(mutated(6, 1)).ok()) << "a request is not a reply";
+    EXPECT_FALSE(decode_reply(mutated(f + 0, 7)).ok()) << "exit code";
+    EXPECT_FALSE(decode_reply(mutated(f + 1, 2)).ok()) << "boolean";
+    EXPECT_FALSE(decode_reply(mutated(f + 2, 5)).ok()) << "state";
+    EXPECT_FALSE(decode_reply(mutated(f + 3, 7)).ok()) << "mode";
+    EXPECT_FALSE(decode_reply(mutated(f + 4, 7)).ok()) << "type";
+    EXPECT_FALSE(decode_reply(mutated(f + 5, 2)).ok()) << "holder_self";
+    EXPECT_FALSE(decode_reply(mutated(f + 38, 1)).ok()) << "reserved";
+    EXPECT_FALSE(decode_reply(mutated(f + kReplyFixedBytes + 2, '\n')).ok()) << "control character";
+    auto over = good;
+    over[f + kReplyFixedBytes] = 0xff;  // volume length 0x..ff > what follows
+    EXPECT_FALSE(decode_reply(over).ok());
+    auto cut = good;
+    cut.pop_back();
+    cut[12] = static_cast<uint8_t>(cut.size() - kControlHeaderBytes);
+    EXPECT_FALSE(decode_reply(cut).ok()) << "string cut short";
+}
+
+TEST(ControlCodecTest, HeaderOfAnotherVersionStillDecodes) {
+    ControlRequest q;
+    q.op = ControlOp::rejoin;
+    q.id = 5;
+    auto b = encode_request(q);
+    b[4] = 9;
+    auto h = decode_control_header(b);
+    ASSERT_TRUE(h.ok());
+    EXPECT_EQ(h->version, 9);
+    EXPECT_EQ(h->op, ControlOp::rejoin);
+    EXPECT_EQ(h->id, 5u);
+    EXPECT_FALSE(decode_request(b).ok());
+}
+
+// A deterministic fuzz: random mutations of valid messages and random bytes
+// never crash, never decode into something that does not re-encode to the
+// same bytes.
+TEST(ControlCodecTest, MutationsNeverBreakTheRoundTrip) {
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    auto next = [&] {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        return seed;
+    };
+    const std::vector<std::vector<uint8_t>> corpus = {encode_request(ControlRequest{}), encode_reply(full_reply()),
+                                                      encode_reply(ControlReply{})};
+    int decoded = 0;
+    for (int i = 0; i < 50000; ++i) {
+        std::vector<uint8_t> b = corpus[next() % corpus.size()];
+        const int edits = 1 + static_cast<int>(next() % 4);
+        for (int e = 0; e < edits; ++e) {
+            switch (next() % 4) {
+            case 0:
+                if (!b.empty()) b[next() % b.size()] = static_cast<uint8_t>(next());
+                break;
+            case 1:
+                if (!b.empty()) b.resize(next() % b.size());
+                break;
+            case 2: b.push_back(static_cast<uint8_t>(next())); break;
+            case 3:
+                if (b.size() > 16) b[12 + next() % 4] = static_cast<uint8_t>(next());
+                break;
+            }
+        }
+        if (auto q = decode_request(b)) {
+            ++decoded;
+            EXPECT_EQ(encode_request(*q), b);
+        }
+        if (auto r = decode_reply(b)) {
+            ++decoded;
+            EXPECT_EQ(encode_reply(*r), b);
+        }
+    }
+    EXPECT_GT(decoded, 0);
+}
+
+TEST(ControlCodecTest, ErrorRepliesCarryTheExitCode) {
+    ControlRequest q;
+    q.op = ControlOp::takeover;
+    q.id = 3;
+    auto r = control_error_reply(q, make_error_code(Errc::lost_race), "lost");
+    EXPECT_EQ(r.exit_code, 6);
+    EXPECT_EQ(r.op, ControlOp::takeover);
+    EXPECT_EQ(r.id, 3u);
+    EXPECT_EQ(control_error_reply(q, make_error_code(Errc::not_holder), "").exit_code, 3);
+    EXPECT_EQ(control_error_reply(q, make_error_code(Errc::no_reservations), "").exit_code, 4);
+    EXPECT_EQ(control_error_reply(q, errno_error(EACCES), "").exit_code, 5);
+    EXPECT_EQ(control_error_reply(q, make_error_code(Errc::protocol), "").exit_code, 1);
+}
+
+TEST(ControlCodecTest, NamesOfStatesAndOps) {
+    EXPECT_STREQ(agent_state_name(AgentState::fenced), "FENCED");
+    EXPECT_STREQ(agent_state_name(AgentState::holder), "HOLDER");
+    EXPECT_STREQ(agent_state_name(AgentState::standby), "STANDBY");
+    EXPECT_STREQ(control_op_name(ControlOp::release), "release");
+    EXPECT_TRUE(agent_state_valid(4));
+    EXPECT_FALSE(agent_state_valid(5));
+    EXPECT_FALSE(control_op_valid(0));
+}
+
+// ---- socket ------------------------------------------------------------------
+
+class ControlSocketTest : public ::testing::Test {
+protected:
+    std::string path() const { return dir.path() + "/agent.sock"; }
+    Fd listen_ok(uint32_t mode = 0600) {
+        ControlListenOptions o;
+        o.path = path();
+        o.mode = mode;
+        auto l = control_listen(o);
+        EXPECT_TRUE(l.ok()) << (l.ok() ? "" : l.error().message());
+        return l.ok() ? std::move(*l) : Fd();
+    }
+    // Serves until @p n connections were handled or 5 s passed.
+    std::thread serve(int fd, uint32_t n, ControlHandler h = {}) {
+        if (!h) {
+            h = [](const ControlRequest& q, const ControlPeer& p) {
+                ControlReply r;
+                r.state = AgentState::holder;
+                r.message = "peer uid " + std::to_string(p.uid) + " pid " + std::to_string(p.pid);
+                r.key = q.victim;
+                return r;
+            };
+        }
+        return std::thread([fd, n, h] {
+            uint32_t done = 0;
+            const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+            while (done < n && std::chrono::steady_clock::now() < end) {
+                pollfd p{fd, POLLIN, 0};
+                if (::poll(&p, 1, 50) <= 0) continue;
+                auto s = control_serve_pending(fd, n - done, 500, h);
+                if (s) done += *s;
+            }
+        });
+    }
+    static Fd raw_client(const std::string& path) {
+        Fd c(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+        sockaddr_un a{};
+        a.sun_family = AF_UNIX;
+        std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+        if (::connect(c.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return Fd();
+        return c;
+    }
+    TempDir dir;
+};
+
+TEST_F(ControlSocketTest, RequestAndReplyOverTheSocket) {
+    Fd l = listen_ok();
+    auto th = serve(l.get(), 1);
+    ControlRequest q;
+    q.op = ControlOp::takeover;
+    q.id = 42;
+    q.victim = 0xabc;
+    auto r = control_request(path(), q, 3000);
+    th.join();
+    ASSERT_TRUE(r.ok()) << r.error().message();
+    EXPECT_EQ(r->id, 42u);
+    EXPECT_EQ(r->op, ControlOp::takeover);
+    EXPECT_EQ(r->state, AgentState::holder);
+    EXPECT_EQ(r->key, 0xabcu);
+    EXPECT_EQ(r->message, "peer uid " + std::to_string(::getuid()) + " pid " + std::to_string(::getpid()));
+}
+
+TEST_F(ControlSocketTest, SocketIsPrivateByDefaultAndReplacesAStaleOne) {
+    { Fd first = listen_ok(); }  // a crashed agent leaves its socket file
+    Fd l = listen_ok();
+    struct stat st;
+    ASSERT_EQ(::lstat(path().c_str(), &st), 0);
+    EXPECT_TRUE(S_ISSOCK(st.st_mode));
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+    l.reset();
+    Fd grp = listen_ok(0660);
+    ASSERT_EQ(::lstat(path().c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0660u);
+}
+
+TEST_F(ControlSocketTest, RefusesToReplaceAnythingButASocket) {
+    dir.write("agent.sock", "not a socket");
+    ControlListenOptions o;
+    o.path = path();
+    auto l = control_listen(o);
+    ASSERT_FALSE(l.ok());
+    EXPECT_EQ(l.error(), errno_error(EEXIST));
+    o.path = "/" + std::string(200, 'x');
+    EXPECT_EQ(control_listen(o).error(), Errc::invalid_argument);
+}
+
+TEST_F(ControlSocketTest, NoAgentAndBadArguments) {
+    ControlRequest q;
+    auto r = control_request(path(), q, 1000);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error(), errno_error(ENOENT));
+    EXPECT_EQ(control_request(path(), q, 0).error(), Errc::invalid_argument);
+    EXPECT_EQ(control_request("", q, 100).error(), Errc::invalid_argument);
+    { Fd stale = listen_ok(); }
+    EXPECT_EQ(control_request(path(), q, 1000).error(), errno_error(ECONNREFUSED));
+}
+
+TEST_F(ControlSocketTest, ClientTimesOutWhenTheAgentDoesNotAnswer) {
+    Fd l = listen_ok();  // listening, never serving: a hung agent
+    ControlRequest q;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = control_request(path(), q, 200);
+    const auto took = std::chrono::steady_clock::now() - t0;
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error(), Errc::timeout);
+    EXPECT_GE(took, std::chrono::milliseconds(190));
+    EXPECT_LT(took, std::chrono::milliseconds(2000));
+}
+
+TEST_F(ControlSocketTest, ServerDropsSilentAndOversizedPeersWithinItsBound) {
+    Fd l = listen_ok();
+    Fd silent = raw_client(path());
+    ASSERT_TRUE(silent);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto s = control_serve_pending(l.get(), 1, 100, [](const ControlRequest&, const ControlPeer&) {
+        ADD_FAILURE() << "no request was sent";
+        return ControlReply{};
+    });
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(*s, 1u);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1000));
+
+    Fd big = raw_client(path());
+    std::vector<uint8_t> huge(kControlMaxMessage + 100, 'N');
+    ASSERT_EQ(::send(big.get(), huge.data(), huge.size(), 0), static_cast<ssize_t>(huge.size()));
+    s = control_serve_pending(l.get(), 1, 100, [](const ControlRequest&, const ControlPeer&) {
+        ADD_FAILURE() << "an oversized request must not reach the handler";
+        return ControlReply{};
+    });
+    ASSERT_TRUE(s.ok());
+    uint8_t buf[64];
+    EXPECT_EQ(::recv(big.get(), buf, sizeof buf, 0), 0) << "closed without a reply";
+}
+
+TEST_F(ControlSocketTest, MalformedAndOtherVersionRequestsGetAnErrorReply) {
+    Fd l = listen_ok();
+    ControlRequest q;
+    q.op = ControlOp::status;
+    q.id = 9;
+    auto b = encode_request(q);
+    b[4] = 2;  // version 2
+    Fd c = raw_client(path());
+    ASSERT_EQ(::send(c.get(), b.data(), b.size(), 0), static_cast<ssize_t>(b.size()));
+    auto s = control_serve_pending(l.get(), 1, 500, [](const ControlRequest&, const ControlPeer&) {
+        ADD_FAILURE() << "not for this version";
+        return ControlReply{};
+    });
+    ASSERT_TRUE(s.ok());
+    std::vector<uint8_t> buf(kControlMaxMessage);
+    const ssize_t n = ::recv(c.get(), buf.data(), buf.size(), 0);
+    ASSERT_GT(n, 0);
+    auto r = decode_reply(std::span<const uint8_t>(buf.data(), static_cast<size_t>(n)));
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->exit_code, 1);
+    EXPECT_EQ(r->id, 9u);
+    EXPECT_NE(r->message.find("protocol version 2 is not supported: this agent speaks version 1"),
+              std::string::npos)
+        << r->message;
+}
+
+TEST_F(ControlSocketTest, ConnectionsServedPerCallAreBounded) {
+    Fd l = listen_ok();
+    std::vector<Fd> clients;
+    ControlRequest q;
+    const auto msg = encode_request(q);
+    for (int i = 0; i < 6; ++i) {
+        clients.push_back(raw_client(path()));
+        ASSERT_TRUE(clients.back());
+        ASSERT_EQ(::send(clients.back().get(), msg.data(), msg.size(), 0), static_cast<ssize_t>(msg.size()));
+    }
+    int calls = 0;
+    ControlHandler h = [&](const ControlRequest&, const ControlPeer&) {
+        ++calls;
+        return ControlReply{};
+    };
+    auto s = control_serve_pending(l.get(), 4, 500, h);
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(*s, 4u);
+    s = control_serve_pending(l.get(), 4, 500, h);
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(*s, 2u);
+    EXPECT_EQ(calls, 6);
+    s = control_serve_pending(l.get(), 4, 500, h);
+    EXPECT_EQ(*s, 0u) << "nothing pending: returns at once";
+}
+
+}  // namespace
+}  // namespace nvfence::test

@@ -1,0 +1,453 @@
+// SPDX-License-Identifier: MIT
+// FencedWriter on a regular file (allow_regular_file): the queue discipline,
+// argument checks, round trips and the timeout bound. Fenced completions
+// need a reservation-capable device and are tested in the QEMU lab; here
+// only their classification is checked.
+#include <errno.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "nvfence/error.hpp"
+#include "nvfence/writer.hpp"
+
+namespace nvfence {
+namespace {
+
+constexpr uint64_t kBlocks = 256;  // 1 MiB file
+
+// A scratch file on a file system with O_DIRECT (tmpfs before Linux 6.6
+// has none, so /var/tmp is tried after /tmp).
+class WriterTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        std::vector<std::string> dirs;
+        if (const char* t = std::getenv("TMPDIR"); t && *t) dirs.emplace_back(t);
+        dirs.emplace_back("/tmp");
+        dirs.emplace_back("/var/tmp");
+        for (const auto& d : dirs) {
+            std::string p = d + "/nvfence-writer-XXXXXX";
+            int fd = ::mkstemp(p.data());
+            if (fd < 0) continue;
+            bool ok = ::ftruncate(fd, static_cast<off_t>(kBlocks * 4096)) == 0;
+            ::close(fd);
+            int probe = ::open(p.c_str(), O_RDWR | O_DIRECT);
+            if (ok && probe >= 0) {
+                ::close(probe);
+                path_ = p;
+                return;
+            }
+            if (probe >= 0) ::close(probe);
+            ::unlink(p.c_str());
+        }
+        GTEST_SKIP() << "no writable directory with O_DIRECT support among TMPDIR, /tmp, /var/tmp";
+    }
+    void TearDown() override {
+        if (!path_.empty()) ::unlink(path_.c_str());
+    }
+
+    std::unique_ptr<FencedWriter> open_writer(uint32_t qd = 32, uint32_t timeout_ms = 5000) {
+        WriterOptions o;
+        o.allow_regular_file = true;
+        o.queue_depth = qd;
+        o.timeout_ms = timeout_ms;
+        o.epoch = 7;
+        auto w = FencedWriter::open(path_, o);
+        EXPECT_TRUE(w.ok()) << w.error().message();
+        if (!w) return nullptr;
+        return std::move(*w);
+    }
+
+    // Reads the file back without the writer, as an independent witness.
+    std::vector<uint8_t> pread_file(uint64_t lba, size_t bytes) {
+        std::vector<uint8_t> v(bytes);
+        int fd = ::open(path_.c_str(), O_RDONLY);
+        EXPECT_GE(fd, 0);
+        EXPECT_EQ(::pread(fd, v.data(), bytes, static_cast<off_t>(lba * 4096)), static_cast<ssize_t>(bytes));
+        ::close(fd);
+        return v;
+    }
+
+    static void fill(std::span<uint8_t> s, uint64_t seed) {
+        for (size_t i = 0; i < s.size(); ++i) s[i] = static_cast<uint8_t>((seed * 131 + i * 7 + (i >> 9)) & 0xff);
+    }
+
+    std::string path_;
+};
+
+TEST_F(WriterTest, RegularFileNeedsOptIn) {
+    WriterOptions o;
+    auto w = FencedWriter::open(path_, o);
+    ASSERT_FALSE(w.ok());
+    EXPECT_EQ(w.error(), Errc::not_nvme);
+    o.allow_regular_file = true;
+    o.mode = WriterMode::passthrough;
+    w = FencedWriter::open(path_, o);
+    ASSERT_FALSE(w.ok());
+    EXPECT_EQ(w.error(), Errc::invalid_argument);
+}
+
+TEST_F(WriterTest, OpenValidatesOptions) {
+    WriterOptions o;
+    o.allow_regular_file = true;
+    for (uint32_t qd : {0u, 1025u}) {
+        o.queue_depth = qd;
+        auto w = FencedWriter::open(path_, o);
+        ASSERT_FALSE(w.ok());
+        EXPECT_EQ(w.error(), Errc::invalid_argument);
+    }
+    o.queue_depth = 1;
+    o.timeout_ms = 0;
+    auto w = FencedWriter::open(path_, o);
+    ASSERT_FALSE(w.ok());
+    EXPECT_EQ(w.error(), Errc::invalid_argument);
+    auto missing = FencedWriter::open(path_ + ".missing", WriterOptions{});
+    ASSERT_FALSE(missing.ok());
+    EXPECT_EQ(missing.error(), Errc::not_found);
+}
+
+TEST_F(WriterTest, Geometry) {
+    auto w = open_writer(1024);
+    ASSERT_TRUE(w);
+    EXPECT_EQ(w->mode(), WriterMode::block);
+    EXPECT_GE(w->block_bytes(), 4096u);
+    EXPECT_EQ(w->size_blocks(), kBlocks * 4096 / w->block_bytes());
+    EXPECT_EQ(w->epoch(), 7u);
+    EXPECT_EQ(w->queue_depth(), 1024u);
+    EXPECT_FALSE(w->fenced());
+    EXPECT_EQ(w->in_flight(), 0u);
+    EXPECT_GE(w->max_io_bytes(), 1u << 20);
+    EXPECT_STREQ(writer_mode_name(w->mode()), "block");
+    EXPECT_STREQ(writer_mode_name(WriterMode::automatic), "auto");
+    EXPECT_STREQ(writer_mode_name(WriterMode::passthrough), "passthrough");
+}
+
+TEST_F(WriterTest, SyncRoundTrip) {
+    auto w = open_writer();
+    ASSERT_TRUE(w);
+    const uint32_t bs = w->block_bytes();
+    AlignedBuffer out(bs * 4, bs), in(bs * 4, bs);
+    fill(out.span(), 1);
+    auto c = w->write(3, out.span());
+    EXPECT_EQ(c.status, IoStatus::ok) << c.error.message();
+    EXPECT_FALSE(c.error);
+    EXPECT_EQ(c.kind, IoKind::write);
+    EXPECT_EQ(c.bytes, bs * 4);
+    EXPECT_EQ(w->in_flight(), 0u);
+
+    auto f = w->flush();
+    EXPECT_EQ(f.status, IoStatus::ok) << f.error.message();
+    EXPECT_EQ(f.kind, IoKind::flush);
+
+    auto r = w->read(3, in.span());
+    EXPECT_EQ(r.status, IoStatus::ok) << r.error.message();
+    EXPECT_EQ(r.kind, IoKind::read);
+    EXPECT_EQ(r.bytes, bs * 4);
+    EXPECT_EQ(std::memcmp(out.data(), in.data(), out.size()), 0);
+    auto witness = pread_file(3 * bs / 4096, out.size());
+    EXPECT_EQ(std::memcmp(out.data(), witness.data(), out.size()), 0);
+
+    // The last block of the file is in bounds.
+    AlignedBuffer one(bs, bs);
+    fill(one.span(), 2);
+    EXPECT_EQ(w->write(w->size_blocks() - 1, one.span()).status, IoStatus::ok);
+}
+
+TEST_F(WriterTest, AsyncQueueDepth32) {
+    auto w = open_writer(32);
+    ASSERT_TRUE(w);
+    const uint32_t bs = w->block_bytes();
+    constexpr uint32_t n = 32;
+    AlignedBuffer out(size_t{bs} * n, bs), in(size_t{bs} * n, bs);
+    for (uint32_t i = 0; i < n; ++i) {
+        auto blk = out.span().subspan(size_t{i} * bs, bs);
+        fill(blk, 100 + i);
+        // Scatter: block 7*i mod size, all distinct for 32 < 256.
+        ASSERT_TRUE(w->queue_write((7 * i) % w->size_blocks(), blk, 1000 + i).ok());
+        EXPECT_EQ(w->in_flight(), i + 1);
+    }
+    auto s = w->submit();
+    ASSERT_TRUE(s.ok()) << s.error().message();
+    EXPECT_EQ(*s, n);
+    EXPECT_EQ(w->in_flight(), n);
+
+    std::vector<Completion> comps(n);
+    std::set<uint64_t> seen;
+    size_t total = 0;
+    while (total < n) {
+        auto r = w->reap(std::span(comps).subspan(total), 1);
+        ASSERT_TRUE(r.ok()) << r.error().message();
+        total += *r;
+    }
+    for (const auto& c : comps) {
+        EXPECT_EQ(c.status, IoStatus::ok) << c.error.message();
+        EXPECT_EQ(c.kind, IoKind::write);
+        EXPECT_EQ(c.bytes, bs);
+        seen.insert(c.user_data);
+    }
+    EXPECT_EQ(seen.size(), n);
+    EXPECT_EQ(*seen.begin(), 1000u);
+    EXPECT_EQ(*seen.rbegin(), 1000u + n - 1);
+    EXPECT_EQ(w->in_flight(), 0u);
+
+    // Read everything back at QD 32 through submit_and_reap.
+    for (uint32_t i = 0; i < n; ++i)
+        ASSERT_TRUE(w->queue_read((7 * i) % w->size_blocks(), in.span().subspan(size_t{i} * bs, bs), i).ok());
+    total = 0;
+    auto r = w->submit_and_reap(comps, n);
+    ASSERT_TRUE(r.ok()) << r.error().message();
+    total = *r;
+    while (total < n) {
+        auto more = w->reap(std::span(comps).subspan(total), 1);
+        ASSERT_TRUE(more.ok()) << more.error().message();
+        total += *more;
+    }
+    for (size_t i = 0; i < n; ++i) {
+        EXPECT_EQ(comps[i].status, IoStatus::ok);
+        EXPECT_EQ(comps[i].kind, IoKind::read);
+    }
+    EXPECT_EQ(std::memcmp(out.data(), in.data(), out.size()), 0);
+    EXPECT_EQ(w->in_flight(), 0u);
+}
+
+TEST_F(WriterTest, SustainedQueueStaysFull) {
+    // Keeps 32 in flight for many rounds: slots are recycled, nothing leaks.
+    auto w = open_writer(32);
+    ASSERT_TRUE(w);
+    const uint32_t bs = w->block_bytes();
+    AlignedBuffer bufs(size_t{bs} * 32, bs);
+    for (uint32_t i = 0; i < 32; ++i)
+        ASSERT_TRUE(w->queue_write(i, bufs.span().subspan(size_t{i} * bs, bs), i).ok());
+    std::vector<Completion> comps(32);
+    uint64_t done = 0, issued = 32, next = 32;
+    while (done < 2000) {
+        auto r = w->submit_and_reap(comps, 1);
+        ASSERT_TRUE(r.ok()) << r.error().message();
+        for (size_t k = 0; k < *r; ++k) {
+            ASSERT_EQ(comps[k].status, IoStatus::ok) << comps[k].error.message();
+            ++done;
+            const uint64_t slot = comps[k].user_data;
+            if (issued < 2000) {
+                ASSERT_TRUE(w->queue_write(next++ % w->size_blocks(), bufs.span().subspan(slot * bs, bs), slot).ok());
+                ++issued;
+            }
+        }
+        ASSERT_LE(w->in_flight(), 32u);
+    }
+    EXPECT_EQ(w->in_flight(), 0u);
+}
+
+TEST_F(WriterTest, BadInputsAreRefusedWithNothingSent) {
+    auto w = open_writer(4);
+    ASSERT_TRUE(w);
+    const uint32_t bs = w->block_bytes();
+    AlignedBuffer big(size_t{bs} * 3, bs);
+    auto check = [&](Status st, Errc want) {
+        ASSERT_FALSE(st.ok());
+        EXPECT_EQ(st.error(), want) << st.error().message();
+        EXPECT_EQ(w->in_flight(), 0u);
+    };
+    // Misaligned buffer address.
+    check(w->queue_write(0, big.span().subspan(512, bs), 1), Errc::misaligned);
+    check(w->queue_read(0, big.span().subspan(512, bs), 1), Errc::misaligned);
+    // Misaligned length.
+    check(w->queue_write(0, big.span().first(bs + 512), 1), Errc::misaligned);
+    check(w->queue_read(0, big.span().first(512), 1), Errc::misaligned);
+    // Zero length.
+    check(w->queue_write(0, big.span().first(0), 1), Errc::invalid_argument);
+    check(w->queue_read(0, big.span().first(0), 1), Errc::invalid_argument);
+    // Past the end, partly past the end, and an LBA that would overflow.
+    check(w->queue_write(w->size_blocks(), big.span().first(bs), 1), Errc::out_of_bounds);
+    check(w->queue_write(w->size_blocks() - 1, big.span().first(2 * bs), 1), Errc::out_of_bounds);
+    check(w->queue_read(UINT64_MAX, big.span().first(bs), 1), Errc::out_of_bounds);
+    check(w->queue_write(UINT64_MAX - 1, big.span().first(2 * bs), 1), Errc::out_of_bounds);
+
+    // Synchronous calls report the same errors as io_error.
+    auto c = w->write(0, big.span().subspan(512, bs));
+    EXPECT_EQ(c.status, IoStatus::io_error);
+    EXPECT_EQ(c.error, Errc::misaligned);
+    EXPECT_EQ(w->in_flight(), 0u);
+
+    // Queue overflow: four fit, the fifth does not, nothing else changes.
+    for (uint32_t i = 0; i < 4; ++i) ASSERT_TRUE(w->queue_write(i, big.span().first(bs), i).ok());
+    EXPECT_EQ(w->in_flight(), 4u);
+    auto full = w->queue_write(5, big.span().first(bs), 5);
+    ASSERT_FALSE(full.ok());
+    EXPECT_EQ(full.error(), Errc::queue_full);
+    EXPECT_EQ(w->queue_flush(6).error(), Errc::queue_full);
+    EXPECT_EQ(w->queue_read(5, big.span().first(bs), 5).error(), Errc::queue_full);
+    EXPECT_EQ(w->in_flight(), 4u);
+    // A sync call refuses to run beside queued asynchronous I/O.
+    auto busy = w->write(0, big.span().first(bs));
+    EXPECT_EQ(busy.status, IoStatus::io_error);
+    EXPECT_EQ(busy.error, Errc::invalid_argument);
+    EXPECT_EQ(w->in_flight(), 4u);
+
+    // Still full after submit, until reaped.
+    auto s = w->submit();
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(*s, 4u);
+    EXPECT_EQ(w->queue_write(5, big.span().first(bs), 5).error(), Errc::queue_full);
+    Completion comps[4];
+    auto bad = w->reap(std::span(comps, 2), 3);
+    ASSERT_FALSE(bad.ok());
+    EXPECT_EQ(bad.error(), Errc::invalid_argument);
+    size_t total = 0;
+    while (total < 4) {
+        auto r = w->reap(std::span(comps).subspan(total), 1);
+        ASSERT_TRUE(r.ok());
+        total += *r;
+    }
+    EXPECT_EQ(w->in_flight(), 0u);
+    EXPECT_FALSE(w->fenced());
+}
+
+TEST_F(WriterTest, ReapTimeoutIsBounded) {
+    auto w = open_writer(4, 300);
+    ASSERT_TRUE(w);
+    Completion c[2];
+    auto t0 = std::chrono::steady_clock::now();
+    auto r = w->reap(c, 1);
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error(), Errc::timeout);
+    EXPECT_GE(ms, 290);
+    EXPECT_LT(ms, 2000);
+
+    // Waiting for more than are in flight: what arrived is returned when
+    // the bound runs out, not dropped.
+    AlignedBuffer b(w->block_bytes(), w->block_bytes());
+    ASSERT_TRUE(w->queue_write(0, b.span(), 42).ok());
+    t0 = std::chrono::steady_clock::now();
+    r = w->submit_and_reap(c, 2);
+    ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_TRUE(r.ok()) << r.error().message();
+    EXPECT_EQ(*r, 1u);
+    EXPECT_EQ(c[0].user_data, 42u);
+    EXPECT_EQ(c[0].status, IoStatus::ok);
+    EXPECT_GE(ms, 290);
+    EXPECT_LT(ms, 2000);
+    EXPECT_EQ(w->in_flight(), 0u);
+
+    // Nothing ready and min_complete 0: returns at once.
+    t0 = std::chrono::steady_clock::now();
+    r = w->reap(c, 0);
+    ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(*r, 0u);
+    EXPECT_LT(ms, 100);
+}
+
+TEST_F(WriterTest, DestructorDrainsInFlight) {
+    // Queued and submitted I/Os are waited for (not abandoned) when the
+    // writer goes away; queued-only ones are never sent.
+    AlignedBuffer b(4096 * 8, 4096);
+    fill(b.span(), 9);
+    {
+        auto w = open_writer(8);
+        ASSERT_TRUE(w);
+        for (uint32_t i = 0; i < 4; ++i) ASSERT_TRUE(w->queue_write(10 + i, b.span().subspan(i * 4096, 4096), i).ok());
+        ASSERT_TRUE(w->submit().ok());
+        for (uint32_t i = 4; i < 8; ++i) ASSERT_TRUE(w->queue_write(10 + i, b.span().subspan(i * 4096, 4096), i).ok());
+        EXPECT_EQ(w->in_flight(), 8u);
+    }
+    auto sent = pread_file(10, 4 * 4096);
+    EXPECT_EQ(std::memcmp(sent.data(), b.data(), sent.size()), 0);
+    auto unsent = pread_file(14, 4 * 4096);
+    EXPECT_EQ(std::vector<uint8_t>(4 * 4096, 0), unsent);
+}
+
+TEST(AlignedBufferTest, AlignsRoundsAndMoves) {
+    AlignedBuffer a(5000, 4096);
+    EXPECT_EQ(a.size(), 8192u);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(a.data()) % 4096, 0u);
+    for (auto byte : a.span()) ASSERT_EQ(byte, 0);
+    uint8_t* p = a.data();
+    AlignedBuffer b(std::move(a));
+    EXPECT_EQ(b.data(), p);
+    EXPECT_EQ(a.data(), nullptr);
+    EXPECT_EQ(a.size(), 0u);
+    AlignedBuffer c(512, 512);
+    c = std::move(b);
+    EXPECT_EQ(c.data(), p);
+    EXPECT_EQ(c.size(), 8192u);
+    const AlignedBuffer& cc = c;
+    EXPECT_EQ(cc.span().size(), 8192u);
+}
+
+TEST(ClassifyCompletion, BlockMode) {
+    auto c = classify_completion(WriterMode::block, IoKind::write, 4096, 4096);
+    EXPECT_EQ(c.status, IoStatus::ok);
+    EXPECT_FALSE(c.error);
+    EXPECT_EQ(c.bytes, 4096u);
+
+    c = classify_completion(WriterMode::block, IoKind::write, -EBADE, 4096);
+    EXPECT_EQ(c.status, IoStatus::fenced);
+    EXPECT_TRUE(is_fenced(c.error));
+    EXPECT_EQ(c.error, std::error_code(EBADE, std::system_category()));
+    EXPECT_EQ(c.bytes, 0u);
+
+    c = classify_completion(WriterMode::block, IoKind::read, -EIO, 4096);
+    EXPECT_EQ(c.status, IoStatus::io_error);
+    EXPECT_EQ(c.error, std::error_code(EIO, std::system_category()));
+    EXPECT_FALSE(is_fenced(c.error));
+
+    c = classify_completion(WriterMode::block, IoKind::write, 2048, 4096);  // short write
+    EXPECT_EQ(c.status, IoStatus::io_error);
+    EXPECT_EQ(c.error, std::error_code(EIO, std::system_category()));
+
+    c = classify_completion(WriterMode::block, IoKind::flush, 0, 0);
+    EXPECT_EQ(c.status, IoStatus::ok);
+    EXPECT_EQ(c.kind, IoKind::flush);
+}
+
+TEST(ClassifyCompletion, Passthrough) {
+    // As measured in the lab: DNR | More | Reservation Conflict.
+    auto c = classify_completion(WriterMode::passthrough, IoKind::write, 0x6083, 4096);
+    EXPECT_EQ(c.status, IoStatus::fenced);
+    EXPECT_TRUE(is_nvme(c.error, NvmeStatus::reservation_conflict));
+    EXPECT_TRUE(is_fenced(c.error));
+    EXPECT_EQ(c.bytes, 0u);
+
+    c = classify_completion(WriterMode::passthrough, IoKind::write, 0x83, 4096);
+    EXPECT_EQ(c.status, IoStatus::fenced);
+
+    c = classify_completion(WriterMode::passthrough, IoKind::write, 0, 4096);
+    EXPECT_EQ(c.status, IoStatus::ok);
+    EXPECT_EQ(c.bytes, 4096u);
+
+    c = classify_completion(WriterMode::passthrough, IoKind::write, 0x4080, 4096);  // LBA out of range
+    EXPECT_EQ(c.status, IoStatus::io_error);
+    EXPECT_TRUE(is_nvme(c.error, NvmeStatus::lba_out_of_range));
+    EXPECT_FALSE(is_fenced(c.error));
+
+    c = classify_completion(WriterMode::passthrough, IoKind::read, 0x4281, 4096);
+    EXPECT_EQ(c.status, IoStatus::io_error);
+    EXPECT_TRUE(is_nvme(c.error, NvmeStatus::unrecovered_read_error));
+
+    c = classify_completion(WriterMode::passthrough, IoKind::write, -EINTR, 4096);
+    EXPECT_EQ(c.status, IoStatus::io_error);
+    EXPECT_EQ(c.error, std::error_code(EINTR, std::system_category()));
+
+    c = classify_completion(WriterMode::passthrough, IoKind::write, -EBADE, 4096);
+    EXPECT_EQ(c.status, IoStatus::fenced);
+
+    // Only flag bits, no status: an error, never an empty error_code.
+    c = classify_completion(WriterMode::passthrough, IoKind::write, 0x4000, 4096);
+    EXPECT_EQ(c.status, IoStatus::io_error);
+    EXPECT_TRUE(c.error);
+
+    c = classify_completion(WriterMode::automatic, IoKind::write, 0, 4096);
+    EXPECT_EQ(c.status, IoStatus::io_error);
+    EXPECT_EQ(c.error, Errc::invalid_argument);
+}
+
+}  // namespace
+}  // namespace nvfence
