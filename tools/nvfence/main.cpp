@@ -17,6 +17,7 @@ extern "C" {
 #include <nvme/fabrics.h>
 }
 
+#include "agent_cmds.hpp"
 #include "json.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/fence.hpp"
@@ -807,6 +808,9 @@ int main(int argc, char** argv) {
     auto* probe = app.add_subcommand("udev-probe", "print udev properties of a namespace (silent for non-NVMe)");
     probe->add_option("devnode", probe_dev, "device node, e.g. /dev/nvme1n1")->required();
 
+    AgentCli agent;
+    add_agent_commands(app, agent);
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -819,6 +823,7 @@ int main(int argc, char** argv) {
     }
     auto type = parse_type(type_s);
     if (!type) return code(ExitCode::usage);
+    if (auto rc = run_agent_commands(agent)) return *rc;
 
     if (probe->parsed()) return cmd_udev_probe(probe_dev);
     if (info->parsed()) return cmd_info(c);

@@ -1,0 +1,340 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// @file agent.hpp
+/// The core of nvfenced, the host agent: one Agent per shared namespace
+/// registers this host, holds the reservation or stands by, watches the
+/// device every interval, self-fences when it lost, and answers control
+/// requests. It has no clock, device, socket or process of its own: the
+/// caller gives it a Clock, a Passthru and AgentHooks, so unit tests replay
+/// failure schedules exactly and nvfenced supplies the real ones.
+///
+/// State machine (AgentState):
+///
+///     STARTING --start()--> STANDBY | HOLDER | FENCED
+///     STANDBY  --takeover request--> HOLDER
+///     HOLDER   --release request---> STANDBY
+///     STANDBY, HOLDER --check(): registration gone, key replaced,
+///                       target restarted, or (exclusive mode) the
+///                       reservation lost--> FENCED
+///     HOLDER   --check(), shared mode, reservation lost but still
+///                registered--> STANDBY
+///     FENCED   --rejoin request (operator)--> STANDBY (new epoch)
+///     any      --stop()--> STOPPING
+///
+/// A takeover request is refused while FENCED: only a rejoin leaves it.
+///
+/// Safety rules (DESIGN.md) kept here:
+///  - the device decides: every state is derived from a Report;
+///  - nothing but an explicit request (takeover, rejoin) or the configured
+///    role at start ever registers or acquires; FENCED is left only by a
+///    rejoin request, and survives restarts through the state file;
+///  - every acquisition uses a fresh epoch (Fence persists it first);
+///  - on restart the agent resumes from the device, never from memory: it
+///    is holder only if the device shows this host holding.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "nvfence/clock.hpp"
+#include "nvfence/control.hpp"
+#include "nvfence/epoch_store.hpp"
+#include "nvfence/fence.hpp"
+#include "nvfence/passthru.hpp"
+#include "nvfence/report.hpp"
+#include "nvfence/reservation.hpp"
+#include "nvfence/result.hpp"
+
+namespace nvfence {
+
+/// What the agent does at start when it is not already registered.
+enum class StartRole : uint8_t {
+    standby,  ///< Register and stand by.
+    acquire,  ///< Register, then acquire if nobody holds the reservation.
+};
+
+/// Bounds of AgentOptions::interval_ms.
+inline constexpr uint32_t kMinIntervalMs = 50;
+/// Bounds of AgentOptions::interval_ms.
+inline constexpr uint32_t kMaxIntervalMs = 60000;
+/// Bounds of AgentOptions::device_timeout_ms.
+inline constexpr uint32_t kMinDeviceTimeoutMs = 100;
+/// Bounds of AgentOptions::device_timeout_ms.
+inline constexpr uint32_t kMaxDeviceTimeoutMs = 120000;
+/// Most notification log pages read per check.
+inline constexpr uint32_t kMaxNotificationPages = 64;
+
+/// How the agent takes part. Invalid options are a broken invariant: the
+/// constructor aborts (validate with parse_agent_settings first).
+struct AgentOptions {
+    uint8_t tag = 0;                               ///< Cluster tag of our keys.
+    uint8_t node = 0;                              ///< Node id, 1..255.
+    ResvType type = ResvType::write_exclusive;     ///< write_exclusive or write_exclusive_reg_only.
+    StartRole role = StartRole::standby;           ///< Role at start.
+    uint32_t interval_ms = 1000;                   ///< Watch period.
+    uint32_t device_timeout_ms = 5000;             ///< Bound on each device command.
+    bool keep_registration = false;                ///< stop(): stay registered.
+    uint32_t max_notification_pages = 16;          ///< Log pages read per check, 1..64.
+    std::string volume;                            ///< Volume name (status only).
+    std::string device;                            ///< Device path (status only).
+};
+
+/// What an AgentEvent reports.
+enum class AgentEventKind : uint8_t {
+    state_changed,          ///< from -> to, with the reason and the report.
+    holder_changed,         ///< The holder is another key than at the last check.
+    generation_reset,       ///< The generation went backwards (target restart).
+    notification,           ///< A Reservation Notification log page was read.
+    notification_overflow,  ///< Notification pages were lost or left unread.
+    check_failed,           ///< A check could not read the device (first failure).
+    check_recovered,        ///< A check succeeded again after failures.
+    slow_check,             ///< A check took longer than the interval.
+    loop_stalled,           ///< A check ran much later than scheduled (paused?).
+    host_id_shared,         ///< Another controller registered with this host's id.
+    request,                ///< A control request was served.
+    action_failed,          ///< Stopping writers or the fence action failed.
+    info,                   ///< Anything else worth one line.
+};
+
+/// How loud an event is.
+enum class EventLevel : uint8_t { debug, info, warning, error };
+
+/// One thing the agent observed or did: one log line.
+struct AgentEvent {
+    AgentEventKind kind = AgentEventKind::info;  ///< What.
+    EventLevel level = EventLevel::info;         ///< How loud.
+    AgentState from = AgentState::starting;      ///< State before.
+    AgentState to = AgentState::starting;        ///< State after.
+    std::string text;                            ///< What happened, in words.
+    std::optional<ReservationStatus> report;     ///< The observed report, if any.
+    HostId self{};                               ///< This host (to mark it in the report).
+};
+
+/// Words for an event kind, e.g. "state", "holder", "notification".
+const char* agent_event_kind_name(AgentEventKind k);
+
+/// A report in one line: generation, type, holder and registrants, with
+/// this host marked, e.g.
+/// `gen 7, WE, holder nf:0:2:5, registrants [nf:0:1:3 (this host), nf:0:2:5 (holder)]`.
+std::string describe_report(const ReservationStatus& st, const HostId& self);
+
+/// An event in one line (no timestamp, no level): state changes read
+/// `STANDBY -> FENCED: <text>; report: <describe_report>`.
+std::string format_event(const AgentEvent& e);
+
+/// What the agent needs from its host process besides the device.
+class AgentHooks {
+public:
+    virtual ~AgentHooks() = default;
+    /// Reports one event (nvfenced logs it). Must not call back into the agent.
+    virtual void event(const AgentEvent& e) = 0;
+    /// Stops every writer the agent manages; bounded. Called once on each
+    /// entry to FENCED, before fence_action(), and again when a restart
+    /// finds the state file FENCED.
+    virtual Status stop_writers(const std::string& reason) = 0;
+    /// Runs the configured fence action (command, unit stop, reboot, none);
+    /// bounded. Called once on each entry to FENCED, never on restart.
+    virtual Status fence_action(const std::string& reason) = 0;
+    /// Called after every completed check: the watchdog keep-alive.
+    virtual void keepalive() {}
+};
+
+/// The role recorded in the state file.
+enum class PersistedRole : uint8_t {
+    none,     ///< Not registered (fresh, or stopped and unregistered).
+    standby,  ///< Registered with key, not holding.
+    holder,   ///< Registered with key and holding.
+    fenced,   ///< Fenced: wait for rejoin; never register by itself.
+};
+
+/// Words for a persisted role: "none", "standby", "holder", "fenced".
+const char* persisted_role_name(PersistedRole r);
+
+/// What the agent persists across restarts (besides the epoch, which
+/// EpochStore keeps).
+struct PersistedState {
+    uint8_t node = 0;                          ///< Node id in use (0: none yet).
+    uint8_t tag = 0;                           ///< Cluster tag in use.
+    PersistedRole role = PersistedRole::none;  ///< Last role.
+    uint64_t key = 0;                          ///< Key registered (0: none).
+    int64_t fenced_unix_ms = 0;                ///< When FENCED began (0: not fenced).
+    std::string reason;                        ///< Why FENCED ("" otherwise).
+    friend bool operator==(const PersistedState&, const PersistedState&) = default;
+};
+
+/// The state file's text: `key=value` lines (version, node, tag, role, key,
+/// fenced_unix_ms, reason). The reason is truncated to 512 bytes and control
+/// characters replaced.
+std::string encode_persisted_state(const PersistedState& s);
+/// Parses encode_persisted_state()'s text strictly (every key exactly once,
+/// values in range, role and key consistent); Errc::state_io otherwise.
+Result<PersistedState> parse_persisted_state(std::string_view text);
+
+/// The agent's state file `<dir>/<volume>.agent`, written atomically
+/// (temporary file, fsync, rename, fsync of the directory).
+class AgentStateFile {
+public:
+    /// A file for @p volume (sanitised as EpochStore does) under @p dir.
+    AgentStateFile(std::string dir, const std::string& volume);
+    /// The stored state, std::nullopt when there is no file; Errc::state_io
+    /// when it cannot be read or does not parse (never guessed around).
+    Result<std::optional<PersistedState>> load() const;
+    /// Replaces the stored state.
+    Status save(const PersistedState& s) const;
+    /// The file's path.
+    const std::string& path() const { return path_; }
+
+private:
+    std::string dir_;
+    std::string path_;
+};
+
+/// A Passthru decorator for the agent: gives every command a timeout (when
+/// it has none) so no device wait is unbounded, and measures each command
+/// on the agent's Clock.
+class TimedPassthru final : public Passthru {
+public:
+    /// Forwards to @p inner (borrowed), timing with @p clock.
+    TimedPassthru(Passthru& inner, Clock& clock, uint32_t timeout_ms)
+        : inner_(inner), clock_(clock), timeout_ms_(timeout_ms) {}
+    /// See Passthru::submit; sets cmd.timeout_ms when it is 0.
+    Result<uint32_t> submit(const Command& cmd, std::span<uint8_t> data) override;
+    /// Duration of the slowest command since reset_slowest().
+    Clock::Ms slowest() const { return slowest_; }
+    /// Forgets the slowest duration.
+    void reset_slowest() { slowest_ = Clock::Ms(0); }
+
+private:
+    Passthru& inner_;
+    Clock& clock_;
+    uint32_t timeout_ms_;
+    Clock::Ms slowest_{0};
+};
+
+/// The host agent for one namespace. Single-threaded: call every member
+/// from one thread.
+class Agent {
+public:
+    /// Commands go to @p dev for namespace @p nsid as host @p self. @p epochs
+    /// and @p state may be null (nothing persisted; tests only). Aborts on
+    /// invalid @p opts.
+    Agent(Passthru& dev, uint32_t nsid, const HostId& self, AgentOptions opts, Clock& clock,
+          AgentHooks& hooks, const EpochStore* epochs, const AgentStateFile* state);
+    Agent(const Agent&) = delete;
+    Agent& operator=(const Agent&) = delete;
+
+    /// Resumes from the device and the state file, or registers with a
+    /// fresh epoch and applies the start role. Ends in STANDBY, HOLDER or
+    /// FENCED. Errors (the agent stays STARTING; last_error() says why):
+    /// Errc::host_id_conflict when this host id is registered with a key
+    /// that is not this node's, Errc::state_io, Errc::refused (the state
+    /// file belongs to another node id), or the device's error.
+    Status start();
+    /// One watch: reads the notification log and the Report, detects
+    /// preemption, unregistration, a replaced key, a holder change, a
+    /// generation going backwards, and acts (FENCED). Never registers or
+    /// acquires. Schedules the next check one interval after this one began.
+    void check();
+    /// Makes the next check due now (e.g. a writer saw a fenced completion).
+    void request_check();
+    /// Time until the next check is due (0 when due), at most one interval.
+    Clock::Ms until_next_check();
+    /// Runs checks when due; between them calls @p wait with the time to
+    /// wait (it may serve requests meanwhile and must return within about
+    /// that time). Returns when @p wait returns false.
+    void run(const std::function<bool(Clock::Ms)>& wait);
+    /// Serves one control request; @p who names the peer for the log.
+    ControlReply handle(const ControlRequest& req, const std::string& who = {});
+    /// Clean stop: releases the reservation if held; unregisters unless
+    /// keep_registration; persists; ends STOPPING. A FENCED agent leaves
+    /// the device alone. Fails (device error) when the release failed.
+    Status stop();
+
+    /// The status snapshot a status request returns.
+    ControlReply status();
+    /// Current state.
+    AgentState state() const { return state_; }
+    /// This host's key (0: none).
+    uint64_t key() const { return key_; }
+    /// Why the agent is FENCED ("" otherwise).
+    const std::string& fence_reason() const { return fence_reason_; }
+    /// The last error, in words ("" if none).
+    const std::string& last_error() const { return last_error_; }
+    /// The last Report read, if any.
+    const std::optional<ReservationStatus>& last_report() const { return report_; }
+    /// Consecutive failed checks.
+    uint32_t check_failures() const { return failures_; }
+    /// Completed checks (successful or not).
+    uint64_t checks() const { return checks_; }
+    /// The options in force.
+    const AgentOptions& options() const { return opts_; }
+
+private:
+    struct Notes {
+        uint32_t pages = 0;
+        bool registration_preempted = false;
+        bool reservation_released = false;
+        bool reservation_preempted = false;
+        uint64_t lost = 0;
+        bool more_pending = false;
+    };
+
+    Notes drain_notifications(bool report_events);
+    void observe(const ReservationStatus& st, const Notes& notes);
+    void enter_fenced(const std::string& reason, const ReservationStatus* st, bool run_action);
+    void transition(AgentState to, const std::string& why, const ReservationStatus* st = nullptr,
+                    EventLevel level = EventLevel::info);
+    void emit(AgentEventKind kind, EventLevel level, const std::string& text,
+              const ReservationStatus* st = nullptr);
+    Status persist();
+    Status save(PersistedRole role);
+    bool holds(const ReservationStatus& st, const Registrant& me) const;
+    bool ours(uint64_t key) const;
+    bool our_newer_key(uint64_t key) const;
+    void adopt(const ReservationStatus& st, const Registrant& me, bool was_holder, const std::string& why);
+    void sync_after_request(const char* op);
+    void set_baseline(const ReservationStatus& st);
+    Status apply_start_role(const ReservationStatus& st, bool resumed);
+    ControlReply do_takeover(const ControlRequest& req, const std::string& who);
+    ControlReply do_release(const ControlRequest& req, const std::string& who);
+    ControlReply do_rejoin(const ControlRequest& req, const std::string& who);
+    ControlReply reply_for(const ControlRequest& req);
+    ControlReply fail_reply(const ControlRequest& req, std::error_code ec, const std::string& msg);
+
+    AgentOptions opts_;
+    Clock& clock_;
+    AgentHooks& hooks_;
+    const EpochStore* epochs_;
+    const AgentStateFile* statefile_;
+    HostId self_;
+    TimedPassthru timed_;
+    Reservations resv_;
+    Fence fence_;
+
+    AgentState state_ = AgentState::starting;
+    uint64_t key_ = 0;
+    std::optional<ReservationStatus> report_;
+    std::optional<uint32_t> last_gen_;
+    uint64_t last_holder_ = 0;
+    size_t self_entries_ = 0;
+    bool host_id_shared_reported_ = false;
+    bool notifications_supported_ = true;
+    uint64_t last_notice_count_ = 0;
+    uint64_t notifications_ = 0;
+    uint32_t failures_ = 0;
+    uint64_t checks_ = 0;
+    bool slow_ = false;
+    std::string last_error_;
+    std::string fence_reason_;
+    std::optional<Clock::TimePoint> fenced_at_;
+    int64_t fenced_unix_ms_ = 0;
+    std::optional<Clock::TimePoint> last_ok_;
+    Clock::WallPoint last_ok_wall_{};
+    Clock::TimePoint started_;
+    Clock::TimePoint next_check_;
+};
+
+}  // namespace nvfence

@@ -1,0 +1,1042 @@
+// SPDX-License-Identifier: MIT
+#include "nvfence/agent.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+
+#include "nvfence/error.hpp"
+#include "nvfence/fd.hpp"
+#include "nvfence/key.hpp"
+
+namespace nvfence {
+namespace {
+
+// A broken invariant means the agent no longer knows what the device
+// thinks; continuing could write without a grant, so stop loudly.
+[[noreturn]] void broken(const char* what, const char* file, int line) {
+    std::fprintf(stderr, "nvfenced: broken invariant: %s (%s:%d); aborting\n", what, file, line);
+    std::fflush(stderr);
+    std::abort();
+}
+#define NVF_INVARIANT(c)                                   \
+    do {                                                   \
+        if (!(c)) broken(#c, __FILE__, __LINE__);          \
+    } while (0)
+
+constexpr size_t kMaxReasonBytes = 512;
+constexpr size_t kMaxListedRegistrants = 16;
+
+std::string key_text(uint64_t k) { return k ? format_key(k) : "none"; }
+
+uint32_t epoch_of(uint64_t key) {
+    auto f = decode_key(key);
+    return f ? f->epoch : 0;
+}
+
+int64_t unix_ms(Clock::WallPoint w) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(w.time_since_epoch()).count();
+}
+
+uint64_t ms(Clock::Ms d) { return d.count() < 0 ? 0 : static_cast<uint64_t>(d.count()); }
+
+Clock::Ms since(Clock::TimePoint a, Clock::TimePoint b) {
+    return std::chrono::duration_cast<Clock::Ms>(b - a);
+}
+
+std::string clean_text(std::string_view s, size_t max) {
+    std::string out;
+    for (char c : s.substr(0, std::min(s.size(), max))) {
+        const auto u = static_cast<unsigned char>(c);
+        out.push_back((u < 0x20 || u == 0x7f) ? '?' : c);
+    }
+    return out;
+}
+
+std::string sanitize_volume(const std::string& volume) {
+    std::string v;
+    for (char c : volume) {
+        const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                          (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+        v.push_back(keep ? c : '_');
+    }
+    if (v.empty() || v[0] == '.') v.insert(0, "v");
+    return v;
+}
+
+bool notifications_unsupported(std::error_code ec) {
+    return is_nvme(ec, NvmeStatus::invalid_log_page) || is_nvme(ec, NvmeStatus::invalid_field) ||
+           is_nvme(ec, NvmeStatus::invalid_opcode);
+}
+
+FenceOptions fence_options(const AgentOptions& o) {
+    FenceOptions f;
+    f.tag = o.tag;
+    f.node = o.node;
+    f.type = o.type;
+    f.abort = true;
+    return f;
+}
+
+}  // namespace
+
+// ---- events -----------------------------------------------------------------
+
+const char* agent_event_kind_name(AgentEventKind k) {
+    switch (k) {
+    case AgentEventKind::state_changed: return "state";
+    case AgentEventKind::holder_changed: return "holder";
+    case AgentEventKind::generation_reset: return "generation";
+    case AgentEventKind::notification: return "notification";
+    case AgentEventKind::notification_overflow: return "notification-overflow";
+    case AgentEventKind::check_failed: return "check-failed";
+    case AgentEventKind::check_recovered: return "check-recovered";
+    case AgentEventKind::slow_check: return "slow";
+    case AgentEventKind::loop_stalled: return "stalled";
+    case AgentEventKind::host_id_shared: return "host-id";
+    case AgentEventKind::request: return "request";
+    case AgentEventKind::action_failed: return "action-failed";
+    case AgentEventKind::info: return "info";
+    }
+    return "unknown";
+}
+
+std::string describe_report(const ReservationStatus& st, const HostId& self) {
+    std::string s = "gen " + std::to_string(st.generation) + ", ";
+    s += st.type == ResvType::none ? std::string("not reserved") : std::string(resv_type_short(st.type));
+    const Registrant* h = st.holder();
+    s += ", holder ";
+    s += h ? key_text(h->key) : std::string("none");
+    if (h && h->host_id == self) s += " (this host)";
+    s += ", registrants [";
+    size_t n = 0;
+    for (const auto& r : st.registrants) {
+        if (n == kMaxListedRegistrants) {
+            s += ", +" + std::to_string(st.registrants.size() - n) + " more";
+            break;
+        }
+        if (n++) s += ", ";
+        s += key_text(r.key);
+        if (r.host_id == self && r.holder) s += " (this host, holder)";
+        else if (r.host_id == self) s += " (this host)";
+        else if (r.holder) s += " (holder)";
+    }
+    s += "]";
+    if (st.truncated()) s += " (device claims " + std::to_string(st.num_registrants) + ")";
+    return s;
+}
+
+std::string format_event(const AgentEvent& e) {
+    std::string s;
+    if (e.kind == AgentEventKind::state_changed)
+        s = std::string(agent_state_name(e.from)) + " -> " + agent_state_name(e.to) + ": ";
+    s += e.text;
+    if (e.report) s += "; report: " + describe_report(*e.report, e.self);
+    return s;
+}
+
+// ---- persisted state ----------------------------------------------------------
+
+const char* persisted_role_name(PersistedRole r) {
+    switch (r) {
+    case PersistedRole::none: return "none";
+    case PersistedRole::standby: return "standby";
+    case PersistedRole::holder: return "holder";
+    case PersistedRole::fenced: return "fenced";
+    }
+    return "unknown";
+}
+
+std::string encode_persisted_state(const PersistedState& s) {
+    std::string t = "# nvfenced state; written atomically by nvfenced, do not edit while it runs\n";
+    t += "version=1\n";
+    t += "node=" + std::to_string(s.node) + "\n";
+    t += "tag=" + std::to_string(s.tag) + "\n";
+    t += std::string("role=") + persisted_role_name(s.role) + "\n";
+    t += "key=" + format_key_hex(s.key) + "\n";
+    t += "fenced_unix_ms=" + std::to_string(s.fenced_unix_ms < 0 ? 0 : s.fenced_unix_ms) + "\n";
+    t += "reason=" + clean_text(s.reason, kMaxReasonBytes) + "\n";
+    return t;
+}
+
+Result<PersistedState> parse_persisted_state(std::string_view text) {
+    const auto bad = make_error_code(Errc::state_io);
+    if (text.size() > 4096) return bad;
+    PersistedState s;
+    unsigned seen = 0;
+    enum : unsigned { kVersion = 1, kNode = 2, kTag = 4, kRole = 8, kKey = 16, kFenced = 32, kReason = 64 };
+    while (!text.empty()) {
+        const size_t nl = text.find('\n');
+        if (nl == std::string_view::npos) return bad;  // a torn last line
+        std::string_view line = text.substr(0, nl);
+        text.remove_prefix(nl + 1);
+        if (line.empty() || line[0] == '#') continue;
+        const size_t eq = line.find('=');
+        if (eq == std::string_view::npos) return bad;
+        const std::string_view k = line.substr(0, eq), v = line.substr(eq + 1);
+        auto once = [&](unsigned bit) {
+            if (seen & bit) return false;
+            seen |= bit;
+            return true;
+        };
+        if (k == "version") {
+            if (!once(kVersion) || v != "1") return bad;
+        } else if (k == "node") {
+            auto n = parse_uint(v, 0, kMaxNode);
+            if (!once(kNode) || !n) return bad;
+            s.node = static_cast<uint8_t>(*n);
+        } else if (k == "tag") {
+            auto n = parse_uint(v, 0, 255);
+            if (!once(kTag) || !n) return bad;
+            s.tag = static_cast<uint8_t>(*n);
+        } else if (k == "role") {
+            if (!once(kRole)) return bad;
+            if (v == "none") s.role = PersistedRole::none;
+            else if (v == "standby") s.role = PersistedRole::standby;
+            else if (v == "holder") s.role = PersistedRole::holder;
+            else if (v == "fenced") s.role = PersistedRole::fenced;
+            else return bad;
+        } else if (k == "key") {
+            if (!once(kKey)) return bad;
+            if (v == "0x0000000000000000") {
+                s.key = 0;
+            } else {
+                auto key = parse_key(v);
+                if (!key) return bad;
+                s.key = *key;
+            }
+        } else if (k == "fenced_unix_ms") {
+            auto n = parse_uint(v, 0, INT64_MAX);
+            if (!once(kFenced) || !n) return bad;
+            s.fenced_unix_ms = static_cast<int64_t>(*n);
+        } else if (k == "reason") {
+            if (!once(kReason) || v.size() > kMaxReasonBytes) return bad;
+            for (char c : v)
+                if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return bad;
+            s.reason = std::string(v);
+        } else {
+            return bad;
+        }
+    }
+    if (seen != 127) return bad;
+    const bool registered = s.role == PersistedRole::standby || s.role == PersistedRole::holder;
+    if (registered && (s.key == 0 || s.node == 0)) return bad;
+    if (s.role == PersistedRole::none && s.key != 0) return bad;
+    if (s.role == PersistedRole::fenced && s.node == 0) return bad;
+    return s;
+}
+
+AgentStateFile::AgentStateFile(std::string dir, const std::string& volume) : dir_(std::move(dir)) {
+    path_ = dir_ + "/" + sanitize_volume(volume) + ".agent";
+}
+
+Result<std::optional<PersistedState>> AgentStateFile::load() const {
+    Fd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) {
+        if (errno == ENOENT) return std::optional<PersistedState>{};
+        return make_error_code(Errc::state_io);
+    }
+    std::string text;
+    char buf[1024];
+    for (;;) {
+        const ssize_t n = ::read(fd.get(), buf, sizeof buf);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return make_error_code(Errc::state_io);
+        }
+        if (n == 0) break;
+        text.append(buf, static_cast<size_t>(n));
+        if (text.size() > 4096) return make_error_code(Errc::state_io);
+    }
+    auto s = parse_persisted_state(text);
+    if (!s) return s.error();
+    return std::optional<PersistedState>(*s);
+}
+
+Status AgentStateFile::save(const PersistedState& s) const {
+    if (::mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) return make_error_code(Errc::state_io);
+    const std::string tmp = path_ + ".tmp";
+    const std::string text = encode_persisted_state(s);
+    {
+        Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+        if (!fd) return make_error_code(Errc::state_io);
+        if (::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()) ||
+            ::fsync(fd.get()) != 0)
+            return make_error_code(Errc::state_io);
+    }
+    if (::rename(tmp.c_str(), path_.c_str()) != 0) return make_error_code(Errc::state_io);
+    Fd dfd(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!dfd || ::fsync(dfd.get()) != 0) return make_error_code(Errc::state_io);
+    return Ok{};
+}
+
+// ---- TimedPassthru ------------------------------------------------------------
+
+Result<uint32_t> TimedPassthru::submit(const Command& cmd, std::span<uint8_t> data) {
+    Command c = cmd;
+    if (c.timeout_ms == 0) c.timeout_ms = timeout_ms_;
+    const auto t0 = clock_.now();
+    auto r = inner_.submit(c, data);
+    slowest_ = std::max(slowest_, since(t0, clock_.now()));
+    return r;
+}
+
+// ---- Agent --------------------------------------------------------------------
+
+Agent::Agent(Passthru& dev, uint32_t nsid, const HostId& self, AgentOptions opts, Clock& clock,
+             AgentHooks& hooks, const EpochStore* epochs, const AgentStateFile* state)
+    : opts_(std::move(opts)),
+      clock_(clock),
+      hooks_(hooks),
+      epochs_(epochs),
+      statefile_(state),
+      self_(self),
+      timed_(dev, clock, opts_.device_timeout_ms),
+      resv_(timed_, nsid),
+      fence_(resv_, self, fence_options(opts_), epochs) {
+    NVF_INVARIANT(opts_.node != 0);
+    NVF_INVARIANT(opts_.interval_ms >= kMinIntervalMs && opts_.interval_ms <= kMaxIntervalMs);
+    NVF_INVARIANT(opts_.device_timeout_ms >= kMinDeviceTimeoutMs &&
+                  opts_.device_timeout_ms <= kMaxDeviceTimeoutMs);
+    NVF_INVARIANT(opts_.type == ResvType::write_exclusive ||
+                  opts_.type == ResvType::write_exclusive_reg_only);
+    NVF_INVARIANT(opts_.max_notification_pages >= 1 &&
+                  opts_.max_notification_pages <= kMaxNotificationPages);
+    NVF_INVARIANT(!host_id_is_zero(self_));
+    started_ = clock_.now();
+    next_check_ = started_;
+}
+
+void Agent::emit(AgentEventKind kind, EventLevel level, const std::string& text,
+                 const ReservationStatus* st) {
+    AgentEvent e;
+    e.kind = kind;
+    e.level = level;
+    e.from = e.to = state_;
+    e.text = text;
+    if (st) e.report = *st;
+    e.self = self_;
+    hooks_.event(e);
+}
+
+void Agent::transition(AgentState to, const std::string& why, const ReservationStatus* st,
+                       EventLevel level) {
+    AgentEvent e;
+    e.kind = AgentEventKind::state_changed;
+    e.level = level;
+    e.from = state_;
+    e.to = to;
+    e.text = why;
+    if (st) e.report = *st;
+    e.self = self_;
+    state_ = to;
+    hooks_.event(e);
+}
+
+Status Agent::save(PersistedRole role) {
+    if (!statefile_) return Ok{};
+    PersistedState s;
+    s.node = opts_.node;
+    s.tag = opts_.tag;
+    s.role = role;
+    s.key = role == PersistedRole::none ? 0 : key_;
+    if (role == PersistedRole::fenced) {
+        s.reason = fence_reason_;
+        s.fenced_unix_ms = fenced_unix_ms_;
+    }
+    auto r = statefile_->save(s);
+    if (!r) {
+        last_error_ = "cannot write the state file " + statefile_->path() + ": " + r.error().message();
+        emit(AgentEventKind::info, EventLevel::error, last_error_);
+    }
+    return r;
+}
+
+Status Agent::persist() {
+    switch (state_) {
+    case AgentState::standby: return save(PersistedRole::standby);
+    case AgentState::holder: return save(PersistedRole::holder);
+    case AgentState::fenced: return save(PersistedRole::fenced);
+    case AgentState::starting:
+    case AgentState::stopping: break;
+    }
+    broken("persist() in a transient state", __FILE__, __LINE__);
+}
+
+bool Agent::holds(const ReservationStatus& st, const Registrant& me) const {
+    return me.holder && st.type == opts_.type;
+}
+
+bool Agent::ours(uint64_t key) const {
+    auto f = decode_key(key);
+    return f && f->tag == opts_.tag && f->node == opts_.node;
+}
+
+// A key under this host id that this agent may have registered itself just
+// before a crash or a failed request: this node's key, not older than the
+// one we know, and not above the highest epoch persisted (Fence persists an
+// epoch before the key reaches the device, so anything above it is not ours).
+bool Agent::our_newer_key(uint64_t key) const {
+    auto f = decode_key(key);
+    if (!f || f->tag != opts_.tag || f->node != opts_.node) return false;
+    if (f->epoch < epoch_of(key_)) return false;
+    if (!epochs_) return true;
+    auto stored = epochs_->load();
+    return stored && f->epoch <= *stored;
+}
+
+void Agent::set_baseline(const ReservationStatus& st) {
+    report_ = st;
+    last_gen_ = st.generation;
+    const Registrant* h = st.holder();
+    last_holder_ = h ? h->key : 0;
+    self_entries_ = static_cast<size_t>(std::count_if(
+        st.registrants.begin(), st.registrants.end(),
+        [&](const Registrant& r) { return r.host_id == self_; }));
+}
+
+Agent::Notes Agent::drain_notifications(bool report_events) {
+    Notes n;
+    if (!notifications_supported_) return n;
+    for (uint32_t i = 0; i < opts_.max_notification_pages; ++i) {
+        auto log = resv_.notification_log();
+        if (!log) {
+            if (notifications_unsupported(log.error())) {
+                notifications_supported_ = false;
+                emit(AgentEventKind::info, EventLevel::info,
+                     "the device has no Reservation Notification log (" + log.error().message() +
+                         "): watching by Report alone");
+            }
+            return n;
+        }
+        if (log->type == NotificationType::empty || log->log_page_count == 0) return n;
+        if (last_notice_count_ != 0 && log->log_page_count > last_notice_count_ + 1)
+            n.lost += log->log_page_count - last_notice_count_ - 1;
+        last_notice_count_ = log->log_page_count;
+        ++n.pages;
+        ++notifications_;
+        if (log->nsid == resv_.nsid() || log->nsid == 0xffffffffu) {
+            switch (log->type) {
+            case NotificationType::registration_preempted: n.registration_preempted = true; break;
+            case NotificationType::reservation_released: n.reservation_released = true; break;
+            case NotificationType::reservation_preempted: n.reservation_preempted = true; break;
+            case NotificationType::empty: break;
+            }
+        }
+        if (report_events)
+            emit(AgentEventKind::notification, EventLevel::info,
+                 "reservation notification #" + std::to_string(log->log_page_count) + ": " +
+                     notification_type_name(log->type) + " (nsid " + std::to_string(log->nsid) + ")");
+        if (log->available == 0) return n;
+    }
+    n.more_pending = true;
+    return n;
+}
+
+void Agent::enter_fenced(const std::string& reason, const ReservationStatus* st, bool run_action) {
+    if (state_ == AgentState::fenced) return;
+    fence_reason_ = clean_text(reason, kMaxReasonBytes);
+    fenced_at_ = clock_.now();
+    fenced_unix_ms_ = unix_ms(clock_.wall_now());
+    transition(AgentState::fenced, reason, st, EventLevel::error);
+    // Persist before acting: the action may be a reboot, and after it the
+    // agent must come back FENCED, not registered.
+    (void)persist();
+    if (auto s = hooks_.stop_writers(fence_reason_); !s)
+        emit(AgentEventKind::action_failed, EventLevel::error,
+             "stopping the writers failed: " + s.error().message());
+    if (!run_action) return;
+    if (auto s = hooks_.fence_action(fence_reason_); !s)
+        emit(AgentEventKind::action_failed, EventLevel::error,
+             "the fence action failed: " + s.error().message() +
+                 "; the device still refuses this host's writes");
+}
+
+void Agent::observe(const ReservationStatus& st, const Notes& notes) {
+    bool reset = false;
+    if (last_gen_ && st.generation < *last_gen_) {
+        // GEN is 32 bits and may wrap; only a fall from near the top to near
+        // zero is a wrap, anything else is lost state.
+        const bool wrapped = *last_gen_ >= 0xf0000000u && st.generation < 0x10000000u;
+        if (!wrapped) {
+            reset = true;
+            emit(AgentEventKind::generation_reset, EventLevel::warning,
+                 "generation went backwards (" + std::to_string(*last_gen_) + " -> " +
+                     std::to_string(st.generation) +
+                     "): the target restarted or lost its reservation state",
+                 &st);
+        }
+    }
+    const Registrant* h = st.holder();
+    const uint64_t holder = h ? h->key : 0;
+    if (last_gen_ && holder != last_holder_)
+        emit(AgentEventKind::holder_changed, EventLevel::info,
+             "holder changed: " + key_text(last_holder_) + " -> " + key_text(holder), &st);
+    const auto entries = static_cast<size_t>(std::count_if(
+        st.registrants.begin(), st.registrants.end(),
+        [&](const Registrant& r) { return r.host_id == self_; }));
+    if (entries > self_entries_ && self_entries_ > 0 && !host_id_shared_reported_) {
+        host_id_shared_reported_ = true;
+        emit(AgentEventKind::host_id_shared, EventLevel::warning,
+             std::to_string(entries) + " registrant entries carry this host's host id " +
+                 format_host_id(self_) + " (was " + std::to_string(self_entries_) +
+                 "): another host may share this host id; give every host a unique "
+                 "/etc/nvme/hostid",
+             &st);
+    }
+    if (notes.lost > 0 || notes.more_pending)
+        emit(AgentEventKind::notification_overflow, EventLevel::warning,
+             "reservation notification log overflow: " +
+                 (notes.lost ? std::to_string(notes.lost) + " notification(s) lost"
+                             : std::string("more pages pending than read per check")) +
+                 "; the Report decides");
+    report_ = st;
+    last_gen_ = st.generation;
+    last_holder_ = holder;
+    self_entries_ = std::max(self_entries_, entries);
+
+    if (state_ != AgentState::standby && state_ != AgentState::holder) return;
+    NVF_INVARIANT(key_ != 0);
+    const Registrant* me = st.find_host(self_);
+    const std::string k = key_text(key_);
+    if (!me) {
+        std::string why;
+        if (reset)
+            why = "target restart: the generation went backwards and this host's key " + k + " is gone";
+        else if (notes.registration_preempted)
+            why = "preempted: registration " + k + " was removed (Registration Preempted notification)";
+        else if (notes.reservation_preempted)
+            why = "registration " + k + " was removed: the reservation was cleared";
+        else
+            why = "registration " + k + " is gone: preempted or unregistered by another host";
+        enter_fenced(why, &st, true);
+        return;
+    }
+    if (me->key != key_) {
+        enter_fenced("this host's host id is now registered with key " + key_text(me->key) +
+                         " instead of " + k +
+                         ": another host shares this host id, or the key was changed outside the agent",
+                     &st, true);
+        return;
+    }
+    const bool hold = holds(st, *me);
+    if (state_ == AgentState::holder && !hold) {
+        const std::string who = h ? "the holder is now " + key_text(h->key) : "nobody holds it";
+        if (opts_.type == ResvType::write_exclusive) {
+            enter_fenced("reservation lost while still registered (" + who +
+                             "): the device refuses this host's writes",
+                         &st, true);
+        } else {
+            transition(AgentState::standby,
+                       "reservation lost (" + who +
+                           "); still registered, and Registrants Only lets registrants write",
+                       &st, EventLevel::warning);
+            (void)persist();
+        }
+        return;
+    }
+    if (state_ == AgentState::standby && hold) {
+        transition(AgentState::holder,
+                   "the device shows this host holding the reservation with " + k +
+                       " (acquired outside the agent)",
+                   &st, EventLevel::warning);
+        (void)persist();
+    }
+}
+
+void Agent::check() {
+    if (state_ == AgentState::starting) return;
+    const auto interval = Clock::Ms(opts_.interval_ms);
+    const auto t0 = clock_.now();
+    if (checks_ > 0 && t0 > next_check_ + interval)
+        emit(AgentEventKind::loop_stalled, EventLevel::warning,
+             "check ran " + std::to_string(ms(since(next_check_, t0))) + " ms late (interval " +
+                 std::to_string(opts_.interval_ms) +
+                 " ms): the agent was paused or starved; checking now");
+    timed_.reset_slowest();
+    const Notes notes = drain_notifications(true);
+    auto st = fence_.verify();
+    ++checks_;
+    if (!st) {
+        ++failures_;
+        last_error_ = "reading the reservation failed: " + st.error().message();
+        if (failures_ == 1)
+            emit(AgentEventKind::check_failed, EventLevel::warning,
+                 last_error_ + "; state " + agent_state_name(state_) + " kept, retrying every interval");
+        else if (failures_ % 60 == 0)
+            emit(AgentEventKind::check_failed, EventLevel::warning,
+                 "still failing after " + std::to_string(failures_) + " checks: " + last_error_);
+    } else {
+        if (failures_ > 0)
+            emit(AgentEventKind::check_recovered, EventLevel::info,
+                 "reservation readable again after " + std::to_string(failures_) + " failed check(s)");
+        failures_ = 0;
+        last_ok_ = clock_.now();
+        last_ok_wall_ = clock_.wall_now();
+        observe(*st, notes);
+    }
+    const auto t1 = clock_.now();
+    const auto took = since(t0, t1);
+    if (took > interval) {
+        if (!slow_)
+            emit(AgentEventKind::slow_check, EventLevel::warning,
+                 "check took " + std::to_string(ms(took)) + " ms, longer than the interval (" +
+                     std::to_string(opts_.interval_ms) + " ms): the device is slow (slowest command " +
+                     std::to_string(ms(timed_.slowest())) + " ms)");
+        slow_ = true;
+    } else if (slow_) {
+        slow_ = false;
+        emit(AgentEventKind::slow_check, EventLevel::info,
+             "the device is responsive again: check took " + std::to_string(ms(took)) + " ms");
+    }
+    next_check_ = std::max(t0 + interval, t1);
+    hooks_.keepalive();
+}
+
+void Agent::request_check() { next_check_ = clock_.now(); }
+
+Clock::Ms Agent::until_next_check() {
+    const auto now = clock_.now();
+    if (now >= next_check_) return Clock::Ms(0);
+    return std::min(since(now, next_check_), Clock::Ms(opts_.interval_ms));
+}
+
+void Agent::run(const std::function<bool(Clock::Ms)>& wait) {
+    for (;;) {
+        if (clock_.now() >= next_check_) check();
+        if (!wait(until_next_check())) return;
+    }
+}
+
+void Agent::adopt(const ReservationStatus& st, const Registrant& me, bool was_holder,
+                  const std::string& why) {
+    key_ = me.key;
+    const std::string k = key_text(key_);
+    if (holds(st, me)) {
+        transition(AgentState::holder, why + ": the device shows this host holding with " + k, &st);
+        (void)persist();
+        return;
+    }
+    if (was_holder && opts_.type == ResvType::write_exclusive) {
+        const Registrant* h = st.holder();
+        enter_fenced(why + ": this host held the reservation with " + k + " but the device shows " +
+                         (h ? key_text(h->key) + " holding" : std::string("nobody holding")) +
+                         ": lost while the agent was down",
+                     &st, true);
+        return;
+    }
+    transition(AgentState::standby, why + ": registered with " + k + ", not holding", &st);
+    (void)persist();
+}
+
+Status Agent::apply_start_role(const ReservationStatus& st, bool resumed) {
+    if (opts_.role != StartRole::acquire || state_ != AgentState::standby) return Ok{};
+    if (const Registrant* h = st.holder()) {
+        emit(AgentEventKind::info, EventLevel::info,
+             "role acquire: " + key_text(h->key) + " holds the reservation; standing by", &st);
+        return Ok{};
+    }
+    if (resumed) {
+        // An acquisition always takes a fresh epoch, also with a key kept
+        // from before the restart.
+        auto j = fence_.join(std::nullopt, true);
+        if (!j) {
+            emit(AgentEventKind::info, EventLevel::warning,
+                 "role acquire: taking a fresh key failed (" + j.error().message() + "); standing by");
+            sync_after_request("re-key");
+            return Ok{};
+        }
+        key_ = j->key;
+        set_baseline(j->after);
+        (void)persist();
+    }
+    auto a = fence_.acquire();
+    if (!a) {
+        if (a.error() == Errc::held_by_other) {
+            const auto& lr = fence_.last_report();
+            const Registrant* h = lr ? lr->holder() : nullptr;
+            emit(AgentEventKind::info, EventLevel::info,
+                 "role acquire: " + (h ? key_text(h->key) : std::string("another host")) +
+                     " acquired first; standing by",
+                 lr ? &*lr : nullptr);
+        } else {
+            emit(AgentEventKind::info, EventLevel::warning,
+                 "role acquire: acquiring failed (" + a.error().message() + "); standing by");
+        }
+        sync_after_request("acquire");
+        return Ok{};
+    }
+    key_ = a->key;
+    set_baseline(a->after);
+    const Registrant* me = a->after.find_host(self_);
+    NVF_INVARIANT(me && holds(a->after, *me));
+    transition(AgentState::holder,
+               std::string("acquired the reservation (") + resv_type_short(opts_.type) + ") with " +
+                   key_text(key_) + ": nobody held it",
+               &a->after);
+    (void)persist();
+    return Ok{};
+}
+
+Status Agent::start() {
+    NVF_INVARIANT(state_ == AgentState::starting);
+    std::optional<PersistedState> saved;
+    if (statefile_) {
+        auto l = statefile_->load();
+        if (!l) {
+            last_error_ = "cannot use the state file " + statefile_->path() + ": " + l.error().message() +
+                          " (it is never guessed around: inspect it, or remove it to start afresh)";
+            return l.error();
+        }
+        saved = *l;
+    }
+    const PersistedRole role = saved ? saved->role : PersistedRole::none;
+    if (role != PersistedRole::none && (saved->node != opts_.node || saved->tag != opts_.tag)) {
+        last_error_ = "the state file " + statefile_->path() + " belongs to node " +
+                      std::to_string(saved->node) + " (cluster tag " + std::to_string(saved->tag) +
+                      ", role " + persisted_role_name(role) + ") but this agent is node " +
+                      std::to_string(opts_.node) + " (cluster tag " + std::to_string(opts_.tag) +
+                      "): unregister with the old identity first, or fix node_id/cluster_tag";
+        return make_error_code(Errc::refused);
+    }
+    if (auto m = resv_.set_notification_mask(NotificationMask{}); !m)
+        emit(AgentEventKind::info, EventLevel::info,
+             "could not enable reservation notifications (" + m.error().message() + ")");
+    const Notes stale = drain_notifications(false);
+    if (stale.pages > 0)
+        emit(AgentEventKind::info, EventLevel::info,
+             "discarded " + std::to_string(stale.pages) + " reservation notification(s) from before this start");
+    auto st = fence_.verify();
+    if (!st) {
+        last_error_ = "cannot read the reservation: " + st.error().message();
+        return st.error();
+    }
+    set_baseline(*st);
+    last_ok_ = clock_.now();
+    last_ok_wall_ = clock_.wall_now();
+    next_check_ = clock_.now() + Clock::Ms(opts_.interval_ms);
+    const Registrant* me = st->find_host(self_);
+
+    if (role == PersistedRole::fenced) {
+        key_ = saved->key;
+        fence_reason_ = saved->reason;
+        fenced_unix_ms_ = saved->fenced_unix_ms;
+        const int64_t age = std::max<int64_t>(0, unix_ms(clock_.wall_now()) - fenced_unix_ms_);
+        fenced_at_ = clock_.now() - Clock::Ms(age);
+        transition(AgentState::fenced,
+                   "still FENCED from before the restart (" + saved->reason +
+                       "); only 'nvfence rejoin' or a takeover request brings this host back",
+                   &*st, EventLevel::warning);
+        // The writers may have been started again at boot; the fence action
+        // is not repeated, or a reboot action would loop.
+        if (auto s = hooks_.stop_writers(fence_reason_); !s)
+            emit(AgentEventKind::action_failed, EventLevel::error,
+                 "stopping the writers failed: " + s.error().message());
+        return Ok{};
+    }
+
+    if (role == PersistedRole::standby || role == PersistedRole::holder) {
+        key_ = saved->key;
+        if (me && (me->key == saved->key || our_newer_key(me->key))) {
+            adopt(*st, *me, role == PersistedRole::holder, "resumed after a restart");
+            // A holder that came back without the reservation lost it while
+            // it was down: the start role must not win it back.
+            if (role == PersistedRole::holder) return Ok{};
+            return apply_start_role(*st, true);
+        }
+        enter_fenced(me ? "while the agent was down, this host's host id got key " + key_text(me->key) +
+                              " instead of " + key_text(saved->key)
+                        : "while the agent was down, key " + key_text(saved->key) +
+                              " was removed (preempted or unregistered)",
+                     &*st, true);
+        return Ok{};
+    }
+
+    if (me) {
+        if (!ours(me->key)) {
+            last_error_ = "this host's host id " + format_host_id(self_) +
+                          " is already registered with key " + key_text(me->key) + ", which is not node " +
+                          std::to_string(opts_.node) + "'s (cluster tag " + std::to_string(opts_.tag) +
+                          "): another host shares this host id, or another tool registered it";
+            return make_error_code(Errc::host_id_conflict);
+        }
+        adopt(*st, *me, false, "found this host registered with " + key_text(me->key));
+        return apply_start_role(*st, true);
+    }
+    auto j = fence_.join(std::nullopt, false);
+    if (!j) {
+        last_error_ = "registering failed: " + j.error().message();
+        return j.error();
+    }
+    key_ = j->key;
+    NVF_INVARIANT(key_ != 0 && ours(key_));
+    set_baseline(j->after);
+    transition(AgentState::standby,
+               "registered with fresh key " + key_text(key_) + " (epoch " + std::to_string(epoch_of(key_)) + ")",
+               &j->after);
+    (void)persist();
+    return apply_start_role(j->after, false);
+}
+
+void Agent::sync_after_request(const char* op) {
+    const auto& lr = fence_.last_report();
+    if (!lr) return;
+    const ReservationStatus st = *lr;
+    const Registrant* me = st.find_host(self_);
+    if (me && me->key != key_ && our_newer_key(me->key)) {
+        key_ = me->key;
+        fence_reason_.clear();
+        fenced_at_.reset();
+        fenced_unix_ms_ = 0;
+        set_baseline(st);
+        if (holds(st, *me))
+            transition(AgentState::holder, std::string(op) + " left this host holding with " + key_text(key_), &st);
+        else
+            transition(AgentState::standby,
+                       std::string(op) + " left this host registered with fresh key " + key_text(key_) +
+                           ", not holding",
+                       &st, EventLevel::warning);
+        (void)persist();
+        return;
+    }
+    observe(st, Notes{});
+}
+
+ControlReply Agent::status() {
+    ControlReply r;
+    const auto now = clock_.now();
+    r.state = state_;
+    r.mode = opts_.type;
+    r.node = opts_.node;
+    r.tag = opts_.tag;
+    r.key = key_;
+    if (report_) {
+        const Registrant* h = report_->holder();
+        r.holder = h ? h->key : 0;
+        r.holder_self = h && h->host_id == self_;
+        r.generation = report_->generation;
+        r.registrants = static_cast<uint16_t>(std::min<size_t>(report_->registrants.size(), UINT16_MAX));
+        r.resv_type = report_->type;
+    }
+    r.check_failures = failures_;
+    r.pid = static_cast<uint32_t>(::getpid());
+    r.checks = checks_;
+    r.notifications = notifications_;
+    if (last_ok_) {
+        r.last_check_age_ms = ms(since(*last_ok_, now));
+        r.last_check_unix_ms = static_cast<uint64_t>(std::max<int64_t>(0, unix_ms(last_ok_wall_)));
+    }
+    if (state_ == AgentState::fenced && fenced_at_) r.fenced_for_ms = ms(since(*fenced_at_, now));
+    r.uptime_ms = ms(since(started_, now));
+    r.volume = opts_.volume;
+    r.device = opts_.device;
+    r.fence_reason = state_ == AgentState::fenced ? fence_reason_ : std::string();
+    r.last_error = failures_ > 0 ? last_error_ : std::string();
+    return r;
+}
+
+ControlReply Agent::reply_for(const ControlRequest& req) {
+    ControlReply r = status();
+    r.op = req.op;
+    r.id = req.id;
+    return r;
+}
+
+ControlReply Agent::fail_reply(const ControlRequest& req, std::error_code ec, const std::string& msg) {
+    ControlReply r = reply_for(req);
+    r.exit_code = static_cast<uint8_t>(exit_code_for(ec));
+    if (r.exit_code == 0) r.exit_code = static_cast<uint8_t>(ExitCode::failure);
+    r.message = msg;
+    return r;
+}
+
+ControlReply Agent::handle(const ControlRequest& req, const std::string& who) {
+    const std::string by = who.empty() ? std::string("request") : "request from " + who;
+    if (req.op == ControlOp::status) {
+        ControlReply r = reply_for(req);
+        r.message = std::string(agent_state_name(state_)) + (key_ ? " with " + key_text(key_) : "");
+        return r;
+    }
+    if (state_ == AgentState::starting || state_ == AgentState::stopping)
+        return fail_reply(req, make_error_code(Errc::refused),
+                          std::string("the agent is ") + agent_state_name(state_) + "; try again");
+    switch (req.op) {
+    case ControlOp::takeover: return do_takeover(req, by);
+    case ControlOp::release: return do_release(req, by);
+    case ControlOp::rejoin: return do_rejoin(req, by);
+    case ControlOp::status: break;
+    }
+    return fail_reply(req, make_error_code(Errc::protocol), "unknown request");
+}
+
+ControlReply Agent::do_takeover(const ControlRequest& req, const std::string& by) {
+    if (state_ == AgentState::fenced) {
+        // Leaving FENCED is the operator's deliberate act (rejoin), after
+        // making sure the writers are stopped; a takeover is not that act.
+        const std::string msg = "this host is FENCED (" + fence_reason_ +
+                                "); run 'nvfence rejoin' first, then 'nvfence takeover'";
+        emit(AgentEventKind::request, EventLevel::warning, by + ": takeover refused: " + msg);
+        return fail_reply(req, make_error_code(Errc::fenced), msg);
+    }
+    std::optional<uint64_t> victim;
+    if (req.victim) victim = req.victim;
+    auto out = fence_.takeover(victim);
+    if (!out) {
+        const std::error_code ec = out.error();
+        const auto& lr = fence_.last_report();
+        const Registrant* h = lr ? lr->holder() : nullptr;
+        std::string msg;
+        if (ec == Errc::lost_race)
+            msg = "lost the takeover race: " + (h ? key_text(h->key) : std::string("another host")) + " holds now";
+        else if (ec == Errc::invalid_argument && victim)
+            msg = "the victim " + key_text(*victim) + " is this host's own key";
+        else
+            msg = "takeover failed: " + ec.message();
+        emit(AgentEventKind::request, EventLevel::warning, by + ": takeover: " + msg, lr ? &*lr : nullptr);
+        sync_after_request("the failed takeover");
+        return fail_reply(req, ec, msg);
+    }
+    const Registrant* me = out->after.find_host(self_);
+    NVF_INVARIANT(me && me->key == out->key && holds(out->after, *me));
+    key_ = out->key;
+    set_baseline(out->after);
+    std::string msg;
+    if (!out->changed) {
+        msg = "already the holder with " + key_text(key_) + "; nothing changed";
+        emit(AgentEventKind::request, EventLevel::info, by + ": takeover: " + msg);
+    } else {
+        msg = "took the reservation with fresh key " + key_text(key_);
+        if (out->previous_holder) msg += ", preempted-and-aborted " + key_text(*out->previous_holder);
+        if (!out->removed.empty()) {
+            msg += " (removed";
+            for (auto k : out->removed) msg += " " + key_text(k);
+            msg += ")";
+        }
+        transition(AgentState::holder, by + ": takeover: " + msg, &out->after);
+        (void)persist();
+    }
+    ControlReply r = reply_for(req);
+    r.changed = out->changed;
+    r.previous_holder = out->previous_holder.value_or(0);
+    r.message = msg;
+    return r;
+}
+
+ControlReply Agent::do_release(const ControlRequest& req, const std::string& by) {
+    if (state_ == AgentState::fenced)
+        return fail_reply(req, make_error_code(Errc::not_holder),
+                          "this host is FENCED and holds nothing (" + fence_reason_ + ")");
+    if (state_ == AgentState::standby) {
+        const Registrant* h = report_ ? report_->holder() : nullptr;
+        if (h && h->host_id != self_)
+            return fail_reply(req, make_error_code(Errc::not_holder),
+                              "this host does not hold the reservation; " + key_text(h->key) + " does");
+        ControlReply r = reply_for(req);
+        r.message = "not holding the reservation; nothing to release";
+        return r;
+    }
+    auto out = fence_.release();
+    if (!out) {
+        const std::string msg = "release failed: " + out.error().message();
+        emit(AgentEventKind::request, EventLevel::warning, by + ": handoff: " + msg);
+        sync_after_request("the failed release");
+        return fail_reply(req, out.error(), msg);
+    }
+    set_baseline(out->after);
+    const std::string msg = "released the reservation; still registered with " + key_text(key_);
+    if (state_ == AgentState::holder) {
+        transition(AgentState::standby, by + ": handoff: " + msg, &out->after);
+        (void)persist();
+    }
+    ControlReply r = reply_for(req);
+    r.changed = out->changed;
+    r.message = msg;
+    return r;
+}
+
+ControlReply Agent::do_rejoin(const ControlRequest& req, const std::string& by) {
+    if (state_ != AgentState::fenced) {
+        ControlReply r = reply_for(req);
+        r.message = std::string("not fenced (") + agent_state_name(state_) + "): nothing to do";
+        return r;
+    }
+    (void)drain_notifications(false);
+    auto out = fence_.join(std::nullopt, true);
+    if (!out) {
+        const std::string msg = "rejoin failed: " + out.error().message() + "; still FENCED";
+        emit(AgentEventKind::request, EventLevel::warning, by + ": " + msg);
+        return fail_reply(req, out.error(), msg);
+    }
+    const Registrant* me = out->after.find_host(self_);
+    NVF_INVARIANT(me && me->key == out->key);
+    key_ = out->key;
+    set_baseline(out->after);
+    host_id_shared_reported_ = false;
+    fence_reason_.clear();
+    fenced_at_.reset();
+    fenced_unix_ms_ = 0;
+    const std::string msg = "rejoined with fresh key " + key_text(key_) + " (epoch " +
+                            std::to_string(epoch_of(key_)) + ")";
+    transition(holds(out->after, *me) ? AgentState::holder : AgentState::standby, by + ": " + msg,
+               &out->after);
+    (void)persist();
+    ControlReply r = reply_for(req);
+    r.changed = true;
+    r.message = msg;
+    return r;
+}
+
+Status Agent::stop() {
+    const AgentState before = state_;
+    if (before == AgentState::starting || before == AgentState::stopping) {
+        state_ = AgentState::stopping;
+        return Ok{};
+    }
+    if (before == AgentState::fenced) {
+        transition(AgentState::stopping,
+                   "stopping while FENCED: the device is left as it is and the state file keeps FENCED");
+        return Ok{};
+    }
+    const std::string k = key_text(key_);
+    if (before == AgentState::holder) {
+        auto r = fence_.release();
+        if (!r) {
+            last_error_ = "releasing the reservation failed: " + r.error().message();
+            emit(AgentEventKind::info, EventLevel::error,
+                 "stop: " + last_error_ + "; the state file keeps HOLDER");
+            return r.error();
+        }
+        set_baseline(r->after);
+    }
+    if (!opts_.keep_registration) {
+        auto l = fence_.leave();
+        if (!l) {
+            last_error_ = "unregistering failed: " + l.error().message();
+            emit(AgentEventKind::info, EventLevel::error, "stop: " + last_error_);
+            state_ = AgentState::standby;
+            (void)persist();
+            return l.error();
+        }
+        set_baseline(l->after);
+        transition(AgentState::stopping,
+                   std::string("clean stop: ") + (before == AgentState::holder ? "released and " : "") +
+                       "unregistered " + k,
+                   &l->after);
+        (void)save(PersistedRole::none);
+        key_ = 0;
+        return Ok{};
+    }
+    transition(AgentState::stopping,
+               std::string("clean stop: ") + (before == AgentState::holder ? "released; " : "") +
+                   "still registered with " + k + " (keep_registration)",
+               report_ ? &*report_ : nullptr);
+    (void)save(PersistedRole::standby);
+    return Ok{};
+}
+
+}  // namespace nvfence

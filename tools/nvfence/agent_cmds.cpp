@@ -1,0 +1,275 @@
+// SPDX-License-Identifier: MIT
+#include "agent_cmds.hpp"
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <vector>
+
+#include "json.hpp"
+#include "nvfence/agent_config.hpp"
+#include "nvfence/control.hpp"
+#include "nvfence/error.hpp"
+#include "nvfence/key.hpp"
+
+namespace nvfence::cli {
+namespace {
+
+constexpr uint32_t kStatusTimeoutMs = 5000;
+constexpr uint32_t kChangeTimeoutMs = 60000;
+constexpr const char* kRunDir = "/run/nvfence";
+
+int code(ExitCode c) { return static_cast<int>(c); }
+
+std::string key_words(uint64_t key) {
+    if (key == 0) return "none";
+    if (auto f = decode_key(key))
+        return format_key(key) + " (node " + std::to_string(f->node) + ", epoch " + std::to_string(f->epoch) + ")";
+    return format_key_hex(key) + " (foreign)";
+}
+
+std::string duration_words(uint64_t ms) {
+    if (ms < 1000) return std::to_string(ms) + " ms";
+    uint64_t s = ms / 1000;
+    const uint64_t d = s / 86400, h = s / 3600 % 24, m = s / 60 % 60;
+    s %= 60;
+    std::string out;
+    if (d) out += std::to_string(d) + "d ";
+    if (d || h) out += std::to_string(h) + "h ";
+    if (d || h || m) out += std::to_string(m) + "m ";
+    out += std::to_string(s) + "s";
+    return out;
+}
+
+std::string utc(uint64_t unix_ms) {
+    const std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+}
+
+const char* verb(const AgentCli& st) {
+    if (st.status && st.status->parsed()) return "status";
+    if (st.takeover && st.takeover->parsed()) return "takeover";
+    if (st.handoff && st.handoff->parsed()) return "handoff";
+    return "rejoin";
+}
+
+int fail(const AgentCli& st, const std::string& what, int rc, const std::string& hint = {}) {
+    std::string line = std::string("nvfence: ") + verb(st) + ": " + what;
+    if (!hint.empty()) line += ": " + hint;
+    std::cerr << line << "\n";
+    if (st.json) {
+        Json j;
+        j.begin_object().key("command").str(verb(st)).key("error").str(line);
+        j.key("exit_code").num(static_cast<uint64_t>(rc)).end_object();
+        std::cout << j.text() << "\n";
+    }
+    return rc;
+}
+
+// The socket to talk to: --socket, else /run/nvfence/VOLUME.sock, else the
+// only agent socket in /run/nvfence.
+std::optional<std::string> socket_path(const AgentCli& st, int& rc) {
+    if (!st.socket.empty()) return st.socket;
+    if (!st.volume.empty()) {
+        if (!valid_instance_name(st.volume)) {
+            rc = fail(st, "\"" + st.volume + "\" is not a volume name", code(ExitCode::usage),
+                      "give the volume id or instance name (e.g. vol-0123456789abcdef0), or --socket PATH");
+            return std::nullopt;
+        }
+        return default_socket_path(st.volume);
+    }
+    std::vector<std::string> found;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(kRunDir, ec)) {
+        if (e.path().extension() == ".sock" && e.is_socket(ec)) found.push_back(e.path().string());
+        if (found.size() > 16) break;
+    }
+    if (found.size() == 1) return found.front();
+    std::string hint = "give VOLUME or --socket PATH";
+    if (found.empty()) hint += " (no agent socket in " + std::string(kRunDir) + ")";
+    else hint += " (several agents run here)";
+    rc = fail(st, "which agent?", code(ExitCode::usage), hint);
+    return std::nullopt;
+}
+
+int fail_transport(const AgentCli& st, const std::string& path, std::error_code ec, uint32_t timeout_ms) {
+    if (ec == errno_error(ENOENT))
+        return fail(st, "no nvfenced listening at " + path, code(ExitCode::failure),
+                    "is the agent running? (systemctl status 'nvfenced@*')");
+    if (ec == errno_error(ECONNREFUSED))
+        return fail(st, "nvfenced is not running (stale socket " + path + ")", code(ExitCode::failure));
+    if (ec == errno_error(EACCES) || ec == errno_error(EPERM))
+        return fail(st, "permission denied on " + path, code(ExitCode::permission),
+                    "run as root or as a member of the agent's socket_group");
+    if (ec == Errc::timeout)
+        return fail(st, "no answer from " + path + " within " + std::to_string(timeout_ms) + " ms",
+                    code(ExitCode::failure), "the agent may be stuck on a slow device; see its journal");
+    if (ec == Errc::protocol)
+        return fail(st, "unexpected answer from " + path, code(ExitCode::failure),
+                    "nvfence and nvfenced may be different versions (control protocol " +
+                        std::to_string(kControlVersion) + " here)");
+    return fail(st, path + ": " + ec.message(), code(exit_code_for(ec)));
+}
+
+void json_reply(Json& j, const ControlReply& r) {
+    auto key_or_null = [&](const char* name, uint64_t k) {
+        j.key(name);
+        if (k) j.str(format_key_hex(k)); else j.null();
+        std::string text = std::string(name) + "_text";
+        j.key(text);
+        if (k) j.str(format_key(k)); else j.null();
+    };
+    auto ms_or_null = [&](const char* name, uint64_t v) {
+        j.key(name);
+        if (v == kControlNever) j.null(); else j.num(v);
+    };
+    j.key("state").str(agent_state_name(r.state));
+    j.key("changed").boolean(r.changed);
+    j.key("message").str(r.message);
+    j.key("volume").str(r.volume).key("device").str(r.device);
+    key_or_null("key", r.key);
+    const auto f = r.key ? decode_key(r.key) : std::nullopt;
+    j.key("epoch");
+    if (f) j.num(f->epoch); else j.null();
+    j.key("node").num(r.node).key("tag").num(r.tag);
+    j.key("mode").str(resv_type_short(r.mode));
+    key_or_null("holder", r.holder);
+    j.key("holder_self").boolean(r.holder_self);
+    key_or_null("previous_holder", r.previous_holder);
+    j.key("generation").num(r.generation);
+    j.key("type").str(resv_type_short(r.resv_type));
+    j.key("registrants").num(r.registrants);
+    ms_or_null("last_check_age_ms", r.last_check_age_ms);
+    j.key("last_check");
+    if (r.last_check_unix_ms) j.str(utc(r.last_check_unix_ms)); else j.null();
+    ms_or_null("fenced_for_ms", r.fenced_for_ms);
+    j.key("fence_reason");
+    if (r.fence_reason.empty()) j.null(); else j.str(r.fence_reason);
+    j.key("check_failures").num(r.check_failures);
+    j.key("last_error");
+    if (r.last_error.empty()) j.null(); else j.str(r.last_error);
+    j.key("checks").num(r.checks).key("notifications").num(r.notifications);
+    j.key("pid").num(r.pid).key("uptime_ms").num(r.uptime_ms);
+}
+
+void print_status(const ControlReply& r) {
+    std::printf("volume:      %s (%s)\n", r.volume.c_str(), r.device.c_str());
+    std::printf("state:       %s\n", agent_state_name(r.state));
+    std::printf("key:         %s\n", key_words(r.key).c_str());
+    std::printf("holder:      %s%s\n", key_words(r.holder).c_str(), r.holder_self ? " (this host)" : "");
+    std::printf("generation:  %u\n", r.generation);
+    std::printf("reservation: %s, mode %s, %u registrant(s)\n",
+                r.resv_type == ResvType::none ? "none" : resv_type_name(r.resv_type),
+                r.mode == ResvType::write_exclusive ? "exclusive" : "shared", r.registrants);
+    if (r.last_check_age_ms == kControlNever)
+        std::printf("last check:  never\n");
+    else
+        std::printf("last check:  %s ago (%s)\n", duration_words(r.last_check_age_ms).c_str(),
+                    utc(r.last_check_unix_ms).c_str());
+    if (r.state == AgentState::fenced) {
+        std::printf("fenced:      for %s: %s\n",
+                    r.fenced_for_ms == kControlNever ? "?" : duration_words(r.fenced_for_ms).c_str(),
+                    r.fence_reason.c_str());
+        std::printf("             only 'nvfence rejoin' brings this host back (as a standby)\n");
+    } else {
+        std::printf("fenced:      no\n");
+    }
+    if (r.check_failures)
+        std::printf("failing:     %u consecutive check(s): %s\n", r.check_failures, r.last_error.c_str());
+    std::printf("agent:       pid %u, up %s, %llu checks, %llu notifications\n", r.pid,
+                duration_words(r.uptime_ms).c_str(), static_cast<unsigned long long>(r.checks),
+                static_cast<unsigned long long>(r.notifications));
+}
+
+}  // namespace
+
+void add_agent_commands(CLI::App& app, AgentCli& st) {
+    auto common = [&](CLI::App* sub) {
+        auto* vol = sub->add_option("volume", st.volume,
+                                    "the agent's volume (socket /run/nvfence/VOLUME.sock); default: the only agent here");
+        auto* sock = sub->add_option("--socket", st.socket, "the agent's control socket");
+        vol->excludes(sock);
+        sub->add_flag("--json", st.json, "machine-readable output (keys as hex strings)");
+        sub->add_option("--timeout-ms", st.timeout_ms, "how long to wait for the agent (default 5000 for status, 60000 otherwise)")
+            ->check(CLI::Range(1u, 600000u));
+    };
+    st.status = app.add_subcommand("status", "the agent's state: key, epoch, holder, generation, last check, time fenced");
+    common(st.status);
+    st.takeover = app.add_subcommand(
+        "takeover", "ask the agent to take the reservation (verified preempt-and-abort, as 'nvfence preempt')");
+    common(st.takeover);
+    st.takeover->add_option("--victim", st.victim, "key to preempt (default: the current holder)");
+    st.handoff = app.add_subcommand(
+        "handoff", "ask the agent to release the reservation and stay registered (another host can then take it without preempting)");
+    common(st.handoff);
+    st.rejoin = app.add_subcommand(
+        "rejoin", "operator: bring a FENCED agent back as a standby with a new epoch (never acquires)");
+    common(st.rejoin);
+}
+
+std::optional<int> run_agent_commands(const AgentCli& st) {
+    ControlRequest req;
+    if (st.status && st.status->parsed()) req.op = ControlOp::status;
+    else if (st.takeover && st.takeover->parsed()) req.op = ControlOp::takeover;
+    else if (st.handoff && st.handoff->parsed()) req.op = ControlOp::release;
+    else if (st.rejoin && st.rejoin->parsed()) req.op = ControlOp::rejoin;
+    else return std::nullopt;
+    if (req.op == ControlOp::takeover && !st.victim.empty()) {
+        auto k = parse_key(st.victim);
+        if (!k)
+            return fail(st, "--victim \"" + st.victim + "\" is not a reservation key", code(ExitCode::usage),
+                        "use nf:TAG:NODE:EPOCH or 0x followed by 1-16 hex digits");
+        req.victim = *k;
+    }
+    int rc = 0;
+    auto path = socket_path(st, rc);
+    if (!path) return rc;
+    req.id = static_cast<uint32_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    const uint32_t timeout = st.timeout_ms ? st.timeout_ms : req.op == ControlOp::status ? kStatusTimeoutMs : kChangeTimeoutMs;
+    auto reply = control_request(*path, req, timeout);
+    if (!reply) return fail_transport(st, *path, reply.error(), timeout);
+    const ControlReply& r = *reply;
+    if (st.json) {
+        Json j;
+        j.begin_object().key("command").str(verb(st)).key("exit_code").num(r.exit_code);
+        if (r.exit_code) j.key("error").str(r.message);
+        json_reply(j, r);
+        j.end_object();
+        std::cout << j.text() << "\n";
+    }
+    if (r.exit_code != 0) {
+        std::cerr << "nvfence: " << verb(st) << ": " << r.message << "\n";
+        return r.exit_code;
+    }
+    if (st.json) return 0;
+    switch (req.op) {
+    case ControlOp::status: print_status(r); break;
+    case ControlOp::takeover:
+        if (!r.changed) {
+            std::printf("takeover: this host already holds %s; nothing changed\n", r.volume.c_str());
+        } else {
+            std::printf("takeover: this host now holds %s\n", r.volume.c_str());
+            if (r.previous_holder) std::printf("previous:    %s\n", key_words(r.previous_holder).c_str());
+        }
+        std::printf("holder:      %s\ngeneration:  %u\n%s\n", key_words(r.key).c_str(), r.generation, r.message.c_str());
+        break;
+    case ControlOp::release:
+        std::printf("handoff: %s\nstate:       %s\nkey:         %s\n", r.message.c_str(), agent_state_name(r.state),
+                    key_words(r.key).c_str());
+        break;
+    case ControlOp::rejoin:
+        std::printf("rejoin: %s\nstate:       %s\nkey:         %s\n", r.message.c_str(), agent_state_name(r.state),
+                    key_words(r.key).c_str());
+        break;
+    }
+    return 0;
+}
+
+}  // namespace nvfence::cli

@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// @file agent_cmds.hpp
+/// The `nvfence` subcommands that talk to the host agent (nvfenced) over
+/// its control socket: status, takeover, handoff (the agent releases the
+/// reservation and stays registered), rejoin (operator: leave FENCED).
+///
+/// Wiring in main.cpp:
+/// @code
+///   nvfence::cli::AgentCli agent;
+///   nvfence::cli::add_agent_commands(app, agent);   // before app.parse()
+///   ...
+///   if (auto rc = nvfence::cli::run_agent_commands(agent)) return *rc;  // after parse
+/// @endcode
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace nvfence::cli {
+
+/// What the agent subcommands parsed; filled by CLI11.
+struct AgentCli {
+    CLI::App* status = nullptr;    ///< `nvfence status`.
+    CLI::App* takeover = nullptr;  ///< `nvfence takeover`.
+    CLI::App* handoff = nullptr;   ///< `nvfence handoff`.
+    CLI::App* rejoin = nullptr;    ///< `nvfence rejoin`.
+    std::string volume;            ///< VOLUME: the socket is /run/nvfence/VOLUME.sock.
+    std::string socket;            ///< --socket PATH.
+    bool json = false;             ///< --json.
+    uint32_t timeout_ms = 0;       ///< --timeout-ms (0: 5 s for status, 60 s otherwise).
+    std::string victim;            ///< takeover --victim KEY (default: the holder).
+};
+
+/// Adds `status`, `takeover`, `handoff` and `rejoin` to @p app, each with
+/// an optional VOLUME positional, `--socket PATH`, `--json` and
+/// `--timeout-ms MS`. @p st must outlive parsing and run_agent_commands().
+void add_agent_commands(CLI::App& app, AgentCli& st);
+
+/// Runs the agent subcommand that was parsed and returns its exit code
+/// (DESIGN.md: 0 ok, 1 other, 2 usage, 3 conflict / not holder,
+/// 4 unsupported, 5 permission, 6 lost race), or std::nullopt when none of
+/// them was given on the command line.
+std::optional<int> run_agent_commands(const AgentCli& st);
+
+}  // namespace nvfence::cli

@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// @file actions.hpp
+/// What nvfenced does to this host outside the device: stop the writer
+/// units and run the fence action, each as a child process with a bounded
+/// run time (killed with its whole process group when it overruns).
+
+#include <functional>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "nvfence/agent_config.hpp"
+#include "nvfence/result.hpp"
+
+namespace nvfenced {
+
+/// The category of child-process failures: value = exit status (1..255),
+/// or 1000 + signal number when killed by a signal.
+const std::error_category& child_category() noexcept;
+
+/// Runs @p argv (argv[0] looked up in PATH, no shell) with stdin from
+/// /dev/null, the current environment plus @p env, default signal
+/// dispositions and an empty signal mask, in its own process group. Waits at
+/// most @p timeout_ms; then kills the group (Errc::timeout). A non-zero exit
+/// is an error in child_category().
+nvfence::Status run_bounded(const std::vector<std::string>& argv,
+                            const std::vector<std::pair<std::string, std::string>>& env,
+                            uint32_t timeout_ms);
+
+/// The command line for a fence action or a unit stop, as logged.
+std::string describe_argv(const std::vector<std::string>& argv);
+
+/// Stops writer units and runs the configured fence action.
+class FenceActions {
+public:
+    /// Acts as @p s says; @p env is added to the environment of every child
+    /// (NVFENCE_VOLUME, NVFENCE_DEVICE, ...).
+    FenceActions(const nvfence::AgentSettings& s, std::vector<std::pair<std::string, std::string>> env)
+        : s_(s), env_(std::move(env)) {}
+    /// `systemctl stop UNIT` for every writer unit, each bounded by
+    /// fence_timeout_ms. @p log receives one line per unit.
+    nvfence::Status stop_writers(const std::string& reason,
+                                 const std::function<void(bool, const std::string&)>& log) const;
+    /// The fence action; for reboot this does not return when it works.
+    nvfence::Status fence_action(const std::string& reason,
+                                 const std::function<void(bool, const std::string&)>& log) const;
+
+private:
+    nvfence::AgentSettings s_;
+    std::vector<std::pair<std::string, std::string>> env_;
+};
+
+}  // namespace nvfenced

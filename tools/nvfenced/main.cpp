@@ -1,0 +1,532 @@
+// SPDX-License-Identifier: MIT
+// nvfenced: the nvfence host agent for one shared NVMe namespace. It
+// registers this host, holds the reservation or stands by, watches the
+// device every interval, self-fences when preempted, and answers
+// `nvfence status|takeover|handoff|rejoin` on a unix control socket.
+// See docs/AGENT.md.
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <spdlog/pattern_formatter.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+#include <string>
+#include <vector>
+
+#include "actions.hpp"
+#include "nvfence/agent.hpp"
+#include "nvfence/agent_config.hpp"
+#include "nvfence/clock.hpp"
+#include "nvfence/control.hpp"
+#include "nvfence/epoch_store.hpp"
+#include "nvfence/error.hpp"
+#include "nvfence/key.hpp"
+#include "nvfence/namespace.hpp"
+#include "sd_notify.hpp"
+
+#ifndef NVFENCED_VERSION
+#define NVFENCED_VERSION "unknown"
+#endif
+
+namespace nvfenced {
+namespace {
+
+using nvfence::Errc;
+using nvfence::ExitCode;
+
+constexpr int kExitConfig = 2;
+constexpr int kExitConflict = 3;
+constexpr int kExitUnsupported = 4;
+constexpr uint32_t kConnectionsPerWake = 4;
+constexpr uint32_t kConnectionTimeoutMs = 1000;
+
+constexpr const char* kFooter =
+    "\nOne instance per shared volume; systemd: nvfenced@<volume>.service reads\n"
+    "/etc/nvfence/<volume>.conf. Operate it with 'nvfence status|takeover|handoff|rejoin'.\n\n"
+    "Exit codes:\n"
+    "  0  clean stop (SIGTERM/SIGINT): reservation released, registration kept or dropped\n"
+    "  1  any other failure (device error, state directory, socket)\n"
+    "  2  invalid configuration (the offending key is named), no such device\n"
+    "  3  conflict: another nvfenced runs for this volume or socket, or this host's\n"
+    "     host id is registered with a key that is not this node's\n"
+    "  4  device unsupported: not an NVMe namespace, no reservations, or not the type\n"
+    "  5  permission denied (run as root)\n";
+
+const std::map<std::string, std::string>& key_help() {
+    static const std::map<std::string, std::string> h = {
+        {"device", "shared namespace: /dev/nvmeXnY, /dev/disk/by-id/... or an EBS volume id vol-... (default: name)"},
+        {"node_id", "this host's node id 1..255 (default: the one persisted in state_dir)"},
+        {"cluster_tag", "cluster tag of the keys, 0..255 (default 0)"},
+        {"mode", "exclusive (Write Exclusive, default) or shared (Write Exclusive - Registrants Only)"},
+        {"role", "at start: standby (default) or acquire (take the reservation if nobody holds it)"},
+        {"interval_ms", "watch interval, 50..60000 ms (default 1000)"},
+        {"device_timeout_ms", "bound on each device command, 100..120000 ms (default 5000)"},
+        {"fence_action", "when fenced: none (default), command, stop-unit or reboot"},
+        {"fence_command", "shell command for fence_action=command (env NVFENCE_REASON, NVFENCE_VOLUME, ...)"},
+        {"fence_unit", "systemd unit stopped by fence_action=stop-unit"},
+        {"reboot_method", "fence_action=reboot: sysrq (default: immediate, no sync) or force (reboot -f)"},
+        {"fence_timeout_ms", "bound on the fence action and on each writer unit stop, 100..600000 (default 30000)"},
+        {"writer_units", "systemd units that write to the volume, stopped first when fenced"},
+        {"control_socket", "control socket path (default /run/nvfence/<name>.sock)"},
+        {"socket_group", "group allowed on the control socket (mode becomes 0660)"},
+        {"socket_mode", "control socket mode: 0600 (default) or 0660"},
+        {"state_dir", "where node id, epoch and state are persisted (default /var/lib/nvfence)"},
+        {"keep_registration", "on clean stop keep the registration (true) or unregister (false, default)"},
+        {"name", "instance name: socket /run/nvfence/<name>.sock; the unit passes %i (default: the volume name)"},
+        {"log_level", "debug, info (default), warning or error"},
+    };
+    return h;
+}
+
+// journald reads a "<N>" prefix on each stderr line as the syslog priority.
+class PriorityFlag final : public spdlog::custom_flag_formatter {
+public:
+    void format(const spdlog::details::log_msg& m, const std::tm&, spdlog::memory_buf_t& dest) override {
+        const char* p = "<6>";
+        switch (m.level) {
+        case spdlog::level::trace:
+        case spdlog::level::debug: p = "<7>"; break;
+        case spdlog::level::info: p = "<6>"; break;
+        case spdlog::level::warn: p = "<4>"; break;
+        case spdlog::level::err: p = "<3>"; break;
+        case spdlog::level::critical: p = "<2>"; break;
+        default: break;
+        }
+        dest.append(p, p + 3);
+    }
+    std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<PriorityFlag>(); }
+};
+
+std::shared_ptr<spdlog::logger> make_logger(const std::string& level) {
+    auto sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
+    auto log = std::make_shared<spdlog::logger>("nvfenced", sink);
+    auto f = std::make_unique<spdlog::pattern_formatter>();
+    if (under_systemd()) f->add_flag<PriorityFlag>('*').set_pattern("%*%v");
+    else f->set_pattern("%Y-%m-%d %H:%M:%S.%e nvfenced[%P] %l: %v");
+    log->set_formatter(std::move(f));
+    if (level == "debug") log->set_level(spdlog::level::debug);
+    else if (level == "warning") log->set_level(spdlog::level::warn);
+    else if (level == "error") log->set_level(spdlog::level::err);
+    else log->set_level(spdlog::level::info);
+    // Every line reaches the journal at once: the next thing may be a reboot.
+    log->flush_on(spdlog::level::trace);
+    return log;
+}
+
+spdlog::level::level_enum level_of(nvfence::EventLevel l) {
+    switch (l) {
+    case nvfence::EventLevel::debug: return spdlog::level::debug;
+    case nvfence::EventLevel::info: return spdlog::level::info;
+    case nvfence::EventLevel::warning: return spdlog::level::warn;
+    case nvfence::EventLevel::error: return spdlog::level::err;
+    }
+    return spdlog::level::info;
+}
+
+std::string status_line(nvfence::Agent& a) {
+    auto r = a.status();
+    std::string s = nvfence::agent_state_name(r.state);
+    if (r.key) s += " " + nvfence::format_key(r.key);
+    s += ", holder " + (r.holder ? nvfence::format_key(r.holder) : std::string("none"));
+    s += ", gen " + std::to_string(r.generation);
+    if (r.state == nvfence::AgentState::fenced) s += ", fenced: " + r.fence_reason;
+    return s;
+}
+
+class DaemonHooks final : public nvfence::AgentHooks {
+public:
+    DaemonHooks(spdlog::logger& log, const FenceActions& actions, bool watchdog)
+        : log_(log), actions_(actions), watchdog_(watchdog) {}
+    void event(const nvfence::AgentEvent& e) override {
+        log_.log(level_of(e.level), "{}", nvfence::format_event(e));
+        if (e.kind == nvfence::AgentEventKind::state_changed) {
+            std::string text = e.text.substr(0, 200);
+            std::replace(text.begin(), text.end(), '\n', ' ');  // a newline would start a new assignment
+            sd_notify(std::string("STATUS=") + nvfence::agent_state_name(e.to) + ": " + text);
+        }
+    }
+    nvfence::Status stop_writers(const std::string& reason) override {
+        return actions_.stop_writers(reason, [&](bool ok, const std::string& line) {
+            log_.log(ok ? spdlog::level::info : spdlog::level::err, "{}", line);
+        });
+    }
+    nvfence::Status fence_action(const std::string& reason) override {
+        return actions_.fence_action(reason, [&](bool ok, const std::string& line) {
+            log_.log(ok ? spdlog::level::info : spdlog::level::err, "{}", line);
+        });
+    }
+    void keepalive() override {
+        if (watchdog_) sd_notify("WATCHDOG=1");
+    }
+
+private:
+    spdlog::logger& log_;
+    const FenceActions& actions_;
+    bool watchdog_;
+};
+
+std::string sanitize_name(const std::string& v) {
+    std::string s;
+    for (char c : v) {
+        const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                          c == '.' || c == '_' || c == '-';
+        s.push_back(keep ? c : '_');
+    }
+    if (s.empty() || s[0] == '.' || s[0] == '-') s.insert(0, "v");
+    return s.substr(0, 64);
+}
+
+// An exclusive flock on @p path; the file keeps the owner's pid for the
+// message the next agent prints. Lock files are never removed: removing a
+// flock file lets two processes lock two different inodes.
+nvfence::Result<nvfence::Fd> take_lock(const std::string& path, std::string& owner) {
+    nvfence::Fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (!fd) return nvfence::errno_error(errno);
+    if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+        const int e = errno;
+        char buf[32] = {};
+        if (::pread(fd.get(), buf, sizeof buf - 1, 0) > 0) {
+            owner = buf;
+            while (!owner.empty() && (owner.back() == '\n' || owner.back() == ' ')) owner.pop_back();
+        }
+        if (e == EWOULDBLOCK) return nvfence::make_error_code(Errc::refused);
+        return nvfence::errno_error(e);
+    }
+    const std::string pid = std::to_string(::getpid()) + "\n";
+    if (::ftruncate(fd.get(), 0) != 0 ||
+        ::pwrite(fd.get(), pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size()))
+        return nvfence::errno_error(errno);
+    return fd;
+}
+
+bool make_dirs(const std::string& dir, std::filesystem::perms mode) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(dir, ec)) return true;
+    if (!std::filesystem::create_directories(dir, ec) || ec) return std::filesystem::is_directory(dir, ec);
+    std::filesystem::permissions(dir, mode, ec);
+    return true;
+}
+
+int exit_for(std::error_code ec) { return static_cast<int>(nvfence::exit_code_for(ec)); }
+
+std::string open_failure(const std::string& dev, std::error_code ec) {
+    if (ec == Errc::not_found) return dev + ": no such device";
+    if (ec == Errc::not_nvme) return dev + ": not an NVMe namespace";
+    if (ec == Errc::controller_node) return dev + ": an NVMe controller node, not a namespace (use /dev/nvmeXnY)";
+    if (ec == Errc::device_gone) return dev + ": the device disappeared";
+    if (ec.category() == std::system_category() && (ec.value() == EACCES || ec.value() == EPERM))
+        return dev + ": permission denied: NVMe passthrough needs root (CAP_SYS_ADMIN)";
+    return dev + ": cannot open: " + ec.message();
+}
+
+// Creates the socket's directory and takes `<socket>.lock`; 0 or an exit code.
+int lock_socket(const std::string& socket, spdlog::logger& log, nvfence::Fd& lock) {
+    const std::string sock_dir = std::filesystem::path(socket).parent_path().string();
+    if (!make_dirs(sock_dir, std::filesystem::perms::owner_all | std::filesystem::perms::group_read |
+                                 std::filesystem::perms::group_exec | std::filesystem::perms::others_read |
+                                 std::filesystem::perms::others_exec)) {
+        log.error("control_socket = \"{}\": cannot create {}", socket, sock_dir);
+        return static_cast<int>(ExitCode::failure);
+    }
+    std::string owner;
+    auto l = take_lock(socket + ".lock", owner);
+    if (!l) {
+        if (l.error() == Errc::refused) {
+            log.error("another nvfenced (pid {}) already serves control socket {}; refusing to start a second one",
+                      owner.empty() ? "?" : owner, socket);
+            return kExitConflict;
+        }
+        log.error("cannot lock {}.lock: {}", socket, l.error().message());
+        return exit_for(l.error());
+    }
+    lock = std::move(*l);
+    return 0;
+}
+
+int run(const nvfence::AgentSettings& s, spdlog::logger& log) {
+    // When the socket is known from the configuration, a second agent for
+    // it is refused before it touches the device.
+    nvfence::Fd sock_lock;
+    if (!s.control_socket.empty() || !s.name.empty()) {
+        const std::string early = s.control_socket.empty() ? nvfence::default_socket_path(s.name) : s.control_socket;
+        if (int rc = lock_socket(early, log, sock_lock)) return rc;
+    }
+    std::string why;
+    auto path = nvfence::resolve_device_spec(s.device, "/sys", why);
+    if (!path) {
+        log.error("{}", why);
+        return exit_for(path.error());
+    }
+    nvfence::OpenOptions oo;
+    oo.timeout_ms = s.device_timeout_ms;
+    auto opened = nvfence::Namespace::open(*path, oo);
+    if (!opened) {
+        log.error("{}", open_failure(*path, opened.error()));
+        return exit_for(opened.error());
+    }
+    auto ns = std::move(*opened);
+    const auto& info = ns->info();
+    if (auto r = ns->require_reservations(&why); !r) {
+        log.error("{}", why);
+        return kExitUnsupported;
+    }
+    if (!info.ns.rescap.supports(s.type)) {
+        log.error("{}: the namespace does not support {} (mode = {}); see 'nvfence info'", info.paths.block,
+                  nvfence::resv_type_name(s.type), s.type == nvfence::ResvType::write_exclusive ? "exclusive" : "shared");
+        return kExitUnsupported;
+    }
+    if (!info.host_id) {
+        log.error("{}: cannot read this host's NVMe host identifier (Get Features Host Identifier failed "
+                  "and the controller has no sysfs hostid); nvfenced needs it to find its registration",
+                  info.paths.block);
+        return static_cast<int>(ExitCode::failure);
+    }
+    const std::string volume = nvfence::agent_volume_name(info);
+    const std::string name = s.name.empty() ? sanitize_name(volume) : s.name;
+    const std::string socket = s.control_socket.empty() ? nvfence::default_socket_path(name) : s.control_socket;
+
+    if (!make_dirs(s.state_dir, std::filesystem::perms::owner_all)) {
+        log.error("state_dir = \"{}\": cannot create it", s.state_dir);
+        return static_cast<int>(ExitCode::failure);
+    }
+    std::string owner;
+    const std::string vol_lock = s.state_dir + "/" + sanitize_name(volume) + ".lock";
+    auto lock1 = take_lock(vol_lock, owner);
+    if (!lock1) {
+        if (lock1.error() == Errc::refused) {
+            log.error("another nvfenced (pid {}) already manages volume {} on this host (lock {}); refusing to start a second one",
+                      owner.empty() ? "?" : owner, volume, vol_lock);
+            return kExitConflict;
+        }
+        log.error("cannot lock {}: {}", vol_lock, lock1.error().message());
+        return exit_for(lock1.error());
+    }
+    if (!sock_lock) {
+        if (int rc = lock_socket(socket, log, sock_lock)) return rc;
+    }
+
+    nvfence::EpochStore epochs(s.state_dir, volume);
+    nvfence::AgentStateFile statefile(s.state_dir, volume);
+    auto saved = statefile.load();
+    if (!saved) {
+        log.error("cannot use the state file {}: {} (inspect it, or remove it to start afresh)", statefile.path(),
+                  saved.error().message());
+        return static_cast<int>(ExitCode::failure);
+    }
+    uint8_t node = 0;
+    const bool registered_before = *saved && (*saved)->role != nvfence::PersistedRole::none;
+    if (s.node) {
+        node = *s.node;
+        if (registered_before && (*saved)->node != node) {
+            log.error("node_id = {}: the state file {} says this host is node {} ({}); unregister it first "
+                      "('nvfence unregister') and remove the state file to change the node id",
+                      node, statefile.path(), (*saved)->node, nvfence::persisted_role_name((*saved)->role));
+            return kExitConfig;
+        }
+    } else if (*saved && (*saved)->node != 0) {
+        node = (*saved)->node;
+    } else {
+        log.error("node_id: required (no node id persisted yet in {})", statefile.path());
+        return kExitConfig;
+    }
+    int64_t gid = -1;
+    if (!s.socket_group.empty()) {
+        if (auto n = nvfence::parse_uint(s.socket_group, 0, UINT32_MAX - 1)) {
+            gid = static_cast<int64_t>(*n);
+        } else if (const group* g = ::getgrnam(s.socket_group.c_str())) {
+            gid = g->gr_gid;
+        } else {
+            log.error("socket_group = \"{}\": no such group", s.socket_group);
+            return kExitConfig;
+        }
+    }
+
+    FenceActions actions(s, {{"NVFENCE_VOLUME", volume},
+                             {"NVFENCE_DEVICE", info.paths.block},
+                             {"NVFENCE_NODE", std::to_string(node)},
+                             {"NVFENCE_NAME", name}});
+    const auto wd = watchdog_timeout();
+    if (wd.count() > 0 &&
+        wd < std::chrono::milliseconds(2 * uint64_t{s.interval_ms} + 2 * uint64_t{s.device_timeout_ms}))
+        log.warn("WatchdogSec ({} ms) is shorter than 2 x (interval_ms + device_timeout_ms) = {} ms: "
+                 "a slow device may get nvfenced killed by the watchdog",
+                 wd.count() / 1000, 2 * (s.interval_ms + s.device_timeout_ms));
+    DaemonHooks hooks(log, actions, wd.count() > 0);
+    nvfence::SystemClock clock;
+    auto opts = nvfence::agent_options(s, node);
+    opts.volume = volume;
+    opts.device = info.paths.block;
+
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&sigs, sig);
+    ::sigprocmask(SIG_BLOCK, &sigs, nullptr);
+    ::signal(SIGPIPE, SIG_IGN);
+    nvfence::Fd sigfd(::signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK));
+    if (!sigfd) {
+        log.error("signalfd: {}", std::strerror(errno));
+        return static_cast<int>(ExitCode::failure);
+    }
+    nvfence::ControlListenOptions lo;
+    lo.path = socket;
+    lo.mode = s.socket_mode;
+    lo.gid = gid;
+    auto listener = nvfence::control_listen(lo);
+    if (!listener) {
+        log.error("control_socket = \"{}\": cannot listen: {}", socket, listener.error().message());
+        return exit_for(listener.error());
+    }
+
+    log.info("nvfenced {} starting: volume {} ({}, nsid {}, model \"{}\"), host id {}, node {}, cluster tag {}, "
+             "mode {}, role {}, interval {} ms, fence action {}, socket {}",
+             NVFENCED_VERSION, volume, info.paths.block, info.nsid, info.ctrl.model,
+             nvfence::format_host_id(*info.host_id), node, s.tag,
+             s.type == nvfence::ResvType::write_exclusive ? "exclusive" : "shared",
+             s.role == nvfence::StartRole::acquire ? "acquire" : "standby", s.interval_ms,
+             nvfence::fence_action_name(s.fence_action), socket);
+
+    nvfence::Agent agent(ns->passthru(), info.nsid, *info.host_id, opts, clock, hooks, &epochs, &statefile);
+    if (auto st = agent.start(); !st) {
+        log.error("cannot start: {}", agent.last_error());
+        ::unlink(socket.c_str());
+        if (st.error() == Errc::host_id_conflict) return kExitConflict;
+        if (st.error() == Errc::refused) return kExitConfig;
+        return exit_for(st.error());
+    }
+    sd_notify("READY=1\nSTATUS=" + status_line(agent));
+
+    const nvfence::ControlHandler handler = [&](const nvfence::ControlRequest& q,
+                                                const nvfence::ControlPeer& p) {
+        const std::string who = "uid " + std::to_string(p.uid) + " pid " + std::to_string(p.pid);
+        if (q.op != nvfence::ControlOp::status)
+            log.info("control: {} requested by {}", nvfence::control_op_name(q.op), who);
+        return agent.handle(q, who);
+    };
+    bool stopping = false;
+    agent.run([&](nvfence::Clock::Ms wait) {
+        pollfd fds[2] = {{sigfd.get(), POLLIN, 0}, {listener->get(), POLLIN, 0}};
+        const int rc = ::poll(fds, 2, static_cast<int>(wait.count()));
+        if (rc < 0 && errno != EINTR) log.error("poll: {}", std::strerror(errno));
+        if (rc > 0 && (fds[0].revents & POLLIN)) {
+            signalfd_siginfo si;
+            while (::read(sigfd.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+                if (si.ssi_signo == SIGHUP) {
+                    log.info("status: {}", status_line(agent));
+                } else {
+                    log.info("received {}: stopping", ::strsignal(static_cast<int>(si.ssi_signo)));
+                    stopping = true;
+                }
+            }
+        }
+        if (stopping) return false;
+        if (rc > 0 && (fds[1].revents & POLLIN)) {
+            auto served = nvfence::control_serve_pending(listener->get(), kConnectionsPerWake,
+                                                         kConnectionTimeoutMs, handler);
+            if (!served) log.warn("control socket: {}", served.error().message());
+        }
+        return true;
+    });
+    sd_notify("STOPPING=1");
+    auto stopped = agent.stop();
+    ::unlink(socket.c_str());
+    if (!stopped) {
+        log.error("stop failed: {}", agent.last_error());
+        return static_cast<int>(ExitCode::failure);
+    }
+    log.info("stopped");
+    return 0;
+}
+
+int real_main(int argc, char** argv) {
+    CLI::App app{"nvfenced: the nvfence host agent. It registers this host on one shared NVMe namespace,\n"
+                 "holds the reservation or stands by, watches it every interval, and self-fences\n"
+                 "(stops writers, runs the fence action) when this host was preempted."};
+    app.footer(kFooter);
+    app.set_config("--config", "", "configuration file: INI or TOML, 'key = value' with the keys below");
+    app.allow_config_extras(CLI::config_extras_mode::error);
+    std::map<std::string, std::string> values;
+    std::map<std::string, CLI::Option*> options;
+    std::vector<std::string> units;
+    for (const auto& k : nvfence::agent_setting_keys()) {
+        std::string dashed = k;
+        std::replace(dashed.begin(), dashed.end(), '_', '-');
+        const std::string names = "--" + dashed + (dashed != k ? ",--" + k : std::string());
+        if (k == "writer_units") options[k] = app.add_option(names, units, key_help().at(k));
+        else options[k] = app.add_option(names, values[k], key_help().at(k));
+    }
+    bool check_only = false, version = false;
+    app.add_flag("--check-config", check_only, "validate the configuration and exit (no device access)");
+    app.add_flag("--version", version, "print the version and exit");
+    std::string config;
+    app.get_option("--config")->each([&](const std::string& v) { config = v; });
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::ConfigError& e) {
+        std::string what = e.what();
+        const std::string prefix = "INI was not able to parse ";
+        if (what.rfind(prefix, 0) == 0) what = "unknown key '" + what.substr(prefix.size()) + "'";
+        std::cerr << "nvfenced: invalid configuration: " << what << (config.empty() ? "" : " (in " + config + ")")
+                  << "\n";
+        return kExitConfig;
+    } catch (const CLI::FileError& e) {
+        std::cerr << "nvfenced: cannot read the configuration: " << e.what() << "\n";
+        return kExitConfig;
+    } catch (const CLI::ParseError& e) {
+        std::cerr << "nvfenced: " << e.what() << "\n         run 'nvfenced --help' for usage\n";
+        return kExitConfig;
+    }
+    if (version) {
+        std::cout << "nvfenced " << NVFENCED_VERSION << " (control protocol " << nvfence::kControlVersion << ")\n";
+        return 0;
+    }
+    nvfence::SettingsMap kv;
+    for (const auto& [k, opt] : options) {
+        if (opt->count() == 0) continue;
+        if (k == "writer_units") {
+            std::string joined;
+            for (const auto& u : units) joined += (joined.empty() ? "" : " ") + u;
+            kv[k] = joined;
+        } else {
+            kv[k] = values[k];
+        }
+    }
+    // nvfenced@<volume id>.service passes --name %i: the instance name is
+    // the volume, so a config file need not repeat it as the device.
+    if (!kv.count("device") && kv.count("name")) kv["device"] = kv["name"];
+    std::string why;
+    auto settings = nvfence::parse_agent_settings(kv, why);
+    if (!settings) {
+        std::cerr << "nvfenced: invalid configuration: " << why << (config.empty() ? "" : " (in " + config + ")")
+                  << "\n";
+        return kExitConfig;
+    }
+    if (check_only) {
+        std::cout << "nvfenced: configuration ok\n";
+        return 0;
+    }
+    auto log = make_logger(settings->log_level);
+    return run(*settings, *log);
+}
+
+}  // namespace
+}  // namespace nvfenced
+
+int main(int argc, char** argv) { return nvfenced::real_main(argc, argv); }
