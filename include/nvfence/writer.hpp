@@ -15,6 +15,19 @@
 ///    generic char device /dev/ngXnY (SQE128/CQE32); the completion carries
 ///    the NVMe status itself (0x83 = Reservation Conflict).
 ///
+/// What Completion::error holds when the status is fenced (is_fenced() is
+/// true for all three):
+///  - block mode: errno EBADE (system_category), as the block layer reports
+///    a Reservation Conflict;
+///  - passthrough: the NVMe status, Reservation Conflict 0x83
+///    (nvme_category; DNR and More bits dropped);
+///  - an I/O that was queued but never sent because the writer latched
+///    first: Errc::fenced.
+///
+/// Requirements: Linux >= 5.11 (IORING_FEAT_EXT_ARG, for bounded waits in
+/// one system call); passthrough needs >= 5.19 and a namespace formatted
+/// without metadata. Fixed (registered) buffers are not used.
+///
 /// Example:
 /// @code
 ///   auto w = nvfence::FencedWriter::open("/dev/nvme1n1", {.epoch = 42});
@@ -40,7 +53,7 @@ enum class WriterMode { automatic, block, passthrough };
 
 /// Options of FencedWriter::open.
 struct WriterOptions {
-    WriterMode mode = WriterMode::automatic;  ///< automatic: passthrough if /dev/ng exists.
+    WriterMode mode = WriterMode::automatic;  ///< automatic: passthrough if /dev/ng exists (see open()).
     uint32_t queue_depth = 32;      ///< Max I/Os in flight, 1..1024.
     uint32_t timeout_ms = 30000;    ///< Bound on waiting for completions.
     uint64_t epoch = 0;             ///< Epoch of the grant this writer writes under.
@@ -70,9 +83,14 @@ struct Completion {
 class AlignedBuffer {
 public:
     /// @p bytes rounded up to @p align (a power of two), zero-filled.
+    /// A non-power-of-two @p align aborts; allocation failure throws
+    /// std::bad_alloc like any other allocation.
     AlignedBuffer(size_t bytes, size_t align = 4096);
+    /// Frees the buffer.
     ~AlignedBuffer();
+    /// Not copyable: one owner frees the memory.
     AlignedBuffer(const AlignedBuffer&) = delete;
+    /// Not copyable.
     AlignedBuffer& operator=(const AlignedBuffer&) = delete;
     /// Moves ownership.
     AlignedBuffer(AlignedBuffer&& o) noexcept;
@@ -86,19 +104,39 @@ public:
     size_t size() const { return n_; }
     /// The whole buffer as a span.
     std::span<uint8_t> span() { return {p_, n_}; }
+    /// The whole buffer as a read-only span.
+    std::span<const uint8_t> span() const { return {p_, n_}; }
 
 private:
     uint8_t* p_ = nullptr;
     size_t n_ = 0;
 };
 
-/// io_uring I/O with typed fenced completions. Not thread-safe: one owner.
+/// io_uring I/O with typed fenced completions. Not thread-safe: one owner
+/// at a time, which may hand the writer to another thread between calls.
 class FencedWriter {
 public:
     /// Opens @p path (an NVMe namespace block device, its /dev/ng node, or
     /// with allow_regular_file a regular file) in the requested mode.
+    ///
+    /// Block size and capacity come from Identify Namespace (a regular file:
+    /// 4096 bytes, or its larger direct-I/O alignment, and st_size / that).
+    /// automatic picks passthrough when the namespace has a generic node and
+    /// no metadata, and falls back to block if the passthrough ring cannot
+    /// be set up. Errors: Errc::invalid_argument (queue_depth outside
+    /// 1..1024, timeout_ms 0, passthrough asked for a regular file or a
+    /// namespace with metadata), Errc::not_found (no such path, or
+    /// passthrough asked and there is no generic node), Errc::not_nvme (not
+    /// an NVMe namespace; a regular file without allow_regular_file), the
+    /// errors of Namespace::open, or an errno from open / io_uring setup
+    /// (EINVAL from open: the file system has no O_DIRECT).
     static Result<std::unique_ptr<FencedWriter>> open(const std::string& path,
                                                       const WriterOptions& opts);
+    /// Waits for every I/O in flight (queued ones are never sent), bounded
+    /// by the writer's timeout, then tears the ring down. If I/Os are still
+    /// in flight when the timeout runs out, it prints why to stderr and
+    /// calls std::abort(): the kernel may still transfer into the caller's
+    /// buffers, and returning would let the caller free them.
     virtual ~FencedWriter() = default;
 
     /// Logical block size in bytes.
@@ -113,27 +151,60 @@ public:
     virtual bool fenced() const = 0;
     /// I/Os submitted or queued and not yet reaped.
     virtual uint32_t in_flight() const = 0;
+    /// The bound on in_flight() given at open.
+    virtual uint32_t queue_depth() const = 0;
+    /// Largest single read or write in bytes: block mode 1 GiB; passthrough
+    /// the smaller of 65536 blocks and the device's max_hw_sectors_kb
+    /// (128 KiB when sysfs does not say), since one I/O is one command.
+    virtual uint32_t max_io_bytes() const = 0;
 
-    /// Queues a write of @p buf at block @p lba. Checks alignment, bounds,
-    /// non-zero length and queue space first (nothing is sent on error);
-    /// fails with Errc::fenced at once once latched. @p buf must stay valid
-    /// until its completion is reaped.
+    /// Queues a write of @p buf at block @p lba. Checks, in this order,
+    /// with nothing sent and in_flight() unchanged on error: latched
+    /// (Errc::fenced), zero length or longer than max_io_bytes()
+    /// (Errc::invalid_argument), buffer address or length not a multiple of
+    /// block_bytes() (Errc::misaligned), blocks past size_blocks()
+    /// (Errc::out_of_bounds), in_flight() == queue_depth()
+    /// (Errc::queue_full). @p buf must stay valid until its completion is
+    /// reaped.
     virtual Status queue_write(uint64_t lba, std::span<const uint8_t> buf, uint64_t user_data) = 0;
     /// Queues a read into @p buf at block @p lba; same checks.
     virtual Status queue_read(uint64_t lba, std::span<uint8_t> buf, uint64_t user_data) = 0;
-    /// Queues a flush.
+    /// Queues a flush of the device's volatile write cache (fdatasync on a
+    /// regular file); latched and queue-space checks only.
     virtual Status queue_flush(uint64_t user_data) = 0;
-    /// Submits everything queued in one system call; returns how many.
+    /// Submits everything queued in one system call; returns how many the
+    /// kernel took. Any it did not take stay queued for the next call. Once
+    /// latched, queued I/Os are not sent: each completes (via reap) as
+    /// fenced with Errc::fenced, and submit returns Errc::fenced.
     virtual Result<uint32_t> submit() = 0;
-    /// Reaps completions into @p out, waiting for at least @p min_complete
-    /// (bounded by the writer's timeout; Errc::timeout when it runs out).
+    /// Reaps completions into @p out (at most out.size()), waiting for at
+    /// least @p min_complete, 0 to only collect what is ready. The wait is
+    /// bounded by the writer's timeout: when it runs out, returns the
+    /// completions that did arrive, or Errc::timeout if none did (a wait
+    /// for more than are in flight therefore lasts the whole timeout).
+    /// Errc::invalid_argument when @p min_complete > out.size(). A reaped
+    /// completion is never lost: every one returned is in @p out. reap()
+    /// never submits; queued I/Os wait for submit().
     virtual Result<size_t> reap(std::span<Completion> out, uint32_t min_complete) = 0;
+    /// submit() then reap(), in one system call where possible: the fast
+    /// path of a loop that keeps the queue full. A submission error is
+    /// returned only when no completion was collected; otherwise the unsent
+    /// I/Os stay queued (in_flight() counts them) for the next submit.
+    virtual Result<size_t> submit_and_reap(std::span<Completion> out, uint32_t min_complete) = 0;
 
-    /// Synchronous write: queue, submit, wait.
+    /// Synchronous write: queue, submit, wait for this one completion.
+    /// Requires in_flight() == 0 (otherwise io_error with
+    /// Errc::invalid_argument, nothing sent), so no asynchronous completion
+    /// is consumed by it. Argument errors come back as io_error with the
+    /// queue error (Errc::fenced as status fenced once latched). On
+    /// Errc::timeout the write is still in flight, and after a submission
+    /// error it is still queued: either way in_flight() is 1 and @p buf must
+    /// stay valid until a later reap() returns it or the writer is
+    /// destroyed.
     Completion write(uint64_t lba, std::span<const uint8_t> buf);
-    /// Synchronous read.
+    /// Synchronous read; same rules as write().
     Completion read(uint64_t lba, std::span<uint8_t> buf);
-    /// Synchronous flush.
+    /// Synchronous flush; same rules as write().
     Completion flush();
 
 private:
@@ -142,5 +213,16 @@ private:
 
 /// Words for a mode: "block", "passthrough", "auto".
 const char* writer_mode_name(WriterMode m);
+
+/// The one outcome of a raw io_uring completion result @p res of an I/O of
+/// @p kind that should have moved @p expected_bytes, as FencedWriter
+/// reports it (user_data left 0). Block mode (@p mode block): -EBADE is
+/// fenced (errno EBADE), any other negative value io_error with that errno,
+/// a count other than @p expected_bytes io_error EIO (short transfer).
+/// Passthrough: 0 is ok; a positive NVMe status is fenced when its SC/SCT
+/// is 0x83 (error: make_nvme_error(res)), io_error otherwise; -EBADE is
+/// fenced and other negative values io_error with the errno. automatic is
+/// not a completion mode: io_error Errc::invalid_argument.
+Completion classify_completion(WriterMode mode, IoKind kind, int32_t res, uint32_t expected_bytes);
 
 }  // namespace nvfence

@@ -1,0 +1,611 @@
+// SPDX-License-Identifier: MIT
+// nvfence-bench: random O_DIRECT writes through FencedWriter against fio on
+// the same target with the same parameters, alternating the two, and a
+// table of medians and ratios. See docs/PERFORMANCE.md.
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <bit>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "nvfence/error.hpp"
+#include "nvfence/namespace.hpp"
+#include "nvfence/writer.hpp"
+
+extern char** environ;
+
+namespace {
+
+using namespace nvfence;
+
+int64_t now_ns() {
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+[[noreturn]] void die(const std::string& msg) {
+    std::fprintf(stderr, "nvfence-bench: %s\n", msg.c_str());
+    std::exit(1);
+}
+
+// Log-linear latency histogram: exact below 1024 ns, then 512 sub-buckets
+// per power of two (0.2 % resolution). Fixed size, so recording a sample
+// never allocates.
+class Histogram {
+public:
+    static constexpr int kSub = 9;
+    static constexpr size_t kBuckets = (size_t{1} << (kSub + 1)) + size_t{54} * (size_t{1} << kSub);
+
+    Histogram() : counts_(kBuckets, 0) {}
+
+    void add(uint64_t ns) {
+        ++counts_[index(ns)];
+        ++total_;
+    }
+    uint64_t total() const { return total_; }
+
+    // Value (ns) at quantile q in [0, 1]: the midpoint of the bucket that
+    // holds the ceil(q * total)-th sample.
+    double quantile(double q) const {
+        if (total_ == 0) return 0;
+        auto rank = static_cast<uint64_t>(std::ceil(q * static_cast<double>(total_)));
+        rank = std::clamp<uint64_t>(rank, 1, total_);
+        uint64_t seen = 0;
+        for (size_t i = 0; i < counts_.size(); ++i) {
+            seen += counts_[i];
+            if (seen >= rank) return midpoint(i);
+        }
+        return midpoint(counts_.size() - 1);
+    }
+
+private:
+    static size_t index(uint64_t v) {
+        constexpr uint64_t lin = uint64_t{1} << (kSub + 1);
+        if (v < lin) return static_cast<size_t>(v);
+        const int shift = static_cast<int>(std::bit_width(v)) - (kSub + 1);
+        const uint64_t top = v >> shift;  // in [512, 1023]
+        const size_t i = static_cast<size_t>(lin + uint64_t(shift - 1) * (uint64_t{1} << kSub) + (top - (lin >> 1)));
+        return std::min(i, kBuckets - 1);
+    }
+    static double midpoint(size_t i) {
+        constexpr size_t lin = size_t{1} << (kSub + 1);
+        if (i < lin) return static_cast<double>(i);
+        const size_t k = i - lin;
+        const int shift = static_cast<int>(k >> kSub) + 1;
+        const uint64_t top = (k & ((size_t{1} << kSub) - 1)) + (lin >> 1);
+        return static_cast<double>(top << shift) + static_cast<double>(uint64_t{1} << shift) / 2.0;
+    }
+
+    std::vector<uint64_t> counts_;
+    uint64_t total_ = 0;
+};
+
+struct RunResult {
+    double iops = 0;
+    double p50_us = 0, p99_us = 0, p999_us = 0;           // nvfence: submit to reap; fio: clat
+    double lat_p50_us = 0, lat_p99_us = 0, lat_p999_us = 0;  // fio only: total latency
+    double cpu_us_per_io = 0;  // user + system CPU of the I/O thread per I/O
+    uint64_t ios = 0;
+};
+
+double thread_cpu_us() {
+    rusage ru{};
+    ::getrusage(RUSAGE_THREAD, &ru);
+    auto us = [](const timeval& t) { return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_usec); };
+    return us(ru.ru_utime) + us(ru.ru_stime);
+}
+
+struct Params {
+    std::string target;      // what nvfence opens
+    std::string fio_target;  // what fio opens (the /dev/ng node in passthrough)
+    WriterMode mode = WriterMode::block;
+    uint32_t bs = 4096;
+    uint64_t region_bytes = 0;
+    unsigned runtime_s = 5;
+    unsigned ramp_s = 1;
+    std::string fio = "fio";
+};
+
+// ------------------------------------------------------------------ nvfence
+
+RunResult run_nvfence(const Params& p, uint32_t qd) {
+    WriterOptions o;
+    o.mode = p.mode;
+    o.queue_depth = qd;
+    o.timeout_ms = 30000;
+    o.allow_regular_file = true;
+    auto wr = FencedWriter::open(p.target, o);
+    if (!wr) die(p.target + ": cannot open FencedWriter: " + wr.error().message());
+    FencedWriter& w = **wr;
+    if (p.bs % w.block_bytes() != 0) die("--bs must be a multiple of the block size " + std::to_string(w.block_bytes()));
+    const uint64_t per_io_blocks = p.bs / w.block_bytes();
+    const uint64_t slots = std::min<uint64_t>(p.region_bytes, w.size_blocks() * w.block_bytes()) / p.bs;
+    if (slots == 0) die("region smaller than one I/O");
+
+    // Everything the loop touches is allocated here, before the clock runs.
+    AlignedBuffer bufs(size_t{qd} * p.bs, std::max<size_t>(4096, w.block_bytes()));
+    uint64_t rng = 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(now_ns());
+    for (auto& b : bufs.span()) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        b = static_cast<uint8_t>(rng);
+    }
+    std::vector<int64_t> started(qd, 0);
+    std::vector<Completion> comps(qd);
+    Histogram h;
+    auto next_lba = [&] {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        const auto slot = static_cast<uint64_t>((static_cast<unsigned __int128>(rng) * slots) >> 64);
+        return slot * per_io_blocks;
+    };
+    auto issue = [&](uint32_t i, int64_t t) {
+        started[i] = t;
+        auto st = w.queue_write(next_lba(), bufs.span().subspan(size_t{i} * p.bs, p.bs), i);
+        if (!st) die("queue_write: " + st.error().message());
+    };
+
+    const double cpu0 = thread_cpu_us();
+    const int64_t t0 = now_ns();
+    const int64_t measure_from = t0 + int64_t{p.ramp_s} * 1'000'000'000;
+    const int64_t stop_at = measure_from + int64_t{p.runtime_s} * 1'000'000'000;
+    for (uint32_t i = 0; i < qd; ++i) issue(i, t0);
+    uint64_t counted = 0, all = 0;
+    while (w.in_flight() > 0) {
+        auto r = w.submit_and_reap(comps, 1);
+        if (!r) die("submit_and_reap: " + r.error().message());
+        const int64_t t = now_ns();
+        for (size_t k = 0; k < *r; ++k) {
+            const Completion& c = comps[k];
+            if (c.status != IoStatus::ok)
+                die(std::string("write failed: ") + (c.status == IoStatus::fenced ? "FENCED: " : "") +
+                    c.error.message());
+            const auto i = static_cast<uint32_t>(c.user_data);
+            ++all;
+            if (t >= measure_from && t < stop_at) {
+                h.add(static_cast<uint64_t>(t - started[i]));
+                ++counted;
+            }
+            if (t < stop_at) issue(i, t);
+        }
+    }
+    RunResult res;
+    res.cpu_us_per_io = (thread_cpu_us() - cpu0) / static_cast<double>(std::max<uint64_t>(all, 1));
+    res.ios = counted;
+    res.iops = static_cast<double>(counted) / static_cast<double>(p.runtime_s);
+    res.p50_us = h.quantile(0.50) / 1000.0;
+    res.p99_us = h.quantile(0.99) / 1000.0;
+    res.p999_us = h.quantile(0.999) / 1000.0;
+    return res;
+}
+
+// ------------------------------------------------------------------ fio
+
+// Just enough JSON to read fio's --output-format=json.
+struct JVal {
+    std::variant<std::nullptr_t, bool, double, std::string, std::vector<JVal>, std::map<std::string, JVal>> v;
+    const JVal* get(const std::string& k) const {
+        if (auto* m = std::get_if<std::map<std::string, JVal>>(&v)) {
+            auto it = m->find(k);
+            return it == m->end() ? nullptr : &it->second;
+        }
+        return nullptr;
+    }
+    const JVal* at(size_t i) const {
+        if (auto* a = std::get_if<std::vector<JVal>>(&v)) return i < a->size() ? &(*a)[i] : nullptr;
+        return nullptr;
+    }
+    std::optional<double> num() const {
+        if (auto* d = std::get_if<double>(&v)) return *d;
+        return std::nullopt;
+    }
+};
+
+class JParser {
+public:
+    explicit JParser(const std::string& s) : s_(s) {}
+    std::optional<JVal> parse() {
+        auto v = value();
+        if (!v) return std::nullopt;
+        return v;
+    }
+
+private:
+    void ws() {
+        while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_;
+    }
+    std::optional<std::string> str() {
+        if (s_[i_] != '"') return std::nullopt;
+        std::string out;
+        for (++i_; i_ < s_.size(); ++i_) {
+            char c = s_[i_];
+            if (c == '"') {
+                ++i_;
+                return out;
+            }
+            if (c == '\\' && i_ + 1 < s_.size()) {
+                c = s_[++i_];
+                switch (c) {
+                case 'n': out += '\n'; break;
+                case 't': out += '\t'; break;
+                case 'u': i_ += 4; out += '?'; break;
+                default: out += c; break;
+                }
+            } else {
+                out += c;
+            }
+        }
+        return std::nullopt;
+    }
+    std::optional<JVal> value() {
+        ws();
+        if (i_ >= s_.size()) return std::nullopt;
+        const char c = s_[i_];
+        if (c == '{') {
+            std::map<std::string, JVal> m;
+            ++i_;
+            ws();
+            if (i_ < s_.size() && s_[i_] == '}') {
+                ++i_;
+                return JVal{std::move(m)};
+            }
+            for (;;) {
+                ws();
+                auto k = str();
+                if (!k) return std::nullopt;
+                ws();
+                if (i_ >= s_.size() || s_[i_] != ':') return std::nullopt;
+                ++i_;
+                auto v = value();
+                if (!v) return std::nullopt;
+                m.emplace(std::move(*k), std::move(*v));
+                ws();
+                if (i_ < s_.size() && s_[i_] == ',') { ++i_; continue; }
+                if (i_ < s_.size() && s_[i_] == '}') { ++i_; return JVal{std::move(m)}; }
+                return std::nullopt;
+            }
+        }
+        if (c == '[') {
+            std::vector<JVal> a;
+            ++i_;
+            ws();
+            if (i_ < s_.size() && s_[i_] == ']') {
+                ++i_;
+                return JVal{std::move(a)};
+            }
+            for (;;) {
+                auto v = value();
+                if (!v) return std::nullopt;
+                a.push_back(std::move(*v));
+                ws();
+                if (i_ < s_.size() && s_[i_] == ',') { ++i_; continue; }
+                if (i_ < s_.size() && s_[i_] == ']') { ++i_; return JVal{std::move(a)}; }
+                return std::nullopt;
+            }
+        }
+        if (c == '"') {
+            auto s = str();
+            if (!s) return std::nullopt;
+            return JVal{std::move(*s)};
+        }
+        if (s_.compare(i_, 4, "true") == 0) { i_ += 4; return JVal{true}; }
+        if (s_.compare(i_, 5, "false") == 0) { i_ += 5; return JVal{false}; }
+        if (s_.compare(i_, 4, "null") == 0) { i_ += 4; return JVal{nullptr}; }
+        const char* b = s_.c_str() + i_;
+        char* e = nullptr;
+        const double d = std::strtod(b, &e);
+        if (e == b) return std::nullopt;
+        i_ += static_cast<size_t>(e - b);
+        return JVal{d};
+    }
+
+    const std::string& s_;
+    size_t i_ = 0;
+};
+
+// Runs argv, returns its stdout; stderr passes through.
+std::string run_capture(const std::vector<std::string>& argv, int& status) {
+    int pfd[2];
+    if (::pipe2(pfd, O_CLOEXEC) < 0) die("pipe: " + std::string(std::strerror(errno)));
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, pfd[1], STDOUT_FILENO);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    pid_t pid = 0;
+    const int rc = posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(pfd[1]);
+    if (rc != 0) {
+        ::close(pfd[0]);
+        die("cannot run " + argv[0] + ": " + std::strerror(rc));
+    }
+    std::string out;
+    char buf[65536];
+    for (;;) {
+        const ssize_t n = ::read(pfd[0], buf, sizeof buf);
+        if (n > 0) out.append(buf, static_cast<size_t>(n));
+        else if (n == 0 || errno != EINTR) break;
+    }
+    ::close(pfd[0]);
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    return out;
+}
+
+std::vector<std::string> fio_argv(const Params& p, uint32_t qd) {
+    std::vector<std::string> a = {p.fio, "--name=nvfence-bench", "--filename=" + p.fio_target};
+    if (p.mode == WriterMode::passthrough) {
+        a.emplace_back("--ioengine=io_uring_cmd");
+        a.emplace_back("--cmd_type=nvme");
+    } else {
+        a.emplace_back("--ioengine=io_uring");
+    }
+    const std::vector<std::string> rest = {
+        "--direct=1", "--rw=randwrite", "--bs=" + std::to_string(p.bs), "--iodepth=" + std::to_string(qd),
+        "--size=" + std::to_string(p.region_bytes), "--time_based=1", "--runtime=" + std::to_string(p.runtime_s),
+        "--ramp_time=" + std::to_string(p.ramp_s), "--norandommap=1", "--randrepeat=0",
+        // nvfence registers its file with the ring; give fio the same.
+        "--registerfiles=1", "--clat_percentiles=1", "--lat_percentiles=1", "--percentile_list=50:99:99.9",
+        "--output-format=json"};
+    a.insert(a.end(), rest.begin(), rest.end());
+    return a;
+}
+
+RunResult run_fio(const Params& p, uint32_t qd) {
+    int status = 0;
+    const auto argv = fio_argv(p, qd);
+    const std::string out = run_capture(argv, status);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) die("fio failed (status " + std::to_string(status) + ")");
+    const size_t brace = out.find('{');
+    if (brace == std::string::npos) die("fio printed no JSON");
+    const std::string json = out.substr(brace);
+    auto doc = JParser(json).parse();
+    if (!doc) die("cannot parse fio's JSON output");
+    const JVal* job = doc->get("jobs") ? doc->get("jobs")->at(0) : nullptr;
+    const JVal* wr = job ? job->get("write") : nullptr;
+    if (!wr) die("fio JSON has no jobs[0].write");
+    auto pct = [&](const char* which, const char* key) {
+        const JVal* l = wr->get(which);
+        const JVal* pc = l ? l->get("percentile") : nullptr;
+        const JVal* v = pc ? pc->get(key) : nullptr;
+        auto n = v ? v->num() : std::nullopt;
+        if (!n) die(std::string("fio JSON has no write.") + which + ".percentile." + key);
+        return *n / 1000.0;
+    };
+    RunResult r;
+    auto iops = wr->get("iops") ? wr->get("iops")->num() : std::nullopt;
+    if (!iops) die("fio JSON has no write.iops");
+    r.iops = *iops;
+    auto ios = wr->get("total_ios") ? wr->get("total_ios")->num() : std::nullopt;
+    r.ios = ios ? static_cast<uint64_t>(*ios) : 0;
+    r.p50_us = pct("clat_ns", "50.000000");
+    r.p99_us = pct("clat_ns", "99.000000");
+    r.p999_us = pct("clat_ns", "99.900000");
+    r.lat_p50_us = pct("lat_ns", "50.000000");
+    r.lat_p99_us = pct("lat_ns", "99.000000");
+    r.lat_p999_us = pct("lat_ns", "99.900000");
+    // fio's usr_cpu/sys_cpu are percentages of the measured runtime for the
+    // job's thread, so this matches nvfence's figure for its own I/O thread.
+    auto cpu = [&](const char* k) {
+        auto v = job->get(k) ? job->get(k)->num() : std::nullopt;
+        return v ? *v : 0.0;
+    };
+    if (r.ios > 0)
+        r.cpu_us_per_io = (cpu("usr_cpu") + cpu("sys_cpu")) / 100.0 * p.runtime_s * 1e6 / static_cast<double>(r.ios);
+    return r;
+}
+
+// ------------------------------------------------------------------ target
+
+// Creates or refills a regular file so every block is allocated and
+// written: both tools then overwrite in place, with no unwritten extents
+// to convert on the first touch.
+void prepare_file(const std::string& path, uint64_t bytes) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) == bytes) {
+        std::printf("# reusing %s (%llu bytes)\n", path.c_str(), static_cast<unsigned long long>(bytes));
+        return;
+    }
+    std::printf("# writing %s (%llu bytes) ...\n", path.c_str(), static_cast<unsigned long long>(bytes));
+    std::fflush(stdout);
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) die(path + ": " + std::strerror(errno));
+    std::vector<uint8_t> chunk(1 << 20);
+    uint64_t rng = 0x2545f4914f6cdd1dull;
+    for (auto& b : chunk) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        b = static_cast<uint8_t>(rng);
+    }
+    for (uint64_t off = 0; off < bytes;) {
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk.size(), bytes - off));
+        const ssize_t w = ::pwrite(fd, chunk.data(), n, static_cast<off_t>(off));
+        if (w <= 0) die(path + ": write: " + std::strerror(errno));
+        off += static_cast<uint64_t>(w);
+    }
+    if (::fsync(fd) < 0) die(path + ": fsync: " + std::strerror(errno));
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+}
+
+uint64_t parse_size(const std::string& s) {
+    char* end = nullptr;
+    const double v = std::strtod(s.c_str(), &end);
+    if (end == s.c_str() || v <= 0) die("bad size: " + s);
+    uint64_t mult = 1;
+    switch (std::tolower(static_cast<unsigned char>(*end))) {
+    case '\0': break;
+    case 'k': mult = uint64_t{1} << 10; break;
+    case 'm': mult = uint64_t{1} << 20; break;
+    case 'g': mult = uint64_t{1} << 30; break;
+    case 't': mult = uint64_t{1} << 40; break;
+    default: die("bad size suffix: " + s);
+    }
+    return static_cast<uint64_t>(v * static_cast<double>(mult));
+}
+
+double median(std::vector<double> v) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
+}
+
+std::string first_line_of(const std::vector<std::string>& argv) {
+    int status = 0;
+    std::string out = run_capture(argv, status);
+    if (auto nl = out.find('\n'); nl != std::string::npos) out.resize(nl);
+    return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{
+        "nvfence-bench: 4 KiB random O_DIRECT writes through nvfence's FencedWriter and through fio, "
+        "alternating, on the same target with the same parameters; prints medians and ratios."};
+    Params p;
+    std::string target, size_s = "1G", mode_s = "auto";
+    std::vector<uint32_t> qds = {1, 32};
+    unsigned repeat = 5;
+    bool no_fio = false, allow_device = false;
+    app.add_option("target", target,
+                   "A regular file (created and filled at --size if missing or of another size; left in place) "
+                   "or an NVMe namespace device")
+        ->required();
+    app.add_option("--size", size_s, "Region written, e.g. 1G (file size for a file target)")->capture_default_str();
+    app.add_option("--bs", p.bs, "I/O size in bytes")->capture_default_str();
+    app.add_option("--qd", qds, "Queue depths, comma separated")->delimiter(',')->capture_default_str();
+    app.add_option("--runtime", p.runtime_s, "Measured seconds per run")->capture_default_str();
+    app.add_option("--ramp", p.ramp_s, "Unmeasured warm-up seconds per run (fio --ramp_time)")->capture_default_str();
+    app.add_option("--repeat", repeat, "Runs per tool and queue depth (medians are reported)")->capture_default_str();
+    app.add_option("--mode", mode_s, "nvfence mode on a device: auto, block, passthrough (a file is always block)")
+        ->check(CLI::IsMember({"auto", "block", "passthrough"}))
+        ->capture_default_str();
+    app.add_option("--fio", p.fio, "fio executable")->capture_default_str();
+    app.add_flag("--no-fio", no_fio, "Run nvfence only");
+    app.add_flag("--destroy-device-data", allow_device,
+                 "Required to write to a device target: its contents in the region are overwritten");
+    CLI11_PARSE(app, argc, argv);
+
+    if (repeat == 0 || p.runtime_s == 0 || qds.empty() || p.bs == 0 || p.bs % 512 != 0)
+        die("--repeat, --runtime, --qd and --bs (a multiple of 512) must be positive");
+    for (auto q : qds)
+        if (q < 1 || q > 1024) die("--qd values must be in 1..1024");
+    p.region_bytes = parse_size(size_s) / p.bs * p.bs;
+    p.target = target;
+    p.fio_target = target;
+
+    struct stat st {};
+    const bool exists = ::stat(target.c_str(), &st) == 0;
+    if (!exists || S_ISREG(st.st_mode)) {
+        prepare_file(target, p.region_bytes);
+        p.mode = WriterMode::block;
+    } else {
+        if (!allow_device) die(target + " is a device: pass --destroy-device-data to overwrite it");
+        auto paths = resolve_namespace(target);
+        if (!paths) die(target + ": " + paths.error().message());
+        p.mode = mode_s == "block" ? WriterMode::block
+                 : mode_s == "passthrough" ? WriterMode::passthrough
+                                          : WriterMode::automatic;
+        // Learn which mode automatic resolves to, so fio gets the same path.
+        WriterOptions o;
+        o.mode = p.mode;
+        auto w = FencedWriter::open(target, o);
+        if (!w) die(target + ": " + w.error().message());
+        p.mode = (*w)->mode();
+        p.region_bytes = std::min(p.region_bytes, (*w)->size_blocks() * (*w)->block_bytes()) / p.bs * p.bs;
+        p.target = p.mode == WriterMode::passthrough ? paths->generic : paths->block;
+        p.fio_target = p.target;
+    }
+
+    utsname u{};
+    ::uname(&u);
+    std::printf("# kernel %s, %ld online CPUs, nvfence mode %s, target %s, region %llu MiB, bs %u, runtime %us + "
+                "ramp %us, %u repeats\n",
+                u.release, ::sysconf(_SC_NPROCESSORS_ONLN), writer_mode_name(p.mode), p.target.c_str(),
+                static_cast<unsigned long long>(p.region_bytes >> 20), p.bs, p.runtime_s, p.ramp_s, repeat);
+    if (!no_fio) {
+        std::printf("# %s\n", first_line_of({p.fio, "--version"}).c_str());
+        std::string cmd;
+        for (const auto& a : fio_argv(p, qds.front())) cmd += (cmd.empty() ? "" : " ") + a;
+        std::printf("# fio command (iodepth varies): %s\n", cmd.c_str());
+    }
+    std::printf("# latency: nvfence = queue to reap (includes submission); fio clat = submit to completion, fio "
+                "lat = queue to completion\n# cpu/io: user+system CPU microseconds of the I/O thread per I/O\n");
+    std::printf("%-4s %-7s %-3s %10s %9s %9s %9s %7s\n", "qd", "tool", "run", "IOPS", "p50_us", "p99_us", "p99.9_us",
+                "cpu/io");
+    std::fflush(stdout);
+
+    std::map<uint32_t, std::vector<RunResult>> nv, fi;
+    for (unsigned rep = 0; rep < repeat; ++rep) {
+        for (uint32_t qd : qds) {
+            // Alternate which tool goes first so drift on a shared machine
+            // does not favour one of them.
+            const bool nv_first = rep % 2 == 0;
+            for (int k = 0; k < 2; ++k) {
+                const bool is_nv = (k == 0) == nv_first;
+                if (!is_nv && no_fio) continue;
+                RunResult r = is_nv ? run_nvfence(p, qd) : run_fio(p, qd);
+                (is_nv ? nv : fi)[qd].push_back(r);
+                std::printf("%-4u %-7s %-3u %10.0f %9.1f %9.1f %9.1f %7.2f", qd, is_nv ? "nvfence" : "fio", rep + 1,
+                            r.iops, r.p50_us, r.p99_us, r.p999_us, r.cpu_us_per_io);
+                if (!is_nv) std::printf("   (lat %.1f %.1f %.1f)", r.lat_p50_us, r.lat_p99_us, r.lat_p999_us);
+                std::printf("\n");
+                std::fflush(stdout);
+            }
+        }
+    }
+
+    auto med = [](const std::vector<RunResult>& v, double RunResult::*f) {
+        std::vector<double> x;
+        for (const auto& r : v) x.push_back(r.*f);
+        return median(x);
+    };
+    std::printf("\nMedians of %u runs (latency in microseconds)\n", repeat);
+    std::printf("%-4s %-9s %10s %9s %9s %9s %7s\n", "qd", "tool", "IOPS", "p50", "p99", "p99.9", "cpu/io");
+    for (uint32_t qd : qds) {
+        const auto& a = nv[qd];
+        std::printf("%-4u %-9s %10.0f %9.1f %9.1f %9.1f %7.2f\n", qd, "nvfence", med(a, &RunResult::iops),
+                    med(a, &RunResult::p50_us), med(a, &RunResult::p99_us), med(a, &RunResult::p999_us),
+                    med(a, &RunResult::cpu_us_per_io));
+        if (no_fio) continue;
+        const auto& b = fi[qd];
+        std::printf("%-4u %-9s %10.0f %9.1f %9.1f %9.1f %7.2f\n", qd, "fio clat", med(b, &RunResult::iops),
+                    med(b, &RunResult::p50_us), med(b, &RunResult::p99_us), med(b, &RunResult::p999_us),
+                    med(b, &RunResult::cpu_us_per_io));
+        std::printf("%-4u %-9s %10s %9.1f %9.1f %9.1f\n", qd, "fio lat", "", med(b, &RunResult::lat_p50_us),
+                    med(b, &RunResult::lat_p99_us), med(b, &RunResult::lat_p999_us));
+    }
+    if (!no_fio) {
+        std::printf("\nRatios nvfence/fio (IOPS: higher is better; p99 and cpu/io: lower is better)\n");
+        std::printf("%-4s %10s %14s %13s %10s\n", "qd", "IOPS", "p99/fio-clat", "p99/fio-lat", "cpu/io");
+        for (uint32_t qd : qds) {
+            const auto& a = nv[qd];
+            const auto& b = fi[qd];
+            std::printf("%-4u %10.3f %14.3f %13.3f %10.3f\n", qd, med(a, &RunResult::iops) / med(b, &RunResult::iops),
+                        med(a, &RunResult::p99_us) / med(b, &RunResult::p99_us),
+                        med(a, &RunResult::p99_us) / med(b, &RunResult::lat_p99_us),
+                        med(a, &RunResult::cpu_us_per_io) / med(b, &RunResult::cpu_us_per_io));
+        }
+    }
+    return 0;
+}
