@@ -1,0 +1,618 @@
+"""The lab: QEMU VMs sharing one reservation-capable NVMe namespace.
+
+    with Lab(hosts=2, topology="fabric") as lab:
+        a, b = lab.hosts
+        a.run("nvme resv-register $NVFENCE_DEV --nrkey=0x1 --rrega=0", check=True)
+
+Topologies
+  fabric  one target VM (nvmet over nvmet-tcp, backing disk = QEMU NVMe) and
+          one VM per host, each linked to the target by its own QEMU
+          `-netdev stream` unix-socket link. Hosts can be paused, resumed,
+          killed and cut off from the target one by one.
+  loop    one VM: nvmet on nvme-loop, one fabrics connection per host
+          identity (own hostnqn/hostid, own /dev/nvmeXnY). Fast; no
+          pause/kill/cut (they raise NotSupported).
+  plain   one VM per host on QEMU's own emulated NVMe namespace (shared
+          image), which has no reservation support.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import weakref
+from pathlib import Path
+
+from . import initramfs as irfs
+from . import kernel as kmod
+from .agent import AgentConn, CommandFailed, Result
+from .qmp import QMP
+from .util import LabError, NotSupported, log
+
+TOPOLOGIES = ("fabric", "loop", "plain")
+HOST_NAMES = "abcdefgh"
+NQN = "nqn.2024-01.org.nvfence.lab:vol0"
+DISK_SERIAL = "vol0123456789abcdef0"
+EBS_MODEL = "Amazon Elastic Block Store"
+VOLUME_SIZE = 256 << 20
+AGENT_PORT = "org.nvfence.agent"
+# Kernel command line. mitigations=off matters under TCG (no page-table
+# isolation: every syscall would otherwise switch page tables); the rest
+# trims boot time a little.
+# no_timer_check: on a busy host a TCG guest can be too slow for the kernel's
+# IO-APIC timer check, which then panics ("IO-APIC + timer doesn't work!").
+BASE_CMDLINE = ("console=ttyS0 panic=-1 nvme_core.multipath=N mitigations=off no_timer_check "
+                "rcupdate.rcu_expedited=1 cryptomgr.notests 8250.nr_uarts=1 "
+                "i8042.noaux i8042.nokbd")
+# Extra nvme connect options: reconnect quickly after a heal/resume.
+DEFAULT_CONNECT_OPTS = "reconnect_delay=1"
+SOCK_PATH_MAX = 107
+
+# Labs alive in this process, torn down at exit whatever happens.
+_live_labs: "weakref.WeakSet[Lab]" = weakref.WeakSet()
+# When a test harness defers run-dir removal (conftest), closed labs' run
+# dirs are appended here as (run_dir, failures_seen when the lab started)
+# instead of being removed; the harness counts failed tests in failures_seen
+# and keeps a run dir if any test failed while its lab was up.
+deferred_cleanup = False
+pending_run_dirs: list = []
+failures_seen = 0
+
+
+def _atexit():
+    for lab in list(_live_labs):
+        try:
+            lab.close()
+        except Exception:  # noqa: BLE001 - best effort at exit
+            pass
+
+
+atexit.register(_atexit)
+
+
+def _mac(link: int, side: int) -> str:
+    return f"52:54:00:4e:{link:02x}:{side:02x}"
+
+
+class VM:
+    """One QEMU process with its QMP and agent sockets and logs."""
+
+    def __init__(self, lab: "Lab", name: str, role: str, cmdline: str, devices: list):
+        self.lab = lab
+        self.name = name
+        self.role = role
+        rd = lab.run_dir
+        self.console_log = rd / f"{name}.console.log"
+        self.qemu_log = rd / f"{name}.qemu.log"
+        self.qmp_sock = rd / f"{name}.qmp"
+        self.agent_sock = rd / f"{name}.agent"
+        for p in (self.qmp_sock, self.agent_sock):
+            if len(str(p)) > SOCK_PATH_MAX:
+                raise LabError(f"unix socket path too long ({len(str(p))} > {SOCK_PATH_MAX}): {p}; "
+                               "use a shorter run dir (NVFENCE_LAB_RUN_DIR)")
+        self.argv = [
+            lab.qemu, "-name", name, "-machine", "q35", "-accel", "tcg", "-m", str(lab.memory_mb),
+            "-smp", "1", "-nographic", "-nodefaults", "-no-user-config", "-no-reboot",
+            "-kernel", str(lab.kernel_image), "-initrd", str(lab.initramfs.path),
+            "-append", f"{BASE_CMDLINE} {cmdline}".strip(),
+            "-serial", f"file:{self.console_log}",
+            "-qmp", f"unix:{self.qmp_sock},server=on,wait=off",
+            "-device", "virtio-serial-pci,id=vser0",
+            "-chardev", f"socket,id=ag,path={self.agent_sock},server=on,wait=off",
+            "-device", f"virtserialport,bus=vser0.0,chardev=ag,name={AGENT_PORT}",
+            "-drive", f"file={lab.initramfs.tools_disk},if=none,id=tools,format=raw,readonly=on",
+            "-device", f"virtio-blk-pci,drive=tools,serial={irfs.TOOLS_DISK_SERIAL}",
+        ] + devices
+        self.proc: subprocess.Popen | None = None
+        self.qmp = QMP(self.qmp_sock, rd / f"{name}.qmp.log", name)
+        self.agent = AgentConn(self.agent_sock, rd / f"{name}.agent.log", name)
+        self.ready: dict = {}
+        self.paused = False
+        self.killed = False
+        self.started_at = 0.0
+        self.ready_at = 0.0
+
+    def start(self) -> None:
+        (self.lab.run_dir / f"{self.name}.cmdline").write_text(shlex.join(self.argv) + "\n")
+        prefix = []
+        if shutil.which("setpriv"):
+            # The VM dies with this process even on SIGKILL (no stray qemu).
+            prefix = ["setpriv", "--pdeathsig", "KILL", "--"]
+        self.started_at = time.monotonic()
+        with open(self.qemu_log, "wb") as qlog:
+            self.proc = subprocess.Popen(prefix + self.argv, stdin=subprocess.DEVNULL,
+                                         stdout=qlog, stderr=subprocess.STDOUT,
+                                         close_fds=True)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def connect(self, timeout_s: float) -> None:
+        try:
+            self.qmp.connect(timeout_s, self.alive)
+            self.agent.connect(timeout_s, self.alive)
+        except LabError as e:
+            raise LabError(f"{e}\n{self.diagnostics()}") from None
+
+    def wait_ready(self, deadline: float) -> dict:
+        try:
+            info = self.agent.wait_ready(max(0.0, deadline - time.monotonic()), self.alive)
+        except LabError as e:
+            raise LabError(f"{e}\n{self.diagnostics()}") from None
+        self.ready_at = time.monotonic()
+        if info.get("status") != "ok":
+            raise LabError(f"{self.name}: guest setup failed: {info.get('error', info)}\n{self.diagnostics()}")
+        self.ready = info
+        return info
+
+    def tail(self, path: Path, lines: int = 40) -> str:
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            return "(none)"
+        return "\n".join(text.replace("\r", "").splitlines()[-lines:])
+
+    def diagnostics(self) -> str:
+        state = "running" if self.alive() else f"exited ({self.proc.returncode if self.proc else 'not started'})"
+        return (f"--- {self.name}: qemu {state}; run dir {self.lab.run_dir}\n"
+                f"--- {self.qemu_log.name} (tail)\n{self.tail(self.qemu_log, 15)}\n"
+                f"--- {self.console_log.name} (tail)\n{self.tail(self.console_log)}")
+
+    def kill(self) -> None:
+        self.killed = True
+        self.agent.close()
+        self.qmp.close()
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                raise LabError(f"{self.name}: QEMU (pid {self.proc.pid}) survived SIGKILL for 10s") from None
+
+    def stop(self) -> None:
+        """Graceful-ish teardown: close sockets, SIGTERM, then SIGKILL."""
+        self.agent.close()
+        self.qmp.close()
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+
+    def reap(self, timeout_s: float = 5.0) -> None:
+        if not self.proc:
+            return
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+class Background:
+    """A process started in a guest by Host.spawn (own session, output to a file)."""
+
+    def __init__(self, host: "Host", pid: int, log_path: str, cmd: str):
+        self.host, self.pid, self.log_path, self.cmd = host, pid, log_path, cmd
+
+    def alive(self) -> bool:
+        return self.host.run(f"kill -0 {self.pid} 2>/dev/null && "
+                             f"! grep -q '^State:.*Z' /proc/{self.pid}/status", timeout_s=20).rc == 0
+
+    def signal(self, sig: str = "TERM") -> None:
+        self.host.run(f"kill -{sig} -{self.pid} 2>/dev/null || kill -{sig} {self.pid}", timeout_s=20)
+
+    def wait(self, timeout_s: float = 60) -> bool:
+        """Wait (bounded) until the process has exited; return True if it did."""
+        r = self.host.wait_for(f"! kill -0 {self.pid} 2>/dev/null || grep -q '^State:.*Z' /proc/{self.pid}/status",
+                               timeout_s=timeout_s)
+        return r.rc == 0
+
+    def output(self) -> str:
+        return self.host.run(f"cat {self.log_path}", timeout_s=30).out
+
+
+class Host:
+    """A shell on one lab host (one VM, or one identity of the loop VM)."""
+
+    def __init__(self, lab: "Lab", name: str, vm: VM, env: dict, info: dict, own_vm: bool):
+        self.lab = lab
+        self.name = name
+        self.vm = vm
+        self.env = dict(env)
+        self.info = dict(info)
+        self._own_vm = own_vm
+        self.dev: str | None = info.get("dev")
+        self.ng: str | None = info.get("ng") or (
+            "/dev/ng" + self.dev[len("/dev/nvme"):] if self.dev and self.dev.startswith("/dev/nvme") else None)
+        self.ctrl: str | None = info.get("ctrl")
+        self.hostnqn: str | None = info.get("hostnqn")
+        self.hostid: str | None = info.get("hostid")
+        self._bg = 0
+        self.is_cut = False
+
+    def __repr__(self) -> str:
+        return f"<nvlab.Host {self.name} {self.lab.topology} dev={self.dev}>"
+
+    # ------------------------------------------------------------ commands
+    def run(self, cmd: str, timeout_s: float = 60, check: bool = False, env: dict | None = None) -> Result:
+        """Run `sh -c cmd` in the guest; return Result(rc, out, err, ...).
+
+        The command's process group is killed after timeout_s (rc 124,
+        timed_out True). check=True raises CommandFailed on rc != 0."""
+        if self.vm.killed:
+            raise LabError(f"{self.name}: the VM was killed")
+        e = dict(self.env)
+        if env:
+            e.update({k: str(v) for k, v in env.items()})
+        r = self.vm.agent.request(cmd, e, timeout_s, self.lab.answer_grace_s, self.name)
+        if check and r.rc != 0:
+            raise CommandFailed(r)
+        return r
+
+    def wait_for(self, cmd: str, timeout_s: float = 60, interval_s: float = 0.1) -> Result:
+        """Re-run cmd in the guest until it succeeds (rc 0) or timeout_s passes.
+
+        Returns the last attempt's Result (rc != 0 when it never succeeded)."""
+        iv = max(10_000, int(interval_s * 1e6))
+        script = (
+            f"o=$(mktemp) e=$(mktemp); end=$(( $(cut -d. -f1 /proc/uptime) + {int(timeout_s + 0.999)} )); "
+            f"while :; do ( {cmd} ) >$o 2>$e && {{ rc=0; break; }}; rc=$?; "
+            f"[ $(cut -d. -f1 /proc/uptime) -ge $end ] && break; usleep {iv}; done; "
+            f"cat $o; cat $e >&2; rm -f $o $e; exit $rc")
+        r = self.run(script, timeout_s=timeout_s + 15)
+        r.cmd = cmd
+        return r
+
+    def spawn(self, cmd: str, log_path: str | None = None) -> Background:
+        """Start cmd in the background (own session); output goes to log_path."""
+        self._bg += 1
+        log_path = log_path or f"/tmp/bg-{self.name}-{self._bg}.log"
+        r = self.run(f"setsid sh -c {shlex.quote(cmd)} > {shlex.quote(log_path)} 2>&1 < /dev/null & echo $!",
+                     timeout_s=20, check=True)
+        return Background(self, int(r.out.strip()), log_path, cmd)
+
+    def refresh_dev(self, timeout_s: float = 60) -> str:
+        """Wait (bounded) until this host's controller shows its namespace
+        again (after the target disabled/re-enabled it), asking the
+        controller to rescan meanwhile, and update dev/ng and $NVFENCE_DEV
+        (the block device may come back under another name)."""
+        if not self.ctrl:
+            raise NotSupported(f"{self.name}: no fabrics controller to rescan ({self.lab.topology})")
+        c = f"/sys/class/nvme/{self.ctrl}"
+        script = (
+            f"end=$(( $(cut -d. -f1 /proc/uptime) + {int(timeout_s + 0.999)} )); "
+            f"while :; do for n in {c}/nvme*n*; do b=${{n##*/}}; "
+            f"[ -e \"$n\" ] && [ -b /dev/$b ] && {{ echo $b; exit 0; }}; done; "
+            f"[ $(cut -d. -f1 /proc/uptime) -ge $end ] && exit 1; "
+            f"echo 1 > {c}/rescan_controller 2>/dev/null; usleep 500000; done")
+        r = self.run(script, timeout_s=timeout_s + 15)
+        if r.rc != 0 or not r.out.strip():
+            raise LabError(f"{self.name}: no namespace on {self.ctrl} within {timeout_s:.0f}s: {r}")
+        name = r.out.strip().splitlines()[0]
+        self.dev = f"/dev/{name}"
+        self.ng = "/dev/ng" + name[len("nvme"):]
+        self.env["NVFENCE_DEV"] = self.dev
+        self.env["NVFENCE_NG"] = self.ng
+        return self.dev
+
+    # ------------------------------------------------------------ VM control
+    def _need_own_vm(self, what: str) -> None:
+        if not self._own_vm:
+            raise NotSupported(f"{what} is not supported in the '{self.lab.topology}' topology "
+                               "(all host identities share one VM); use topology='fabric'")
+
+    def pause(self) -> None:
+        """Freeze this host's VM (QMP stop): its clock and I/O stop too."""
+        self._need_own_vm("pause")
+        self.vm.qmp.execute("stop")
+        self.vm.paused = True
+
+    def resume(self) -> None:
+        self._need_own_vm("resume")
+        self.vm.qmp.execute("cont")
+        self.vm.paused = False
+
+    def kill(self) -> None:
+        """Kill this host's VM (SIGKILL to QEMU), like pulling the power."""
+        self._need_own_vm("kill")
+        self.vm.kill()
+
+    def cut(self) -> None:
+        """Take this host's link to the target down (QMP set_link)."""
+        self._need_own_vm("cut")
+        if self.lab.topology != "fabric":
+            raise NotSupported(f"cut needs a network link: topology '{self.lab.topology}' has none")
+        self.vm.qmp.execute("set_link", {"name": "nic0", "up": False})
+        self.is_cut = True
+
+    def heal(self) -> None:
+        self._need_own_vm("heal")
+        if self.lab.topology != "fabric":
+            raise NotSupported(f"heal needs a network link: topology '{self.lab.topology}' has none")
+        self.vm.qmp.execute("set_link", {"name": "nic0", "up": True})
+        self.is_cut = False
+
+    def qmp(self, cmd: str, **args):
+        """Raw QMP command on this host's VM."""
+        self._need_own_vm("qmp")
+        return self.vm.qmp.execute(cmd, args or None)
+
+    @property
+    def alive(self) -> bool:
+        return not self.vm.killed and self.vm.alive()
+
+    @property
+    def paused(self) -> bool:
+        return self.vm.paused
+
+
+class Target(Host):
+    """The nvmet side: the target VM (fabric) or the loop VM (loop)."""
+
+    subsys = f"/sys/kernel/config/nvmet/subsystems/{NQN}"
+
+    @property
+    def ns_path(self) -> str:
+        return f"{self.subsys}/namespaces/1"
+
+    def ns_disable(self) -> None:
+        """Disable the exported namespace (hosts see it go away)."""
+        self.run(f"echo 0 > {self.ns_path}/enable", check=True, timeout_s=30)
+
+    def ns_enable(self, wait_hosts: bool = True, timeout_s: float = 60) -> None:
+        """Re-enable the namespace; by default wait until every running,
+        unpaused host sees it again (see Host.refresh_dev: its device name
+        may change, $NVFENCE_DEV follows)."""
+        self.run(f"echo 1 > {self.ns_path}/enable", check=True, timeout_s=30)
+        if wait_hosts:
+            for h in self.lab.hosts:
+                if h.ctrl and h.alive and not h.paused and not h.is_cut:
+                    h.refresh_dev(timeout_s)
+
+    def ns_enabled(self) -> bool:
+        return self.run(f"cat {self.ns_path}/enable", check=True).out.strip() == "1"
+
+    def set_resv_enable(self, on: bool, wait_hosts: bool = True) -> None:
+        """Switch reservation support of the namespace (disables it meanwhile)."""
+        self.run(f"echo 0 > {self.ns_path}/enable && echo {1 if on else 0} > {self.ns_path}/resv_enable",
+                 check=True, timeout_s=30)
+        self.ns_enable(wait_hosts=wait_hosts)
+
+
+class Lab:
+    """N hosts sharing one NVMe namespace. Use as a context manager."""
+
+    def __init__(self, hosts: int = 2, topology: str = "fabric", ebs: bool = True,
+                 run_dir: str | os.PathLike | None = None, memory_mb: int = 512,
+                 boot_timeout_s: float = 180, connect_opts: str = DEFAULT_CONNECT_OPTS,
+                 extra_cmdline: str = "", answer_grace_s: float = 30,
+                 hostids: dict | None = None):
+        if topology not in TOPOLOGIES:
+            raise ValueError(f"topology must be one of {TOPOLOGIES}, not {topology!r}")
+        if not 1 <= hosts <= len(HOST_NAMES):
+            raise ValueError(f"hosts must be 1..{len(HOST_NAMES)}")
+        self.n_hosts = hosts
+        self.topology = topology
+        self.ebs = ebs
+        self.memory_mb = memory_mb
+        self.boot_timeout_s = boot_timeout_s
+        self.connect_opts = connect_opts
+        self.extra_cmdline = extra_cmdline
+        self.answer_grace_s = answer_grace_s
+        self.hostids = dict(hostids or {})
+        unknown = set(self.hostids) - set(HOST_NAMES[:hosts])
+        if unknown:
+            raise ValueError(f"hostids for unknown hosts {sorted(unknown)}")
+        for n, hid in self.hostids.items():
+            uuid.UUID(hid)  # ValueError if not a UUID
+        self._failures_at_start = failures_seen
+        self._explicit_run_dir = run_dir is not None
+        self._run_dir_arg = run_dir
+        self.run_dir: Path | None = None
+        self.vms: list[VM] = []
+        self.hosts: list[Host] = []
+        self._target: Target | None = None
+        self.boot_s: float | None = None
+        self.kernel: kmod.Kernel | None = None
+        self.initramfs: irfs.Initramfs | None = None
+        self.kernel_image: Path | None = None
+        self.qemu = shutil.which("qemu-system-x86_64") or "qemu-system-x86_64"
+        self.failed = False
+        self._closed = False
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------ lifecycle
+    def __enter__(self) -> "Lab":
+        try:
+            self.start()
+        except BaseException:
+            self.failed = True
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.failed = True
+        self.close()
+
+    def host(self, name: str) -> Host:
+        for h in self.hosts:
+            if h.name == name:
+                return h
+        raise KeyError(f"no host {name!r} in this lab (hosts: {[h.name for h in self.hosts]})")
+
+    @property
+    def target(self) -> Target:
+        if self._target is None:
+            raise NotSupported(f"topology '{self.topology}' has no nvmet target")
+        return self._target
+
+    def prepare(self) -> None:
+        if not shutil.which(self.qemu):
+            raise LabError("qemu-system-x86_64 not found (apt-get install qemu-system-x86)")
+        self.kernel = kmod.fetch_kernel()
+        self.initramfs = irfs.build(self.kernel)
+        self.kernel_image = kmod.pvh_vmlinux(self.kernel) or self.kernel.vmlinuz
+
+    def start(self) -> None:
+        t0 = time.monotonic()
+        self.prepare()
+        t_prep = time.monotonic()
+        if self._explicit_run_dir:
+            self.run_dir = Path(self._run_dir_arg).resolve()
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        else:
+            base = os.environ.get("NVFENCE_LAB_RUN_DIR", "/tmp")
+            Path(base).mkdir(parents=True, exist_ok=True)
+            self.run_dir = Path(tempfile.mkdtemp(prefix=f"nvlab-{self.topology}-", dir=base))
+        _live_labs.add(self)
+        vol = self.run_dir / "vol.img"
+        with open(vol, "wb") as f:
+            f.truncate(VOLUME_SIZE)
+        cache = "none" if _o_direct_ok(vol) else "writeback"
+        drive = f"file={vol},if=none,id=d0,format=raw,cache={cache}"
+        nvme_dev = ["-device", f"nvme,serial={DISK_SERIAL},drive=d0"]
+        common = f"nvlab.nqn={NQN} nvlab.ebs={1 if self.ebs else 0} {self.extra_cmdline}"
+        copts = f"nvlab.copts={self.connect_opts.replace(',', ';')}" if self.connect_opts else ""
+        names = HOST_NAMES[:self.n_hosts]
+        ids = {n: self.hostids.get(n) or str(uuid.uuid4()) for n in names}
+        (self.run_dir / "lab.txt").write_text(
+            f"topology={self.topology}\nhosts={self.n_hosts}\nebs={self.ebs}\n"
+            + "".join(f"hostid.{n}={ids[n]}\n" for n in names))
+        log(f"starting {self.topology} lab, {self.n_hosts} host(s), run dir {self.run_dir}")
+
+        if self.topology == "fabric":
+            tdev = ["-drive", drive] + nvme_dev
+            for i in range(self.n_hosts):
+                tdev += ["-netdev", f"stream,id=n{i},server=on,addr.type=unix,"
+                                    f"addr.path={self.run_dir}/link{i}.sock",
+                         "-device", f"virtio-net-pci,netdev=n{i},id=nic{i},mac={_mac(i, 1)},romfile="]
+            target = VM(self, "target", "target",
+                        f"nvlab.role=target nvlab.name=target nvlab.links={self.n_hosts} {common}", tdev)
+            self.vms.append(target)
+            target.start()
+            # QMP answers only once every netdev is set up: the link sockets
+            # are listening before any host VM tries to connect to them.
+            target.connect(30)
+            for i in range(self.n_hosts):
+                if not (self.run_dir / f"link{i}.sock").exists():
+                    raise LabError(f"target: link socket link{i}.sock missing\n{target.diagnostics()}")
+            for i, n in enumerate(names):
+                hdev = ["-netdev", f"stream,id=n0,server=off,addr.type=unix,addr.path={self.run_dir}/link{i}.sock",
+                        "-device", f"virtio-net-pci,netdev=n0,id=nic0,mac={_mac(i, 2)},romfile="]
+                vm = VM(self, n, "host", f"nvlab.role=host nvlab.name={n} nvlab.link={i} "
+                                         f"nvlab.hostid={ids[n]} {copts} {common}", hdev)
+                self.vms.append(vm)
+                vm.start()
+            for vm in self.vms[1:]:
+                vm.connect(30)
+        elif self.topology == "loop":
+            idlist = ",".join(f"{n}:{ids[n]}" for n in names)
+            vm = VM(self, "loop", "loop", f"nvlab.role=loop nvlab.name=loop nvlab.ids={idlist} {copts} {common}",
+                    ["-drive", drive] + nvme_dev)
+            self.vms.append(vm)
+            vm.start()
+            vm.connect(30)
+        else:  # plain: every host VM on the same image (no reservations anywhere)
+            for n in names:
+                vm = VM(self, n, "plain", f"nvlab.role=plain nvlab.name={n} {common}",
+                        ["-drive", drive + ",file.locking=off", "-device",
+                         f"nvme,serial={DISK_SERIAL},drive=d0,share-rw=on"])
+                self.vms.append(vm)
+                vm.start()
+            for vm in self.vms:
+                vm.connect(30)
+
+        deadline = time.monotonic() + self.boot_timeout_s
+        for vm in self.vms:
+            vm.wait_ready(deadline)
+        self.boot_s = time.monotonic() - t_prep
+
+        if self.topology == "fabric":
+            self._target = Target(self, "target", self.vms[0], {"NVFENCE_HOST": "target"},
+                                  self.vms[0].ready, own_vm=True)
+            for vm in self.vms[1:]:
+                self.hosts.append(Host(self, vm.name, vm, {"NVFENCE_HOST": vm.name}, vm.ready, own_vm=True))
+        elif self.topology == "loop":
+            vm = self.vms[0]
+            self._target = Target(self, "target", vm, {"NVFENCE_HOST": "target"}, vm.ready, own_vm=False)
+            for n in names:
+                info = {k[len(f"host.{n}."):]: v for k, v in vm.ready.items() if k.startswith(f"host.{n}.")}
+                env = {"NVFENCE_HOST": n, "NVFENCE_DEV": info.get("dev", ""), "NVFENCE_NG": info.get("ng", ""),
+                       "NVFENCE_CTRL": info.get("ctrl", ""), "NVFENCE_HOSTNQN": info.get("hostnqn", ""),
+                       "NVFENCE_HOSTID": info.get("hostid", ""), "NVFENCE_ROLE": "host"}
+                self.hosts.append(Host(self, n, vm, env, info, own_vm=False))
+        else:
+            for vm in self.vms:
+                self.hosts.append(Host(self, vm.name, vm, {"NVFENCE_HOST": vm.name}, vm.ready, own_vm=True))
+        for h in self.hosts:
+            if not h.dev:
+                raise LabError(f"{h.name}: the guest reported no device ({h.info})\n{h.vm.diagnostics()}")
+        log(f"{self.topology} lab ready in {self.boot_s:.1f}s (prepare {t_prep - t0:.1f}s): "
+            + ", ".join(f"{h.name}={h.dev}" for h in self.hosts))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        for vm in self.vms:
+            try:
+                vm.stop()
+            except Exception:  # noqa: BLE001
+                pass
+        for vm in self.vms:
+            try:
+                vm.reap()
+            except Exception:  # noqa: BLE001
+                pass
+        _live_labs.discard(self)
+        if self.run_dir is None:
+            return
+        keep = self._explicit_run_dir or os.environ.get("NVFENCE_LAB_KEEP") == "1"
+        if self.failed:
+            print(f"nvlab: run dir kept: {self.run_dir}", file=sys.stderr, flush=True)
+        elif keep:
+            pass
+        elif deferred_cleanup:
+            pending_run_dirs.append((self.run_dir, self._failures_at_start))
+        else:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    # ------------------------------------------------------------ helpers
+    def run_all(self, cmd: str, timeout_s: float = 60, check: bool = False) -> list:
+        """Run cmd on every host concurrently; results in host order."""
+        results: list = [None] * len(self.hosts)
+        errors: list = [None] * len(self.hosts)
+
+        def one(i, h):
+            try:
+                results[i] = h.run(cmd, timeout_s=timeout_s, check=check)
+            except Exception as e:  # noqa: BLE001
+                errors[i] = e
+        threads = [threading.Thread(target=one, args=(i, h)) for i, h in enumerate(self.hosts)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for e in errors:
+            if e:
+                raise e
+        return results
+
+
+def _o_direct_ok(path: Path) -> bool:
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_DIRECT)
+        os.close(fd)
+        return True
+    except OSError:
+        return False
