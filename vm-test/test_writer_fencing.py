@@ -63,6 +63,10 @@ def test_holder_writes_read_back(lab, mode):
     rc, comps, _, s = load(a, "--start 1000 --count 512 --qd 32 --writer-id 7 --key", key, extra)
     assert rc == 0 and s["ok"] == 512 and s["fenced"] == 0 and s["mode"] == mode, s
     got = stamps(b, 1000, 512)
+    # A read larger than one command may carry is split, in both modes.
+    big = nvf(b, "read", "--lba", "1000", "--blocks", "4096", "--passthrough")
+    assert big.rc == OK and len(big.json["blocks"]) == 4096, big
+    assert big.json["blocks"][0]["stamp"] and big.json["blocks"][511]["writer_id"] == 7
     for lba in range(1000, 1512):
         blk = got[lba]
         assert blk["stamp"] and blk["stamped_lba"] == lba and blk["writer_id"] == 7, blk

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -604,7 +605,14 @@ int cmd_read(const Common& c, uint64_t lba, uint32_t blocks, bool passthrough) {
                            " are outside " + c.dev + " (" + std::to_string(w->size_blocks()) + " blocks, at most 4096 per read)",
                     make_error_code(Errc::invalid_argument));
     AlignedBuffer buf(size_t{bs} * blocks, 4096);
-    auto comp = w->read(lba, buf.span().first(size_t{bs} * blocks));
+    // One read per chunk the device takes in one command.
+    const uint32_t per_io = std::max<uint32_t>(1, w->max_io_bytes() / bs);
+    Completion comp;
+    for (uint32_t done = 0; done < blocks && comp.status == IoStatus::ok;) {
+        const uint32_t n = std::min(per_io, blocks - done);
+        comp = w->read(lba + done, buf.span().subspan(size_t{bs} * done, size_t{bs} * n));
+        done += n;
+    }
     if (comp.status != IoStatus::ok) {
         std::cerr << "nvfence: read: " << (comp.status == IoStatus::fenced ? "FENCED: the device refused the read"
                                                                           : "I/O error")
