@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include "nvfence/agent.hpp"
+#include "nvfence/state_file.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -259,20 +260,7 @@ Result<std::optional<PersistedState>> AgentStateFile::load() const {
 }
 
 Status AgentStateFile::save(const PersistedState& s) const {
-    if (::mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) return make_error_code(Errc::state_io);
-    const std::string tmp = path_ + ".tmp";
-    const std::string text = encode_persisted_state(s);
-    {
-        Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-        if (!fd) return make_error_code(Errc::state_io);
-        if (::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()) ||
-            ::fsync(fd.get()) != 0)
-            return make_error_code(Errc::state_io);
-    }
-    if (::rename(tmp.c_str(), path_.c_str()) != 0) return make_error_code(Errc::state_io);
-    Fd dfd(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (!dfd || ::fsync(dfd.get()) != 0) return make_error_code(Errc::state_io);
-    return Ok{};
+    return write_file_atomic(dir_, path_, encode_persisted_state(s));
 }
 
 // ---- TimedPassthru ------------------------------------------------------------

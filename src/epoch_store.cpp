@@ -11,6 +11,7 @@
 #include "nvfence/error.hpp"
 #include "nvfence/fd.hpp"
 #include "nvfence/key.hpp"
+#include "nvfence/state_file.hpp"
 
 namespace nvfence {
 
@@ -45,25 +46,7 @@ Status EpochStore::raise_to(uint32_t epoch) const {
     auto cur = load();
     if (!cur) return cur.error();
     if (*cur >= epoch) return Ok{};
-    // Create missing parents too: a fresh host may have no /var/lib/nvfence.
-    for (size_t pos = 1; pos <= dir_.size(); ++pos) {
-        if (pos != dir_.size() && dir_[pos] != '/') continue;
-        const std::string part = dir_.substr(0, pos);
-        if (::mkdir(part.c_str(), 0700) != 0 && errno != EEXIST) return make_error_code(Errc::state_io);
-    }
-    const std::string tmp = path_ + ".tmp";
-    {
-        Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-        if (!fd) return make_error_code(Errc::state_io);
-        const std::string text = std::to_string(epoch) + "\n";
-        if (::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()) ||
-            ::fsync(fd.get()) != 0)
-            return make_error_code(Errc::state_io);
-    }
-    if (::rename(tmp.c_str(), path_.c_str()) != 0) return make_error_code(Errc::state_io);
-    Fd dfd(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (!dfd || ::fsync(dfd.get()) != 0) return make_error_code(Errc::state_io);
-    return Ok{};
+    return write_file_atomic(dir_, path_, std::to_string(epoch) + "\n");
 }
 
 }  // namespace nvfence

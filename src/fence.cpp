@@ -59,6 +59,15 @@ Result<uint64_t> Fence::fresh_key(const ReservationStatus& st, uint8_t node,
     return *key;
 }
 
+Result<Outcome> Fence::start() {
+    auto before = verify();
+    if (!before) return before.error();
+    Outcome o;
+    o.before = std::move(*before);
+    if (const auto* h = o.before.holder()) o.previous_holder = h->key;
+    return o;
+}
+
 Outcome Fence::finish(Outcome o, const ReservationStatus& after) const {
     o.after = after;
     const auto* me = mine(after);
@@ -79,11 +88,10 @@ Outcome Fence::finish(Outcome o, const ReservationStatus& after) const {
 }
 
 Result<Outcome> Fence::join(std::optional<uint32_t> epoch, bool replace) {
-    auto before = verify();
-    if (!before) return before.error();
-    Outcome o;
-    o.before = *before;
-    if (const auto* h = before->holder()) o.previous_holder = h->key;
+    auto started = start();
+    if (!started) return started.error();
+    Outcome o = std::move(*started);
+    const ReservationStatus* before = &o.before;
     auto node = node_for(*before);
     if (!node) return node.error();
     const auto* me = mine(*before);
@@ -112,11 +120,10 @@ Result<Outcome> Fence::join(std::optional<uint32_t> epoch, bool replace) {
 }
 
 Result<Outcome> Fence::acquire() {
-    auto before = verify();
-    if (!before) return before.error();
-    Outcome o;
-    o.before = *before;
-    if (const auto* h = before->holder()) o.previous_holder = h->key;
+    auto started = start();
+    if (!started) return started.error();
+    Outcome o = std::move(*started);
+    const ReservationStatus* before = &o.before;
     const auto* me = mine(*before);
     if (!me) return make_error_code(Errc::not_registered);
     if (me->holder && before->type == opts_.type) return finish(o, *before);
@@ -143,12 +150,11 @@ Result<Outcome> Fence::acquire() {
 }
 
 Result<Outcome> Fence::takeover(std::optional<uint64_t> victim) {
-    auto before = verify();
-    if (!before) return before.error();
-    Outcome o;
-    o.before = *before;
+    auto started = start();
+    if (!started) return started.error();
+    Outcome o = std::move(*started);
+    const ReservationStatus* before = &o.before;
     const auto* holder = before->holder();
-    if (holder) o.previous_holder = holder->key;
     const auto* me = mine(*before);
     if (victim && me && *victim == me->key) return make_error_code(Errc::invalid_argument);
     if (me && me->holder && before->type == opts_.type && !victim) return finish(o, *before);
@@ -232,12 +238,11 @@ Result<Outcome> Fence::takeover(std::optional<uint64_t> victim) {
 }
 
 Result<Outcome> Fence::release() {
-    auto before = verify();
-    if (!before) return before.error();
-    Outcome o;
-    o.before = *before;
+    auto started = start();
+    if (!started) return started.error();
+    Outcome o = std::move(*started);
+    const ReservationStatus* before = &o.before;
     const auto* holder = before->holder();
-    if (holder) o.previous_holder = holder->key;
     const auto* me = mine(*before);
     if (!me || !me->holder) {
         if (!holder) return finish(o, *before);
@@ -257,11 +262,10 @@ Result<Outcome> Fence::release() {
 }
 
 Result<Outcome> Fence::leave() {
-    auto before = verify();
-    if (!before) return before.error();
-    Outcome o;
-    o.before = *before;
-    if (const auto* h = before->holder()) o.previous_holder = h->key;
+    auto started = start();
+    if (!started) return started.error();
+    Outcome o = std::move(*started);
+    const ReservationStatus* before = &o.before;
     const auto* me = mine(*before);
     if (!me) return finish(o, *before);
     RegisterArgs a;
@@ -276,11 +280,10 @@ Result<Outcome> Fence::leave() {
 }
 
 Result<Outcome> Fence::clear() {
-    auto before = verify();
-    if (!before) return before.error();
-    Outcome o;
-    o.before = *before;
-    if (const auto* h = before->holder()) o.previous_holder = h->key;
+    auto started = start();
+    if (!started) return started.error();
+    Outcome o = std::move(*started);
+    const ReservationStatus* before = &o.before;
     const auto* me = mine(*before);
     if (!me) return make_error_code(Errc::not_registered);
     ReleaseArgs a;

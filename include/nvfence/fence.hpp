@@ -94,6 +94,7 @@ private:
     Result<uint8_t> node_for(const ReservationStatus& st) const;
     Result<uint64_t> fresh_key(const ReservationStatus& st, uint8_t node,
                                std::optional<uint32_t> epoch);
+    Result<Outcome> start();  // Report, remembered as Outcome::before
     Outcome finish(Outcome o, const ReservationStatus& after) const;
 
     Reservations& resv_;
