@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   # build
   cmake ninja-build g++ pkg-config
-  libnvme-dev liburing-dev libspdlog-dev libcli11-dev libgtest-dev
+  libnvme-dev libjson-c-dev liburing-dev libspdlog-dev libcli11-dev libgtest-dev
   # fuzzers (libFuzzer runtime of clang-14)
   clang-14 libclang-rt-14-dev
   # lab: QEMU, guest userspace, peers measured side by side
