@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# CLI bad input that needs no NVMe device: each case must print one line on
+# stderr naming the problem and exit with the documented code.
+set -u
+nvf=${1:?path to nvfence}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+echo data > "$tmp/file"
+fails=0; n=0
+expect() {  # expect CODE ARGS...
+  local want=$1; shift
+  n=$((n + 1))
+  "$nvf" "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
+  local lines; lines=$(wc -l < "$tmp/err")
+  if [ "$rc" -ne "$want" ] || [ "$lines" -lt 1 ] || ! grep -q '^nvfence: ' "$tmp/err"; then
+    echo "FAIL: nvfence $* -> exit $rc (want $want), stderr: $(cat "$tmp/err")"
+    fails=$((fails + 1))
+  fi
+}
+expect 2 report /nonexistent/dev
+expect 4 report /dev/null
+expect 4 report "$tmp"
+expect 4 report "$tmp/file"
+expect 4 info "$tmp/file" --json
+expect 2 preempt /dev/null --node 1 --victim ""
+expect 2 preempt /dev/null --node 1 --victim 0x
+expect 2 preempt /dev/null --node 1 --victim -1
+expect 2 preempt /dev/null --node 1 --victim 0x10000000000000000
+expect 2 preempt /dev/null --node 1 --victim 12abc
+expect 2 preempt /dev/null --node 1 --victim nf:0:0:1
+expect 2 preempt /dev/null --node 1 --victim nf:256:1:1
+expect 2 preempt /dev/null --node 1 --victim 0x1 --holder
+expect 2 register /dev/null --node 0
+expect 2 register /dev/null --node 256
+expect 2 register /dev/null --node -1
+expect 2 register /dev/null --node x
+expect 2 register /dev/null --node 1 --epoch 0
+expect 2 register /dev/null --node 1 --epoch 4294967296
+expect 2 acquire /dev/null --type bogus
+expect 2 acquire /dev/null --type 7
+expect 2 clear /dev/null
+expect 2 write /dev/null
+expect 2 frobnicate /dev/null
+expect 2
+# --json failures also print one JSON object on stdout.
+"$nvf" report /dev/null --json >"$tmp/out" 2>/dev/null
+if ! grep -q '"exit_code":4' "$tmp/out"; then echo "FAIL: --json error object missing"; fails=$((fails + 1)); fi
+n=$((n + 1))
+# --help lists the exit codes.
+"$nvf" --help | grep -q "6  lost a takeover race" || { echo "FAIL: --help lacks exit codes"; fails=$((fails + 1)); }
+n=$((n + 1))
+echo "cli exit codes: $((n - fails)) passed, $fails failed"
+[ "$fails" -eq 0 ]
