@@ -24,7 +24,7 @@ ctest --test-dir build -L unit --output-on-failure -j "$jobs"
 
 step "unit tests under ASan+UBSan"
 cmake -S . -B build-asan -G Ninja -DNVFENCE_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
-cmake --build build-asan -j "$jobs" --target unit_tests
+cmake --build build-asan -j "$jobs" --target unit_tests nvfence-cli
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan -L unit --output-on-failure -j "$jobs"
 
