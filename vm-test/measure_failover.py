@@ -11,7 +11,6 @@
 import json
 import statistics
 import sys
-import time
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 import nvlab  # noqa: E402

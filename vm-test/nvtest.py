@@ -73,3 +73,13 @@ def reset(lab):
     assert res.rc == 0, (res.out, res.err)
     st = report(h)
     assert st["registrants"] == [] and st["holder"] is None, st
+
+
+def start_load(host, key, writer_id, log_path, ramp_acks=100, extra=""):
+    """Starts nvfence-load on host (QD32, stamped with key and writer_id,
+    LBAs from 4096) in the background and waits until ramp_acks writes were
+    acknowledged. Returns the Background."""
+    bg = host.spawn(f'nvfence-load "$NVFENCE_DEV" --start 4096 --count 60000 --qd 32 '
+                    f'--writer-id {writer_id} --key {key} {extra}', log_path=log_path)
+    host.wait_for(f"[ $(grep -c '^C .* ok' {log_path}) -ge {ramp_acks} ]", timeout_s=120).check()
+    return bg

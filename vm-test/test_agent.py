@@ -8,7 +8,7 @@ import time
 import pytest
 
 import nvlab
-from nvtest import OK, nvf, report, reset
+from nvtest import OK, nvf, report, reset, start_load
 
 INTERVAL_MS = 200
 VOL = "vol"   # agent instance name: socket /run/nvfence/vol.sock
@@ -78,9 +78,7 @@ def test_paused_holder_is_fenced_on_resume(clean):
     start_agent(a, 1, "acquire")
     start_agent(b, 2)
     key = status(a)["key"]
-    load = a.spawn(f'nvfence-load "$NVFENCE_DEV" --start 4096 --count 60000 --qd 32 --writer-id 21 '
-                   f'--interval-us 500 --key {key}', log_path="/tmp/load.log")
-    a.wait_for("[ $(grep -c '^C .* ok' /tmp/load.log) -ge 100 ]", timeout_s=120).check()
+    load = start_load(a, key, 21, "/tmp/load.log", extra="--interval-us 500")
 
     a.pause()
     try:
@@ -114,12 +112,12 @@ def test_paused_holder_is_fenced_on_resume(clean):
 
 def test_kill9_and_restart(clean):
     a, b = clean.hosts
-    agent_a = start_agent(a, 1, "acquire")
+    start_agent(a, 1, "acquire")
     start_agent(b, 2)
     key_a = status(a)["key"]
     # Crash while holding: on restart the device says A holds -> HOLDER.
     kill9(a)
-    agent_a = start_agent(a, 1, "acquire")
+    start_agent(a, 1, "acquire")
     assert status(a)["state"] == "HOLDER" and status(a)["key"] == key_a
     # Crash, then B takes over while A's agent is down.
     kill9(a)
@@ -139,7 +137,7 @@ def test_kill9_and_restart(clean):
 
 def test_clean_stop_releases(clean):
     a, b = clean.hosts
-    agent_a = start_agent(a, 1, "acquire")
+    start_agent(a, 1, "acquire")
     start_agent(b, 2)
     a.run("pkill -TERM -x nvfenced")
     a.wait_for("! pgrep -x nvfenced", timeout_s=30).check()
@@ -156,9 +154,7 @@ def test_cut_off_holder_ends_fenced(clean):
     start_agent(a, 1, "acquire")
     start_agent(b, 2)
     key = status(a)["key"]
-    load = a.spawn(f'nvfence-load "$NVFENCE_DEV" --start 4096 --count 60000 --qd 32 --writer-id 22 '
-                   f'--interval-us 500 --timeout-ms 300000 --key {key}', log_path="/tmp/load.log")
-    a.wait_for("[ $(grep -c '^C .* ok' /tmp/load.log) -ge 100 ]", timeout_s=120).check()
+    load = start_load(a, key, 22, "/tmp/load.log", extra="--interval-us 500 --timeout-ms 300000")
     a.cut()
     try:
         rc, out = takeover(b)

@@ -8,7 +8,7 @@ import json
 import pytest
 
 import nvlab
-from nvtest import OK, nvf, reset
+from nvtest import OK, nvf, reset, start_load
 
 
 @pytest.fixture(scope="module")
@@ -92,14 +92,11 @@ def test_preempt_fences_writer_in_flight(lab):
     a, b = lab.hosts
     key = hold(lab, a, 1)
     assert nvf(b, "register", "--node", "2").rc == OK
-    bg = a.spawn(f'nvfence-load "$NVFENCE_DEV" --start 4096 --count 60000 --qd 32 --writer-id 11 '
-                 f'--interval-us 200 --key {key}', log_path="/tmp/load.log")
-    a.wait_for("[ $(grep -c '^C .* ok' /tmp/load.log) -ge 200 ]", timeout_s=120).check()
+    bg = start_load(a, key, 11, "/tmp/load.log", ramp_acks=200, extra="--interval-us 200")
     r = nvf(b, "preempt", "--node", "2")
     assert r.rc == OK, r
     assert bg.wait(timeout_s=120), "the fenced writer hung"
     rc, comps, latched, s = parse_load(3, bg.output())
-    print("summary:", s, "latched:", latched)
     assert s["fenced"] >= 1 and s["latched"] is True, s
     assert s["error"] == 0 and s["in_flight"] == 0, s
     assert s["ok_after_first_fenced"] <= 32, s          # only I/O already in flight
@@ -114,9 +111,7 @@ def test_paused_writer_is_fenced_on_resume(lab):
     a, b = lab.hosts
     key = hold(lab, a, 1)
     assert nvf(b, "register", "--node", "2").rc == OK
-    bg = a.spawn(f'nvfence-load "$NVFENCE_DEV" --start 4096 --count 60000 --qd 32 --writer-id 12 '
-                 f'--interval-us 200 --key {key}', log_path="/tmp/load2.log")
-    a.wait_for("[ $(grep -c '^C .* ok' /tmp/load2.log) -ge 200 ]", timeout_s=120).check()
+    bg = start_load(a, key, 12, "/tmp/load2.log", ramp_acks=200, extra="--interval-us 200")
     a.pause()
     try:
         r = nvf(b, "preempt", "--node", "2")
@@ -127,7 +122,6 @@ def test_paused_writer_is_fenced_on_resume(lab):
         a.resume()
     assert bg.wait(timeout_s=180), "the fenced writer hung after resume"
     rc, comps, latched, s = parse_load(3, bg.output())
-    print("summary:", s, "latched:", latched)
     assert s["fenced"] >= 1 and s["latched"] is True and s["in_flight"] == 0, s
     assert s["error"] == 0, s
     # B's blocks survive; A's fenced writes never landed.

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import argparse
-import shlex
 import statistics
 import sys
 import time

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .util import LabError
+from .util import LabError, connect_unix
 
 HOW_EXITED, HOW_SIGNALED, HOW_TIMEOUT, HOW_NOSTART = 0, 1, 2, 3
 MAX_FRAME = 64 << 20
@@ -88,19 +88,7 @@ class AgentConn:
             pass
 
     def connect(self, timeout_s: float, alive=lambda: True) -> None:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                s.connect(str(self.sock_path))
-                break
-            except (FileNotFoundError, ConnectionRefusedError):
-                s.close()
-                if not alive():
-                    raise LabError(f"{self.name}: QEMU exited before the agent socket was ready")
-                if time.monotonic() > deadline:
-                    raise LabError(f"{self.name}: agent socket {self.sock_path} not ready after {timeout_s:.0f}s")
-                time.sleep(0.02)
+        s = connect_unix(self.sock_path, timeout_s, alive, f"{self.name}: agent socket")
         self._sock = s
         self._reader = threading.Thread(target=self._read_loop, name=f"nvlab-agent-{self.name}", daemon=True)
         self._reader.start()

@@ -22,7 +22,6 @@ import atexit
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile

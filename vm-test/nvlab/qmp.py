@@ -8,7 +8,7 @@ import threading
 import time
 from pathlib import Path
 
-from .util import LabError
+from .util import LabError, connect_unix
 
 
 class QMP:
@@ -27,18 +27,7 @@ class QMP:
 
     def connect(self, timeout_s: float, alive=lambda: True) -> None:
         deadline = time.monotonic() + timeout_s
-        while True:
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                s.connect(str(self.sock_path))
-                break
-            except (FileNotFoundError, ConnectionRefusedError):
-                s.close()
-                if not alive():
-                    raise LabError(f"{self.name}: QEMU exited before its QMP socket was ready")
-                if time.monotonic() > deadline:
-                    raise LabError(f"{self.name}: QMP socket {self.sock_path} not ready after {timeout_s:.0f}s")
-                time.sleep(0.02)
+        s = connect_unix(self.sock_path, timeout_s, alive, f"{self.name}: QMP socket")
         self._sock = s
         greeting = self._read_msg(deadline)
         if "QMP" not in greeting:

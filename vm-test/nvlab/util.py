@@ -6,6 +6,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -94,3 +95,21 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
         f.write(data)
     os.chmod(tmp, mode)
     os.replace(tmp, path)
+
+
+def connect_unix(path, timeout_s: float, alive, what: str) -> socket.socket:
+    """Connect to the unix socket QEMU listens on at path, retrying (bounded
+    by timeout_s) until it exists; LabError if QEMU exits first."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(str(path))
+            return s
+        except (FileNotFoundError, ConnectionRefusedError):
+            s.close()
+            if not alive():
+                raise LabError(f"{what}: QEMU exited before it was ready")
+            if time.monotonic() > deadline:
+                raise LabError(f"{what} {path} not ready after {timeout_s:.0f}s")
+            time.sleep(0.02)
