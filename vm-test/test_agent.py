@@ -194,6 +194,38 @@ def test_target_restart_is_noticed(clean):
     assert st["holder"] is None and st["registrants"] == [], st
 
 
+def test_namespace_removed_and_back(clean):
+    """The namespace disappears (disabled on the target: every key is lost)
+    and comes back, under a new name on the hosts. The agents must follow
+    it: a holder that kept watching the dead node would never learn that
+    its reservation is gone."""
+    a, b = clean.hosts
+    start_agent(a, 1, "acquire")
+    start_agent(b, 2)
+    old = {h.name: h.dev for h in (a, b)}
+    clean.target.ns_disable()
+    try:
+        a.wait_for(f"nvfence status {VOL} --json | grep -q 'disappeared'", timeout_s=60).check()
+    finally:
+        clean.target.ns_enable()     # waits until every host sees it again
+    for h in (a, b):
+        wait_state(h, "FENCED", timeout_s=120)
+        st = status(h)
+        assert "target restart" in st["fence_reason"], st
+        assert st["device"] == h.dev, (st["device"], h.dev, old[h.name])
+        log = h.run(f"cat /tmp/agent.{h.name}.log").out
+        assert f"is back as {h.dev}" in log, log[-3000:]
+    stays(a, "FENCED")
+    # Back to work on the new node: rejoin both, B takes over and writes.
+    for h in (a, b):
+        r = h.run(f"nvfence rejoin {VOL} --json", timeout_s=60)
+        assert r.rc == OK, (r.out, r.err)
+    rc, out = takeover(b)
+    assert rc == OK and out["state"] == "HOLDER", out
+    assert nvf(b, "write", "--lba", "4096").rc == OK
+    assert report(a)["holder"] == status(b)["key"]
+
+
 def test_bad_configuration_and_second_agent(clean):
     a = clean.hosts[0]
     for args, word in (("--node-id 0", "node_id"), ("--node-id 1 --mode bogus", "mode"),

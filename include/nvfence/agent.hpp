@@ -255,6 +255,9 @@ public:
 
     /// The status snapshot a status request returns.
     ControlReply status();
+    /// Updates the device path reported by status() (the daemon's device
+    /// followed its volume to a new namespace node).
+    void set_device(std::string path) { opts_.device = std::move(path); }
     /// Current state.
     AgentState state() const { return state_; }
     /// This host's key (0: none).

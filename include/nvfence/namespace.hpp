@@ -71,6 +71,8 @@ public:
     const NamespaceInfo& info() const { return info_; }
     /// The passthrough to this namespace.
     Passthru& passthru() { return pt_; }
+    /// The open block device (read-only), owned by this object.
+    int fd() const { return fd_.get(); }
     /// Ok when reservations are supported; otherwise Errc::no_reservations
     /// and @p why (if given) receives a sentence for people, naming EBS io1
     /// volumes when the model is EBS.

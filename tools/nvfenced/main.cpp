@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "actions.hpp"
+#include "device.hpp"
 #include "nvfence/agent.hpp"
 #include "nvfence/agent_config.hpp"
 #include "nvfence/clock.hpp"
@@ -279,7 +280,8 @@ int run(const nvfence::AgentSettings& s, spdlog::logger& log) {
         return exit_for(opened.error());
     }
     auto ns = std::move(*opened);
-    const auto& info = ns->info();
+    // A copy: the device below may switch to a reappeared namespace.
+    const nvfence::NamespaceInfo info = ns->info();
     if (auto r = ns->require_reservations(&why); !r) {
         log.error("{}", why);
         return kExitUnsupported;
@@ -399,7 +401,11 @@ int run(const nvfence::AgentSettings& s, spdlog::logger& log) {
              s.role == nvfence::StartRole::acquire ? "acquire" : "standby", s.interval_ms,
              nvfence::fence_action_name(s.fence_action), socket);
 
-    nvfence::Agent agent(ns->passthru(), info.nsid, *info.host_id, opts, clock, hooks, &epochs, &statefile);
+    FollowingDevice device(std::move(ns), oo, s.interval_ms, [&](bool warning, const std::string& line) {
+        if (warning) log.warn("{}", line);
+        else log.info("{}", line);
+    });
+    nvfence::Agent agent(device, info.nsid, *info.host_id, opts, clock, hooks, &epochs, &statefile);
     if (auto st = agent.start(); !st) {
         log.error("cannot start: {}", agent.last_error());
         ::unlink(socket.c_str());
@@ -417,6 +423,7 @@ int run(const nvfence::AgentSettings& s, spdlog::logger& log) {
         return agent.handle(q, who);
     };
     bool stopping = false;
+    std::string shown_device = info.paths.block;
     agent.run([&](nvfence::Clock::Ms wait) {
         pollfd fds[2] = {{sigfd.get(), POLLIN, 0}, {listener->get(), POLLIN, 0}};
         const int rc = ::poll(fds, 2, static_cast<int>(wait.count()));
@@ -433,6 +440,10 @@ int run(const nvfence::AgentSettings& s, spdlog::logger& log) {
             }
         }
         if (stopping) return false;
+        if (device.info().paths.block != shown_device) {
+            shown_device = device.info().paths.block;
+            agent.set_device(shown_device);
+        }
         if (rc > 0 && (fds[1].revents & POLLIN)) {
             auto served = nvfence::control_serve_pending(listener->get(), kConnectionsPerWake,
                                                          kConnectionTimeoutMs, handler);

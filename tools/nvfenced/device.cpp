@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: MIT
+#include "device.hpp"
+
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "nvfence/error.hpp"
+
+namespace nvfenced {
+
+namespace {
+
+// Namespace block devices only: nvmeXnY, not partitions (nvmeXnYpZ) and not
+// the hidden per-path nodes of native multipath (nvmeXcYnZ).
+bool namespace_disk_name(const std::string& n) {
+    if (n.rfind("nvme", 0) != 0) return false;
+    size_t i = 4;
+    auto digits = [&] {
+        const size_t b = i;
+        while (i < n.size() && n[i] >= '0' && n[i] <= '9') ++i;
+        return i > b;
+    };
+    if (!digits() || i >= n.size() || n[i] != 'n') return false;
+    ++i;
+    return digits() && i == n.size();
+}
+
+std::optional<uint64_t> read_u64(const std::filesystem::path& p) {
+    std::ifstream f(p);
+    uint64_t v = 0;
+    if (!(f >> v)) return std::nullopt;
+    return v;
+}
+
+}  // namespace
+
+FollowingDevice::FollowingDevice(std::unique_ptr<nvfence::Namespace> ns, nvfence::OpenOptions open_opts,
+                                 uint32_t min_search_interval_ms, LogFn log, std::string sys_root,
+                                 std::string dev_root)
+    : ns_(std::move(ns)),
+      open_opts_(open_opts),
+      min_interval_(min_search_interval_ms),
+      log_(std::move(log)),
+      sys_root_(std::move(sys_root)),
+      dev_root_(std::move(dev_root)),
+      volume_(ns_->info().volume),
+      nsid_(ns_->info().nsid),
+      host_id_(ns_->info().host_id) {
+    open_opts_.read_host_id = true;
+}
+
+nvfence::Result<uint32_t> FollowingDevice::submit(const nvfence::Command& cmd, std::span<uint8_t> data) {
+    auto r = ns_->passthru().submit(cmd, data);
+    // A reservation conflict or any other answer from the device means the
+    // namespace is there; only failures without an answer are worth a look.
+    if (!r && r.error().category() != nvfence::nvme_category()) maybe_follow();
+    else if (!r && (r.error().value() & 0x700) == 0x300) maybe_follow();  // path-related status
+    return r;
+}
+
+bool FollowingDevice::instance_gone() const {
+    struct stat st {};
+    if (::fstat(ns_->fd(), &st) != 0 || !S_ISBLK(st.st_mode)) return false;
+    namespace fs = std::filesystem;
+    const fs::path sysdev = fs::path(sys_root_) / "dev" / "block" /
+                            (std::to_string(major(st.st_rdev)) + ":" + std::to_string(minor(st.st_rdev)));
+    std::error_code ec;
+    if (!fs::exists(sysdev, ec)) return true;
+    uint64_t seq = 0;
+    if (::ioctl(ns_->fd(), BLKGETDISKSEQ, &seq) != 0) return false;  // old kernel: cannot tell
+    const auto now = read_u64(sysdev / "diskseq");
+    return now && *now != seq;
+}
+
+void FollowingDevice::maybe_follow() {
+    const auto now = std::chrono::steady_clock::now();
+    if (searched_ && now - last_search_ < min_interval_) return;
+    searched_ = true;
+    last_search_ = now;
+    if (!instance_gone()) return;
+
+    namespace fs = std::filesystem;
+    std::vector<std::string> names;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(fs::path(sys_root_) / "block", ec)) {
+        const std::string n = e.path().filename().string();
+        if (namespace_disk_name(n)) names.push_back(n);
+    }
+    std::sort(names.begin(), names.end());
+    // Bounded: a host has a handful of namespaces, and every open carries
+    // the device timeout.
+    constexpr size_t kMaxCandidates = 256;
+    if (names.size() > kMaxCandidates) names.resize(kMaxCandidates);
+    const std::string old = ns_->info().paths.block;
+    for (const auto& n : names) {
+        auto cand = nvfence::Namespace::open(dev_root_ + "/" + n, open_opts_);
+        if (!cand) continue;
+        const auto& ci = (*cand)->info();
+        if (ci.volume != volume_ || ci.nsid != nsid_) continue;
+        if (host_id_ && ci.host_id && *ci.host_id != *host_id_) continue;
+        ns_ = std::move(*cand);
+        ++switches_;
+        reported_missing_ = false;
+        if (log_) log_(false, "namespace " + old + " disappeared; volume " + volume_ + " is back as " +
+                                  ns_->info().paths.block + ": using it from now on");
+        return;
+    }
+    if (!reported_missing_ && log_)
+        log_(true, "namespace " + old + " disappeared and volume " + volume_ + " (nsid " + std::to_string(nsid_) +
+                       ") is not present; looking for it again at most every " +
+                       std::to_string(min_interval_.count()) + " ms");
+    reported_missing_ = true;
+}
+
+}  // namespace nvfenced
