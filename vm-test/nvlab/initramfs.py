@@ -153,10 +153,13 @@ def is_elf(path) -> bool:
         return False
 
 
-def ldd_libs(path) -> list:
-    """Absolute paths of the shared libraries (and loader) `ldd` lists for path."""
+def ldd_libs(path, env=None) -> list:
+    """Absolute paths of the shared libraries (and loader) `ldd` lists for path.
+
+    env: extra environment for ldd (e.g. LD_LIBRARY_PATH to prefer libraries
+    unpacked from a package over the host's)."""
     cp = subprocess.run(["ldd", str(path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                        text=True, timeout=60)
+                        text=True, timeout=60, env={**os.environ, **env} if env else None)
     if "not a dynamic executable" in cp.stdout or "statically linked" in cp.stdout:
         return []
     if cp.returncode != 0:
@@ -432,6 +435,21 @@ def build(k: kmod.Kernel | None = None) -> Initramfs:
                 os.utime(used)
         _prune(cache, keep={base.name, proj.name if proj else "", out.name, tools.name})
     return Initramfs(out, k, [b.name for b in project_binaries()], tools)
+
+
+def with_members(ir: Initramfs, members: list) -> Initramfs:
+    """ir with more cpio members appended (e.g. nvlab.udev's), as a cached image
+    next to ir's, named by ir's image and the members (which are content-keyed:
+    their names change with their content). Labs that do not ask for extra
+    members keep booting ir unchanged."""
+    cache = cache_dir() / "initramfs"
+    out = cache / f"{ir.path.stem}+{'+'.join(m.stem for m in members)}.img"
+    with file_lock(cache_dir() / "initramfs.lock", "initramfs build"):
+        if not out.exists():
+            atomic_write(out, ir.path.read_bytes() + b"".join(m.read_bytes() for m in members))
+        for used in [out, *members]:
+            os.utime(used)
+    return Initramfs(out, ir.kernel, ir.project_binaries, ir.tools_disk)
 
 
 def _prune(cache: Path, keep: set, max_items: int = 12, min_age_s: float = 3600) -> None:
