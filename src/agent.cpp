@@ -487,6 +487,22 @@ void Agent::observe(const ReservationStatus& st, const Notes& notes) {
     last_gen_ = st.generation;
     last_holder_ = holder;
     self_entries_ = std::max(self_entries_, entries);
+    // Every epoch seen on the device raises this host's epoch floor, so a key
+    // it takes after the target lost its state (all keys gone) is still above
+    // every grant it saw: fencing tokens keep increasing across the loss.
+    uint32_t seen = 0;
+    for (const auto& r : st.registrants) {
+        auto f = decode_key(r.key);
+        if (f && f->tag == opts_.tag) seen = std::max(seen, f->epoch);
+    }
+    if (epochs_ && seen > seen_epoch_) {
+        if (auto raised = epochs_->raise_to(seen); !raised)
+            emit(AgentEventKind::info, EventLevel::warning,
+                 "cannot persist epoch " + std::to_string(seen) + " seen on the device in " + epochs_->path() + ": " +
+                     raised.error().message());
+        else
+            seen_epoch_ = seen;
+    }
 
     if (state_ != AgentState::standby && state_ != AgentState::holder) return;
     NVF_INVARIANT(key_ != 0);

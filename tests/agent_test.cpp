@@ -860,6 +860,24 @@ TEST_F(AgentTest, RejoinFromFencedRegistersAStandbyWithANewEpochAndNeverAcquires
     EXPECT_EQ(a->hooks->transitions().back(), std::make_pair(AgentState::fenced, AgentState::standby));
 }
 
+TEST_F(AgentTest, EpochsSeenOnTheDeviceStayBelowTheNextKeyAfterATargetStateLoss) {
+    holder_and_standby();
+    ASSERT_EQ(b->request(ControlOp::takeover).exit_code, 0);
+    const uint32_t granted = epoch(b->agent->key());
+    ASSERT_GT(granted, epoch(a->agent->key()));
+    run_schedule(*a->agent, clock, kInterval);  // A sees B's grant, and is fenced
+    ASSERT_EQ(a->agent->state(), AgentState::fenced);
+    // The target loses every key: A's next key must still be above B's grant,
+    // although the device no longer shows it.
+    t.regs.clear();
+    t.type = ResvType::none;
+    t.holder.reset();
+    t.generation = 0;
+    auto r = a->request(ControlOp::rejoin);
+    ASSERT_EQ(r.exit_code, 0) << r.message;
+    EXPECT_GT(epoch(a->agent->key()), granted);
+}
+
 TEST_F(AgentTest, RejoinWhenNotFencedChangesNothing) {
     holder_and_standby();
     const auto gen = t.generation;

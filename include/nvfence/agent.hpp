@@ -311,6 +311,7 @@ private:
     Clock& clock_;
     AgentHooks& hooks_;
     const EpochStore* epochs_;
+    uint32_t seen_epoch_ = 0;  // highest epoch seen on the device and persisted
     const AgentStateFile* statefile_;
     HostId self_;
     TimedPassthru timed_;

@@ -89,6 +89,8 @@ class VM:
         self.lab = lab
         self.name = name
         self.role = role
+        self.cmdline = cmdline
+        self.devices = list(devices)
         rd = lab.run_dir
         self.console_log = rd / f"{name}.console.log"
         self.qemu_log = rd / f"{name}.qemu.log"
@@ -337,6 +339,37 @@ class Host:
             raise NotSupported(f"heal needs a network link: topology '{self.lab.topology}' has none")
         self.vm.qmp.execute("set_link", {"name": "nic0", "up": True})
         self.is_cut = False
+
+    def restart(self, timeout_s: float | None = None) -> None:
+        """Power-cycle this host: kill its VM if it still runs (like pulling
+        the power), boot the same VM again (same host id, link and disks) and
+        wait until its guest is ready. Everything in the guest's RAM (/tmp,
+        /var/lib, /run) is gone, as after a real reboot."""
+        self._need_own_vm("restart")
+        old = self.vm
+        if not old.killed:
+            old.kill()
+        for p in (old.qmp_sock, old.agent_sock):
+            try:
+                p.unlink()
+            except FileNotFoundError:
+                pass
+        vm = VM(self.lab, old.name, old.role, old.cmdline, old.devices)
+        self.lab.vms[self.lab.vms.index(old)] = vm
+        vm.start()
+        vm.connect(30)
+        vm.wait_ready(time.monotonic() + (timeout_s or self.lab.boot_timeout_s))
+        self.vm = vm
+        self.info = dict(vm.ready)
+        self.env = {"NVFENCE_HOST": self.name}
+        self.dev = self.info.get("dev")
+        self.ng = self.info.get("ng") or (
+            "/dev/ng" + self.dev[len("/dev/nvme"):] if self.dev and self.dev.startswith("/dev/nvme") else None)
+        self.ctrl = self.info.get("ctrl")
+        self.is_cut = False
+        if not self.dev:
+            raise LabError(f"{self.name}: the guest reported no device after restart ({self.info})\n"
+                           f"{vm.diagnostics()}")
 
     def qmp(self, cmd: str, **args):
         """Raw QMP command on this host's VM."""
