@@ -1,0 +1,741 @@
+"""The nvfence fault campaign (issue 7): seeded fault schedules against real
+agents, real writers and a real nvmet reservation, and a checker that
+proves the fencing invariants from the media and the writers' logs.
+
+Every host VM runs nvfenced (one volume, exclusive mode) and a writer loop:
+whenever its agent is HOLDER, the loop runs `nvfence-load` passes over one
+shared region, every block stamped with (key, epoch, writer id, seq), and
+every completion logged (ok / fenced / error). The campaign plays the
+cluster manager: it injects faults at points chosen by a seeded RNG and
+drives takeovers through the agents (`nvfence takeover`) or the CLI
+(`nvfence preempt`), then heals and brings the cluster back to one holder.
+
+Faults: pause/resume of a host (QMP), kill of a host VM (then a reboot),
+kill -9 of an agent (then a restart), link cut/heal, concurrent takeovers
+from two standbys, namespace disable/enable on the target (every key lost),
+and a takeover by `nvfence preempt` while the host's agent is down.
+
+Invariants checked (numbers as in the issue):
+ 1. no write of a removed host lands after the preempt that removed it: no
+    block holds a stamp whose epoch is below the epoch of a write that the
+    device acknowledged at that block, and no write that completed fenced
+    is on the media;
+ 2. at most one holder in every sampled reservation report, the holders'
+    epochs only grow, and every grant's epoch is above every epoch seen on
+    the device before it;
+ 3. every write acknowledged to the final holder reads back (the block
+    holds it, or a later write of the same holder);
+ 4. fenced writers saw Reservation Conflict: no ok completion after the
+    first fenced one, no sequence number written twice, no conflict
+    reported as a plain I/O error;
+ 5. after each step's faults heal, a holder exists (agent HOLDER, device
+    agrees, first write acknowledged) within RECOVERY_BOUND_S.
+
+A failing schedule prints its seed: `vm-test/campaign --seed N --schedules 1`
+replays the same fault sequence (the VMs' timing is not replayed).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shlex
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import nvlab  # noqa: E402
+from nvlab.lab import DISK_SERIAL  # noqa: E402
+
+VOL = "vol"
+VOLUME_ID = "vol-" + DISK_SERIAL[3:]
+INTERVAL_MS = 200
+REGION_START = 8192
+REGION_BLOCKS = 1024
+RECOVERY_BOUND_S = 60.0
+CONVERGE_BOUND_S = 60.0
+FAULTS = {  # kind: weight
+    "pause": 3, "kill_host": 1, "kill_agent": 2, "cut": 2,
+    "concurrent_takeover": 2, "ns_cycle": 1, "cli_preempt": 1,
+}
+
+# The writer loop, run in every host VM. Whenever the agent says HOLDER it
+# runs one pass over the region with the agent's key; after a pass that did
+# not end cleanly (fenced, error) it waits, bounded, until the agent no
+# longer holds with that key, so it never spins on a stale grant.
+WRITER_LOOP = r"""
+base=$1; start=$2; count=$3
+mkdir -p /tmp/w; i=0
+while :; do
+  st=$(nvfence status vol --json 2>/dev/null)
+  case "$st" in *'"state":"HOLDER"'*) ;; *) usleep 200000; continue;; esac
+  key=$(echo "$st" | sed -n 's/.*"key":"\(0x[0-9a-f]*\)".*/\1/p')
+  dev=$(echo "$st" | sed -n 's/.*"device":"\([^"]*\)".*/\1/p')
+  if [ -z "$key" ] || [ -z "$dev" ]; then usleep 200000; continue; fi
+  i=$((i+1)); id=$((base+i))
+  echo "start $id $key $dev" >> /tmp/w/index
+  nvfence-load "$dev" --start $start --count $count --qd 8 --interval-us 2000 \
+      --key $key --writer-id $id --timeout-ms 60000 > /tmp/w/$id.log 2>&1
+  rc=$?
+  echo "end $id $rc" >> /tmp/w/index
+  if [ $rc -ne 0 ]; then
+    k=0
+    while [ $k -lt 100 ] && nvfence status vol --json 2>/dev/null | \
+          grep -q "\"state\":\"HOLDER\".*\"key\":\"$key\""; do usleep 100000; k=$((k+1)); done
+  fi
+done
+"""
+
+
+def epoch_of(key: int | None) -> int:
+    return (key or 0) & 0xffffffff
+
+
+def hexk(key: int | None) -> str:
+    return "none" if not key else "0x%016x" % key
+
+
+def last_json(text: str):
+    for line in reversed(text.strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                return None
+    return None
+
+
+class Violation(AssertionError):
+    pass
+
+
+@dataclass
+class Writer:
+    """One nvfence-load pass, from its log."""
+    wid: int
+    host: str
+    key: int
+    completions: list = field(default_factory=list)   # (lba, seq, status, detail)
+    ended: bool = False
+    rc: int | None = None
+
+
+class Node:
+    """One host of the campaign: its VM, agent and writer loop."""
+
+    def __init__(self, camp: "Campaign", host, num: int):
+        self.c = camp
+        self.h = host
+        self.num = num
+        self.boots = 0
+        self.dead = False
+        self.agent_up = False
+        self.logs: dict[str, str] = {}   # file name -> longest text seen
+        self.setup()
+
+    @property
+    def name(self) -> str:
+        return self.h.name
+
+    def run(self, cmd: str, timeout_s: float = 60):
+        return self.h.run(cmd, timeout_s=timeout_s)
+
+    def setup(self) -> None:
+        self.boots += 1
+        self.run("cat > /tmp/wl.sh <<'EOF'\n" + WRITER_LOOP + "\nEOF\nmkdir -p /tmp/w", timeout_s=30)
+
+    def start_agent(self, role: str = "standby") -> None:
+        cmd = (f"nvfenced --device {VOLUME_ID} --node-id {self.num} --role {role} --interval-ms {INTERVAL_MS} "
+               f"--name {VOL} --fence-action command "
+               f"--fence-command 'echo \"$NVFENCE_REASON\" >> /tmp/fenced'")
+        self.h.spawn(cmd, log_path=f"/tmp/agent.{self.boots}.log")
+        r = self.h.wait_for(f"nvfence status {VOL} --json | grep -Eq '\"state\":\"(STANDBY|HOLDER|FENCED)\"'",
+                            timeout_s=60)
+        if r.rc != 0:
+            raise Violation(f"{self.name}: agent did not start: "
+                            f"{self.run(f'tail -20 /tmp/agent.{self.boots}.log').out}")
+        self.agent_up = True
+
+    def kill_agent(self) -> None:
+        self.run("pkill -9 -x nvfenced")
+        self.h.wait_for("! pgrep -x nvfenced", timeout_s=30).check()
+        self.agent_up = False
+
+    def start_loop(self) -> None:
+        base = self.num * 1_000_000 + self.boots * 10_000
+        self.h.spawn(f"sh /tmp/wl.sh {base} {REGION_START} {REGION_BLOCKS}", log_path="/tmp/wl.out")
+
+    def status(self, timeout_s: float = 20):
+        if self.dead or self.h.paused:
+            return None
+        r = self.run(f"nvfence status {VOL} --json", timeout_s=timeout_s)
+        return last_json(r.out) if r.rc == 0 else None
+
+    def takeover(self):
+        r = self.run(f"nvfence takeover {VOL} --json", timeout_s=120)
+        return r.rc, last_json(r.out) or {"err": r.err}
+
+    def snapshot(self) -> None:
+        """Copy the writer logs out of the VM (before it dies, and at the end)."""
+        if self.dead:
+            return
+        r = self.run("cd /tmp/w 2>/dev/null && for f in index *.log; do [ -f \"$f\" ] && "
+                     "{ echo \"=== $f\"; cat \"$f\"; }; done; true", timeout_s=120)
+        cur, buf = None, []
+        for line in r.out.splitlines() + ["=== "]:
+            if line.startswith("=== "):
+                if cur:
+                    key = f"{self.boots}/{cur}"
+                    text = "\n".join(buf)
+                    if len(text) >= len(self.logs.get(key, "")):
+                        self.logs[key] = text
+                cur, buf = line[4:].strip(), []
+            else:
+                buf.append(line)
+
+    def writers(self) -> list:
+        out = []
+        for name, text in self.logs.items():
+            if not name.endswith(".log"):
+                continue
+            wid = int(name.split("/")[-1][:-4])
+            idx = self.logs.get(name.split("/")[0] + "/index", "")
+            key = 0
+            for line in idx.splitlines():
+                p = line.split()
+                if len(p) >= 3 and p[0] == "start" and int(p[1]) == wid:
+                    key = int(p[2], 16)
+                if len(p) >= 3 and p[0] == "end" and int(p[1]) == wid:
+                    pass
+            w = Writer(wid, self.name, key)
+            for line in text.splitlines():
+                p = line.split(None, 4)
+                if p and p[0] == "C" and len(p) >= 4:
+                    w.completions.append((int(p[1]), int(p[2]), p[3], p[4] if len(p) > 4 else ""))
+                elif p and p[0] == "S":
+                    w.ended = True
+            out.append(w)
+        return out
+
+
+class Campaign:
+    def __init__(self, lab, log=print):
+        self.lab = lab
+        self.log = log
+        self.nodes = [Node(self, h, i + 1) for i, h in enumerate(lab.hosts)]
+        self.faults = Counter()
+        self.totals = Counter()
+        self.events: list = []
+        self.samples: list = []
+        self.grants: list = []       # (t, key, max epoch seen before)
+        self.recoveries: list = []
+        self._stop = threading.Event()
+        self._mon: threading.Thread | None = None
+        self.rng = random.Random(0)
+        self.t0 = time.monotonic()
+
+    # ------------------------------------------------------------ helpers
+    def note(self, what: str) -> None:
+        t = time.monotonic() - self.t0
+        self.events.append((round(t, 2), what))
+        self.log(f"  [{t:7.2f}s] {what}")
+
+    def live(self, running: bool = True) -> list:
+        return [n for n in self.nodes if not n.dead and (not running or (not n.h.paused and not n.h.is_cut))]
+
+    def any_reader(self):
+        live = self.live()
+        if not live:
+            raise Violation("no live host left to read the device")
+        return live[0]
+
+    def report(self, node=None):
+        node = node or self.any_reader()
+        r = node.run('nvfence report "$NVFENCE_DEV" --json', timeout_s=30)
+        return last_json(r.out) if r.rc == 0 else None
+
+    def states(self) -> dict:
+        """Agent status of every running host, asked in parallel."""
+        nodes = [n for n in self.live() if n.agent_up]
+        out: dict = {}
+
+        def one(n):
+            try:
+                out[n.name] = n.status()
+            except Exception:  # noqa: BLE001 - reported as no answer
+                out[n.name] = None
+        ts = [threading.Thread(target=one, args=(n,)) for n in nodes]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(timeout=90)
+        return {n.name: out.get(n.name) for n in nodes}
+
+    def max_epoch_seen(self) -> int:
+        m = 0
+        for _, holder, keys in self.samples:
+            for k in keys:
+                m = max(m, epoch_of(k))
+        return m
+
+    def pick_victim(self):
+        live = self.live()
+        st = self.states()
+        holders = [n for n in live if (st.get(n.name) or {}).get("state") == "HOLDER"]
+        if holders and self.rng.random() < 0.75:
+            return holders[0]
+        return self.rng.choice(live)
+
+    def standbys(self, exclude=()) -> list:
+        st = self.states()
+        return [n for n in self.live() if n not in exclude and (st.get(n.name) or {}).get("state") == "STANDBY"]
+
+    def takeover(self, node, how: str = "agent"):
+        before = max(self.max_epoch_seen(), self.sample_now())
+        rc, out = node.takeover()
+        self.totals["takeover_requests"] += 1
+        self.note(f"takeover by {node.name} ({how}): rc {rc} {out.get('state')} key {out.get('key')} "
+                  f"previous {out.get('previous_holder')}")
+        if rc == 0 and out.get("state") == "HOLDER" and out.get("changed"):
+            self.grants.append((time.monotonic() - self.t0, int(out["key"], 16), before, node.name))
+            self.totals["takeovers"] += 1
+        elif rc not in (0, 3, 6):
+            raise Violation(f"takeover by {node.name}: unexpected exit {rc}: {out}")
+        return rc, out
+
+    # ------------------------------------------------------------ monitor (invariant 2)
+    def sample_now(self) -> int:
+        """One sample of the device's reservation; returns its max epoch."""
+        nodes = self.live()
+        if not nodes:
+            return 0
+        try:
+            st = self.report(nodes[int(time.monotonic() * 10) % len(nodes)])
+        except Exception:  # noqa: BLE001 - a host paused or killed under us
+            return 0
+        if not st:
+            return 0
+        keys = [int(r["key"], 16) for r in st.get("registrants", [])]
+        holders = [int(r["key"], 16) for r in st.get("registrants", []) if r.get("holder")]
+        if len(holders) > 1:
+            raise Violation(f"invariant 2: {len(holders)} holders in one report: {st}")
+        holder = int(st["holder"], 16) if st.get("holder") else None
+        self.samples.append((time.monotonic() - self.t0, holder, keys))
+        return max([epoch_of(k) for k in keys] + [0])
+
+    def _monitor(self) -> None:
+        while not self._stop.wait(0.5):
+            try:
+                self.sample_now()
+            except Violation as e:
+                self.monitor_error = e
+                return
+            except Exception:  # noqa: BLE001
+                pass
+
+    # ------------------------------------------------------------ schedule
+    def prepare(self) -> None:
+        """Fresh state for a schedule: no agents, loads or keys; region zeroed."""
+        for n in self.nodes:
+            if n.dead:
+                n.h.restart()
+                n.dead = False
+                n.setup()
+            elif n.h.paused:
+                n.h.resume()
+            if n.h.is_cut:
+                n.h.heal()
+        self.lab.run_all("pkill -9 -f 'w[l].sh'; pkill -9 nvfenced; pkill -9 nvfence-load; "
+                         "rm -rf /var/lib/nvfence /run/nvfence /tmp/w /tmp/fenced; mkdir -p /tmp/w; true")
+        for n in self.nodes:
+            n.logs.clear()
+            n.agent_up = False
+        a = self.nodes[0]
+        a.run('nvme resv-register "$NVFENCE_DEV" --nrkey=0xdead --rrega=0 >/dev/null 2>&1 || '
+              'nvme resv-register "$NVFENCE_DEV" --nrkey=0xdead --rrega=2 --iekey >/dev/null 2>&1; '
+              'nvme resv-release "$NVFENCE_DEV" --crkey=0xdead --rrela=1 --rtype=1 >/dev/null 2>&1; true')
+        st = self.report(a)
+        if not st or st["registrants"]:
+            raise Violation(f"could not clear the reservation: {st}")
+        r = a.run(f'dd if=/dev/zero of="$NVFENCE_DEV" bs=512 seek={REGION_START} count={REGION_BLOCKS} '
+                  f'oflag=direct 2>&1', timeout_s=120)
+        if r.rc != 0:
+            raise Violation(f"zeroing the region failed: {r.out}")
+        self.samples.clear()
+        self.grants.clear()
+        self.events.clear()
+        self.monitor_error = None
+
+    def run_schedule(self, seed: int, steps: int, cover: bool = False) -> dict:
+        """One schedule. With cover, the first len(FAULTS) steps are every
+        kind of fault once, in an order drawn from the seed."""
+        self.rng = random.Random(seed)
+        order = list(FAULTS)
+        self.rng.shuffle(order)
+        self.t0 = time.monotonic()
+        self.log(f"schedule seed {seed}: {steps} steps on {len(self.nodes)} hosts")
+        self.prepare()
+        for i, n in enumerate(self.nodes):
+            n.start_agent("acquire" if i == 0 else "standby")
+            n.start_loop()
+        first = self.nodes[0].status()
+        if not first or first.get("state") != "HOLDER":
+            raise Violation(f"the first agent did not acquire: {first}")
+        self.grants.append((0.0, int(first["key"], 16), 0, self.nodes[0].name))
+        self.wait_writing(self.nodes[0])
+        self._stop.clear()
+        self._mon = threading.Thread(target=self._monitor, daemon=True)
+        self._mon.start()
+        plan = []
+        try:
+            for step in range(steps):
+                kinds = list(FAULTS)
+                if cover and step < len(order):
+                    kind = order[step]
+                else:
+                    kind = self.rng.choices(kinds, weights=[FAULTS[k] for k in kinds])[0]
+                plan.append(kind)
+                self.note(f"step {step + 1}/{steps}: {kind}")
+                getattr(self, "f_" + kind)()
+                self.faults[kind] += 1
+                self.settle()
+                time.sleep(self.rng.uniform(0.5, 2.5))
+        finally:
+            self._stop.set()
+            self._mon.join(timeout=60)
+        if self.monitor_error:
+            raise self.monitor_error
+        result = self.finish()
+        result.update(seed=seed, plan=plan)
+        return result
+
+    def wait_writing(self, node, timeout_s: float = 60) -> float:
+        """Bounded wait until node's writer has an acknowledged write under
+        its current grant; returns the seconds it took."""
+        t = time.monotonic()
+        st = node.status()
+        key = st and st.get("key")
+        r = node.h.wait_for(f"grep -q 'start .* {key} ' /tmp/w/index && "
+                            f"id=$(grep 'start .* {key} ' /tmp/w/index | tail -1 | cut -d' ' -f2) && "
+                            f"grep -q '^C .* ok' /tmp/w/$id.log", timeout_s=timeout_s)
+        if r.rc != 0:
+            raise Violation(f"invariant 5: {node.name} holds with {key} but wrote nothing within {timeout_s:.0f}s: "
+                            f"{node.run('tail -5 /tmp/w/index; tail -3 /tmp/wl.out').out}")
+        return time.monotonic() - t
+
+    # ------------------------------------------------------------ faults
+    def maybe_takeover(self, victim, p: float) -> None:
+        if self.rng.random() >= p:
+            return
+        cands = self.standbys(exclude=(victim,))
+        if cands:
+            self.takeover(self.rng.choice(cands))
+
+    def f_pause(self) -> None:
+        v = self.pick_victim()
+        self.note(f"pause {v.name}")
+        v.h.pause()
+        try:
+            time.sleep(self.rng.uniform(0.2, 1.5))
+            self.maybe_takeover(v, 0.8)
+            time.sleep(self.rng.uniform(0.0, 1.0))
+        finally:
+            v.h.resume()
+            self.note(f"resume {v.name}")
+
+    def f_kill_host(self) -> None:
+        v = self.pick_victim()
+        v.snapshot()
+        self.note(f"kill host {v.name}")
+        v.h.kill()
+        v.dead = True
+        v.agent_up = False
+        self.maybe_takeover(v, 0.85)
+        time.sleep(self.rng.uniform(0.5, 2.0))
+        t = time.monotonic()
+        v.h.restart()
+        v.dead = False
+        v.setup()
+        v.start_agent("standby")
+        v.start_loop()
+        self.note(f"host {v.name} rebooted in {time.monotonic() - t:.1f}s, agent {(v.status() or {}).get('state')}")
+
+    def f_kill_agent(self) -> None:
+        v = self.pick_victim()
+        self.note(f"kill -9 agent on {v.name}")
+        v.kill_agent()
+        self.maybe_takeover(v, 0.6)
+        time.sleep(self.rng.uniform(0.3, 1.5))
+        v.start_agent("standby")
+        self.note(f"agent on {v.name} restarted: {(v.status() or {}).get('state')}")
+
+    def f_cut(self) -> None:
+        v = self.pick_victim()
+        self.note(f"cut {v.name}")
+        v.h.cut()
+        try:
+            time.sleep(self.rng.uniform(0.3, 2.0))
+            self.maybe_takeover(v, 0.8)
+            time.sleep(self.rng.uniform(0.5, 2.0))
+        finally:
+            v.h.heal()
+            self.note(f"heal {v.name}")
+
+    def f_concurrent_takeover(self) -> None:
+        cands = self.standbys()
+        if len(cands) < 2:
+            self.note("concurrent takeover: fewer than two standbys, one takeover instead")
+            if cands:
+                self.takeover(cands[0])
+            return
+        two = self.rng.sample(cands, 2)
+        res = {}
+
+        def go(n):
+            res[n.name] = self.takeover(n, "concurrent")
+        ts = [threading.Thread(target=go, args=(n,)) for n in two]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(timeout=180)
+        rcs = sorted(r[0] for r in res.values())
+        if 0 not in rcs or any(rc not in (0, 6) for rc in rcs):
+            raise Violation(f"concurrent takeover: exits {res}")
+        self.totals["lost_races"] += rcs.count(6)
+
+    def f_ns_cycle(self) -> None:
+        self.note("target: namespace disabled (every key lost)")
+        self.lab.target.ns_disable()
+        try:
+            time.sleep(self.rng.uniform(0.3, 1.5))
+        finally:
+            self.lab.target.ns_enable()
+            self.note("target: namespace enabled; hosts see it again")
+
+    def f_cli_preempt(self) -> None:
+        cands = self.standbys()
+        if not cands:
+            self.note("cli preempt: no standby")
+            return
+        v = self.rng.choice(cands)
+        v.kill_agent()
+        before = max(self.max_epoch_seen(), self.sample_now())
+        r = v.run(f'nvfence preempt "$NVFENCE_DEV" --node {v.num} --json', timeout_s=120)
+        out = last_json(r.out) or {}
+        self.note(f"nvfence preempt on {v.name} (agent down): rc {r.rc} key {out.get('key')} "
+                  f"previous {out.get('previous_holder')}")
+        if r.rc == 0 and out.get("changed"):
+            self.grants.append((time.monotonic() - self.t0, int(out["key"], 16), before, v.name))
+            self.totals["takeovers"] += 1
+        elif r.rc not in (0, 6):
+            raise Violation(f"nvfence preempt: exit {r.rc}: {r.out} {r.err}")
+        v.start_agent("standby")
+        st = v.status() or {}
+        self.note(f"agent on {v.name} restarted: {st.get('state')}")
+        if r.rc == 0 and st.get("state") not in ("HOLDER", "FENCED"):
+            raise Violation(f"agent after a CLI takeover: {st}")
+
+    # ------------------------------------------------------------ convergence (invariant 5)
+    def settle(self) -> None:
+        """Every fault is healed here. Wait (bounded) until the agents agree
+        with the device, then, as a cluster manager would, bring fenced hosts
+        back as standbys and make sure one host holds and writes."""
+        t0 = time.monotonic()
+        while True:
+            rep = self.report()
+            holder = int(rep["holder"], 16) if rep and rep.get("holder") else None
+            st = self.states()
+            stale = [n for n, s in st.items() if s and s["state"] == "HOLDER" and int(s["key"], 16) != holder]
+            missing = [n for n, s in st.items() if not s]
+            if not stale and not missing:
+                break
+            if time.monotonic() - t0 > CONVERGE_BOUND_S:
+                raise Violation(f"agents did not converge within {CONVERGE_BOUND_S:.0f}s: device holder "
+                                f"{hexk(holder)}, agents { {n: s and (s['state'], s['key']) for n, s in st.items()} }")
+            time.sleep(0.3)
+        holders = [n for n in self.live() if (st.get(n.name) or {}).get("state") == "HOLDER"]
+        if len(holders) > 1:
+            raise Violation(f"invariant 2: {len(holders)} agents hold: {st}")
+        for n in self.live():
+            s = st.get(n.name)
+            if s and s["state"] == "FENCED":
+                # Stop the host's writers before it may write again.
+                n.run("pkill -9 -x nvfence-load; true")
+                r = n.run(f"nvfence rejoin {VOL} --json", timeout_s=60)
+                if r.rc != 0:
+                    raise Violation(f"rejoin on {n.name} failed: {r.out} {r.err}")
+                self.totals["rejoins"] += 1
+        if not holders:
+            cands = self.standbys()
+            if not cands:
+                raise Violation(f"no standby to take over: {self.states()}")
+            n = self.rng.choice(cands)
+            rc, out = self.takeover(n, "recovery")
+            if rc != 0:
+                raise Violation(f"recovery takeover by {n.name} failed: {rc} {out}")
+            holders = [n]
+        w = self.wait_writing(holders[0])
+        self.recoveries.append(time.monotonic() - t0)
+        self.note(f"settled in {time.monotonic() - t0:.1f}s: {holders[0].name} holds and writes "
+                  f"(first ack after {w:.1f}s)")
+        if time.monotonic() - t0 > RECOVERY_BOUND_S:
+            raise Violation(f"invariant 5: no writing holder within {RECOVERY_BOUND_S:.0f}s "
+                            f"({time.monotonic() - t0:.1f}s)")
+
+    # ------------------------------------------------------------ check
+    def finish(self) -> dict:
+        for n in self.live(running=False):
+            n.run("pkill -9 -f 'w[l].sh'; pkill -9 -x nvfence-load; true")
+        for n in self.live(running=False):
+            n.snapshot()
+        rep = self.report()
+        final = int(rep["holder"], 16) if rep.get("holder") else None
+        r = self.any_reader().run(f'nvfence read "$NVFENCE_DEV" --lba {REGION_START} --blocks {REGION_BLOCKS} --json',
+                                  timeout_s=300)
+        media = last_json(r.out)
+        if r.rc != 0 or not media:
+            raise Violation(f"reading the region failed: {r.rc} {r.err}")
+        writers = [w for n in self.nodes for w in n.writers()]
+        return check(media["blocks"], writers, final, self.samples, self.grants, self.totals, self.log)
+
+
+def check(blocks: list, writers: list, final_holder: int | None, samples: list, grants: list,
+          totals: Counter, log=print) -> dict:
+    """The invariants over what the media holds and what the writers logged.
+    Raises Violation naming the block, writer and invariant."""
+    byid = {w.wid: w for w in writers}
+    status_of = {}            # (wid, seq) -> status
+    acked_at: dict = {}       # lba -> list of (epoch, wid, seq)
+    for w in writers:
+        seen = set()
+        first_fenced = None
+        for i, (lba, seq, st, detail) in enumerate(w.completions):
+            if seq in seen:
+                raise Violation(f"invariant 4: writer {w.wid} ({w.host}) completed seq {seq} twice (a retry)")
+            seen.add(seq)
+            status_of[(w.wid, seq)] = st
+            if st == "fenced" and first_fenced is None:
+                first_fenced = i
+            if st == "ok":
+                if first_fenced is not None:
+                    raise Violation(f"invariant 4: writer {w.wid} ({w.host}) got ok for seq {seq} after a fenced "
+                                    "completion")
+                acked_at.setdefault(lba, []).append((epoch_of(w.key), w.wid, seq))
+            if st == "error" and "onflict" in detail:
+                raise Violation(f"invariant 4: writer {w.wid}: a reservation conflict reported as an I/O error: "
+                                f"{detail}")
+        totals["writers"] += 1
+        totals["acked"] += sum(1 for c in w.completions if c[2] == "ok")
+        totals["fenced_completions"] += sum(1 for c in w.completions if c[2] == "fenced")
+        totals["error_completions"] += sum(1 for c in w.completions if c[2] == "error")
+        if first_fenced is not None:
+            totals["fenced_writers"] += 1
+
+    # Invariant 2 over the samples and the grants.
+    prev = None
+    for t, holder, keys in samples:
+        if holder and prev and holder != prev and epoch_of(holder) <= epoch_of(prev):
+            raise Violation(f"invariant 2: holder {hexk(holder)} at {t:.2f}s after {hexk(prev)}: epoch went down")
+        if holder:
+            prev = holder
+    for t, key, before, who in grants:
+        if before and epoch_of(key) <= before:
+            raise Violation(f"invariant 2: grant {hexk(key)} to {who} at {t:.2f}s is not above epoch {before} "
+                            "seen before it")
+
+    final_epoch = epoch_of(final_holder)
+    unknown = 0
+    unlogged: dict = {}       # wid -> [count, log known, max logged seq, min unlogged seq]
+    for b in blocks:
+        lba = b["lba"]
+        acked = max(acked_at.get(lba, []), default=None)
+        if not b.get("stamp"):
+            if acked:
+                raise Violation(f"invariant 3: LBA {lba} holds no stamp but write {acked} was acknowledged")
+            continue
+        wid, seq, ep = b["writer_id"], b["seq"], b["epoch"]
+        if b.get("stamped_lba") != lba:
+            raise Violation(f"LBA {lba} holds a stamp for LBA {b.get('stamped_lba')}")
+        st = status_of.get((wid, seq))
+        if st is None:
+            unknown += 1
+            w = byid.get(wid)
+            u = unlogged.setdefault(wid, [0, bool(w), max((c[1] for c in w.completions), default=-1) if w else None,
+                                          seq])
+            u[0] += 1
+            u[3] = min(u[3], seq)
+        if st == "fenced":
+            raise Violation(f"invariant 1: LBA {lba} holds writer {wid} seq {seq}, a write that completed FENCED")
+        if acked and ep < acked[0]:
+            raise Violation(f"invariant 1: LBA {lba} holds epoch {ep} (writer {wid} seq {seq}) on top of a write "
+                            f"acknowledged under epoch {acked[0]} (writer {acked[1]} seq {acked[2]})")
+        mine = [a for a in acked_at.get(lba, []) if a[0] == final_epoch] if final_holder else []
+        if mine:
+            last = max(mine)
+            if ep != final_epoch or (wid, seq) < (last[1], last[2]):
+                raise Violation(f"invariant 3: LBA {lba}: the final holder's acknowledged write (writer {last[1]} "
+                                f"seq {last[2]}) is not on the media (found epoch {ep} writer {wid} seq {seq})")
+    totals["blocks_checked"] += len(blocks)
+    totals["unlogged_stamps"] += unknown
+    return {"final_holder": hexk(final_holder), "writers": len(writers), "unlogged_stamps": unknown,
+            "unlogged_by_writer": unlogged,
+            "acked": sum(len(v) for v in acked_at.values()), "samples": len(samples), "grants": len(grants)}
+
+
+def run_campaign(seed: int, schedules: int, steps: int, hosts: int = 3, log=print, cover: bool = False) -> dict:
+    """Runs `schedules` schedules (seeds seed, seed+1, ...) in one lab; a
+    killed host is rebooted, so one lab serves them all. With cover, every
+    schedule starts with each kind of fault once. Returns a summary;
+    raises Violation (with the seed) on the first broken invariant."""
+    summary = {"seeds": [], "violations": 0}
+    t0 = time.monotonic()
+    with nvlab.Lab(hosts=hosts, topology="fabric", ebs=True) as lab:
+        camp = Campaign(lab, log=log)
+        for s in range(seed, seed + schedules):
+            try:
+                res = camp.run_schedule(s, steps, cover)
+            except Violation as e:
+                summary["violations"] += 1
+                raise Violation(f"seed {s}: {e}\n(replay: vm-test/campaign --seed {s} --schedules 1 --steps {steps} "
+                                f"--hosts {hosts}{' --cover' if cover else ''})\nevents: {camp.events[-30:]}") from None
+            log(f"seed {s}: ok: {res}")
+            summary["seeds"].append(s)
+        summary.update(faults=dict(camp.faults), totals=dict(camp.totals),
+                       recovery_s_median=sorted(camp.recoveries)[len(camp.recoveries) // 2] if camp.recoveries else None,
+                       recovery_s_max=max(camp.recoveries) if camp.recoveries else None,
+                       schedules=schedules, steps=steps, hosts=hosts,
+                       minutes=round((time.monotonic() - t0) / 60, 1))
+    return summary
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="nvfence fault campaign in the QEMU lab (see docs/RELIABILITY.md)")
+    ap.add_argument("--seed", type=int, default=1, help="first seed (schedule i uses seed+i)")
+    ap.add_argument("--schedules", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=6, help="faults per schedule")
+    ap.add_argument("--hosts", type=int, default=3, choices=(2, 3, 4))
+    ap.add_argument("--cover", action="store_true", help="start every schedule with each kind of fault once")
+    ap.add_argument("--json", help="write the summary here")
+    a = ap.parse_args(argv)
+
+    def log(msg):
+        print(msg, flush=True)
+    try:
+        summary = run_campaign(a.seed, a.schedules, a.steps, a.hosts, log, a.cover)
+    except Violation as e:
+        print(f"VIOLATION {e}", flush=True)
+        return 1
+    print("SUMMARY " + json.dumps(summary, sort_keys=True), flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(summary, f, indent=1, sort_keys=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
