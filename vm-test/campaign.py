@@ -57,6 +57,7 @@ VOLUME_ID = "vol-" + DISK_SERIAL[3:]
 INTERVAL_MS = 200
 REGION_START = 8192
 REGION_BLOCKS = 1024
+QUEUE_DEPTH = 8            # the writers' --qd
 RECOVERY_BOUND_S = 60.0
 CONVERGE_BOUND_S = 60.0
 FAULTS = {  # kind: weight
@@ -69,7 +70,7 @@ FAULTS = {  # kind: weight
 # not end cleanly (fenced, error) it waits, bounded, until the agent no
 # longer holds with that key, so it never spins on a stale grant.
 WRITER_LOOP = r"""
-base=$1; start=$2; count=$3
+base=$1; start=$2; count=$3; qd=$4
 mkdir -p /tmp/w; i=0
 while :; do
   st=$(nvfence status vol --json 2>/dev/null)
@@ -79,7 +80,7 @@ while :; do
   if [ -z "$key" ] || [ -z "$dev" ]; then usleep 200000; continue; fi
   i=$((i+1)); id=$((base+i))
   echo "start $id $key $dev" >> /tmp/w/index
-  nvfence-load "$dev" --start $start --count $count --qd 8 --interval-us 2000 \
+  nvfence-load "$dev" --start $start --count $count --qd $qd --interval-us 2000 \
       --key $key --writer-id $id --timeout-ms 60000 > /tmp/w/$id.log 2>&1
   rc=$?
   echo "end $id $rc" >> /tmp/w/index
@@ -122,7 +123,7 @@ class Writer:
     key: int
     completions: list = field(default_factory=list)   # (lba, seq, status, detail)
     ended: bool = False
-    rc: int | None = None
+    killed_host: bool = False   # its VM was killed while it ran: its log may lack the tail
 
 
 class Node:
@@ -168,7 +169,7 @@ class Node:
 
     def start_loop(self) -> None:
         base = self.num * 1_000_000 + self.boots * 10_000
-        self.h.spawn(f"sh /tmp/wl.sh {base} {REGION_START} {REGION_BLOCKS}", log_path="/tmp/wl.out")
+        self.h.spawn(f"sh /tmp/wl.sh {base} {REGION_START} {REGION_BLOCKS} {QUEUE_DEPTH}", log_path="/tmp/wl.out")
 
     def status(self, timeout_s: float = 20):
         if self.dead or self.h.paused:
@@ -212,7 +213,7 @@ class Node:
                     key = int(p[2], 16)
                 if len(p) >= 3 and p[0] == "end" and int(p[1]) == wid:
                     pass
-            w = Writer(wid, self.name, key)
+            w = Writer(wid, self.name, key, killed_host=int(name.split("/")[0]) < self.boots)
             for line in text.splitlines():
                 p = line.split(None, 4)
                 if p and p[0] == "C" and len(p) >= 4:
@@ -680,6 +681,16 @@ def check(blocks: list, writers: list, final_holder: int | None, samples: list, 
             if ep != final_epoch or (wid, seq) < (last[1], last[2]):
                 raise Violation(f"invariant 3: LBA {lba}: the final holder's acknowledged write (writer {last[1]} "
                                 f"seq {last[2]}) is not on the media (found epoch {ep} writer {wid} seq {seq})")
+    for wid, (count, known, max_logged, min_unlogged) in unlogged.items():
+        w = byid.get(wid)
+        if w is None:
+            raise Violation(f"LBA stamps of writer {wid}, which no log knows")
+        # Only the writes in flight when a writer was killed may be on the
+        # media without a logged completion.
+        if not w.killed_host and (w.ended or count > QUEUE_DEPTH):
+            raise Violation(f"invariant 4: {count} block(s) of writer {wid} ({w.host}) are on the media without a "
+                            f"logged completion (first seq {min_unlogged}, last logged {max_logged}, "
+                            f"{'ended' if w.ended else 'killed'})")
     totals["blocks_checked"] += len(blocks)
     totals["unlogged_stamps"] += unknown
     return {"final_holder": hexk(final_holder), "writers": len(writers), "unlogged_stamps": unknown,

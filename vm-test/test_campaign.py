@@ -83,6 +83,18 @@ def test_checker_catches_ok_after_fenced_and_retries():
             writers(a_extra=[(2, 2, "error", "Reservation Conflict (0x83)")]))
 
 
+def test_checker_allows_only_in_flight_writes_without_a_logged_completion():
+    ws = writers()
+    # B was killed with one write in flight: its block may be on the media.
+    assert run([block(0, 21, 1, 2), block(1, 11, 1, 1)], ws)["unlogged_stamps"] == 1
+    # B ended cleanly (summary line): every write it made was logged.
+    ws[1].ended = True
+    with pytest.raises(Violation, match="without a logged completion"):
+        run([block(0, 21, 1, 2), block(1, 11, 1, 1)], ws)
+    with pytest.raises(Violation, match="no log knows"):
+        run([block(0, 21, 0, 2), block(1, 99, 1, 1)], writers())
+
+
 def test_checker_catches_a_grant_that_is_not_the_newest_epoch():
     from collections import Counter
     with pytest.raises(Violation, match="invariant 2"):
