@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <liburing.h>
+#include <sys/uio.h>
 #include <linux/nvme_ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -92,11 +93,26 @@ Completion classify_completion(WriterMode mode, IoKind kind, int32_t res, uint32
     return c;
 }
 
+int fixed_buffer_index(std::span<const std::span<uint8_t>> regions, const void* p, size_t len) {
+    if (len == 0) return -1;
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    for (size_t i = 0; i < regions.size(); ++i) {
+        const auto start = reinterpret_cast<uintptr_t>(regions[i].data());
+        const size_t n = regions[i].size();
+        // Written so that nothing overflows: a >= start, then the offset and
+        // the length both fit in what is left of the region.
+        if (a >= start && a - start <= n && len <= n - (a - start)) return static_cast<int>(i);
+    }
+    return -1;
+}
+
 namespace {
 
 constexpr uint32_t kMaxQueueDepth = 1024;
 constexpr uint32_t kBlockMaxIoBytes = 1u << 30;
 constexpr uint32_t kFileBlockBytes = 4096;
+constexpr size_t kMaxFixedBuffers = 1024;
+constexpr size_t kMaxFixedBufferBytes = size_t{1} << 30;  // the kernel's limit per registered buffer
 
 int64_t now_ns() {
     timespec ts{};
@@ -148,7 +164,11 @@ public:
     };
 
     RingWriter(Target t, const WriterOptions& o)
-        : t_(std::move(t)), qd_(o.queue_depth), timeout_ms_(o.timeout_ms), epoch_(o.epoch) {
+        : t_(std::move(t)),
+          qd_(o.queue_depth),
+          timeout_ms_(o.timeout_ms),
+          epoch_(o.epoch),
+          single_thread_(o.single_thread) {
         slots_.resize(qd_);
         free_.reserve(qd_);
         for (uint32_t i = qd_; i > 0; --i) free_.push_back(i - 1);
@@ -160,8 +180,16 @@ public:
     Status init() {
         unsigned flags = t_.mode == WriterMode::passthrough ? IORING_SETUP_SQE128 | IORING_SETUP_CQE32 : 0u;
         // COOP_TASKRUN spares an IPI per completion; TASKRUN_FLAG lets the
-        // non-waiting peek know when completions are parked in task work.
-        int rc = ring_.init(qd_, flags | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG);
+        // non-waiting peek know when completions are parked in task work
+        // (also when DEFER_TASKRUN parks them until we wait).
+        const unsigned coop = IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
+        int rc = -EINVAL;
+        if (single_thread_) {
+            // Completions run only when this thread enters the kernel to
+            // wait for them: no task-work interruptions, fewer wakeups.
+            rc = ring_.init(qd_, flags | coop | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN);
+        }
+        if (rc == -EINVAL) rc = ring_.init(qd_, flags | coop);
         if (rc == -EINVAL) rc = ring_.init(qd_, flags);
         if (rc < 0) return errno_error(-rc);
         // Without EXT_ARG liburing implements a bounded wait with a timeout
@@ -169,6 +197,10 @@ public:
         if (!(ring_.get()->features & IORING_FEAT_EXT_ARG)) return errno_error(ENOSYS);
         const int fd = t_.fd.get();
         if (io_uring_register_files(ring_.get(), &fd, 1) == 0) fixed_file_ = true;
+        // A registered ring descriptor belongs to the registering thread, so
+        // only when the caller promised to stay on it: spares a file lookup
+        // per io_uring_enter.
+        if (single_thread_) io_uring_register_ring_fd(ring_.get());
         return Ok{};
     }
 
@@ -180,6 +212,26 @@ public:
     uint32_t in_flight() const override { return static_cast<uint32_t>(pending_.size()) + submitted_; }
     uint32_t queue_depth() const override { return qd_; }
     uint32_t max_io_bytes() const override { return t_.max_io_bytes; }
+    uint32_t fixed_buffers() const override { return static_cast<uint32_t>(bufs_.size()); }
+
+    Status register_buffers(std::span<const std::span<uint8_t>> regions) override {
+        if (in_flight() != 0 || regions.size() > kMaxFixedBuffers) return make_error_code(Errc::invalid_argument);
+        for (const auto& r : regions)
+            if (r.data() == nullptr || r.empty() || r.size() > kMaxFixedBufferBytes)
+                return make_error_code(Errc::invalid_argument);
+        if (!bufs_.empty()) {
+            if (int rc = io_uring_unregister_buffers(ring_.get()); rc < 0) return errno_error(-rc);
+            bufs_.clear();
+        }
+        if (regions.empty()) return Ok{};
+        std::vector<iovec> iov;
+        iov.reserve(regions.size());
+        for (const auto& r : regions) iov.push_back(iovec{r.data(), r.size()});
+        if (int rc = io_uring_register_buffers(ring_.get(), iov.data(), static_cast<unsigned>(iov.size())); rc < 0)
+            return errno_error(-rc);
+        bufs_.assign(regions.begin(), regions.end());
+        return Ok{};
+    }
 
     Status queue_write(uint64_t lba, std::span<const uint8_t> buf, uint64_t user_data) override {
         if (auto st = check_rw_(lba, buf.data(), buf.size()); !st) return st;
@@ -248,7 +300,9 @@ protected:
         bool cancelled = false;
     };
 
-    virtual void prep_(io_uring_sqe* sqe, IoKind kind, uint64_t lba, uint8_t* buf, uint32_t bytes) = 0;
+    // @p buf_index: the registered buffer holding buf, or -1 for none.
+    virtual void prep_(io_uring_sqe* sqe, IoKind kind, uint64_t lba, uint8_t* buf, uint32_t bytes,
+                       int buf_index) = 0;
 
     int file_() const { return fixed_file_ ? 0 : t_.fd.get(); }
     void finish_prep_(io_uring_sqe* sqe) const {
@@ -281,7 +335,8 @@ private:
         s.bytes = bytes;
         s.kind = kind;
         s.cancelled = false;
-        prep_(sqe, kind, lba, buf, bytes);
+        const int buf_index = bufs_.empty() || kind == IoKind::flush ? -1 : fixed_buffer_index(bufs_, buf, bytes);
+        prep_(sqe, kind, lba, buf, bytes, buf_index);
         io_uring_sqe_set_data64(sqe, id);
         pending_.push_back(id);
         return Ok{};
@@ -408,7 +463,9 @@ private:
     uint32_t qd_;
     uint32_t timeout_ms_;
     uint64_t epoch_;
+    bool single_thread_;
     bool fenced_ = false;
+    std::vector<std::span<uint8_t>> bufs_;  // registered fixed buffers, by index
     std::vector<Slot> slots_;
     std::vector<uint32_t> free_;
     std::vector<uint32_t> pending_;  // queued, not yet taken by the kernel, in SQ order
@@ -420,11 +477,17 @@ public:
     using RingWriter::RingWriter;
 
 private:
-    void prep_(io_uring_sqe* sqe, IoKind kind, uint64_t lba, uint8_t* buf, uint32_t bytes) override {
+    void prep_(io_uring_sqe* sqe, IoKind kind, uint64_t lba, uint8_t* buf, uint32_t bytes, int buf_index) override {
         const uint64_t off = lba * t_.block_bytes;
         switch (kind) {
-        case IoKind::write: io_uring_prep_write(sqe, file_(), buf, bytes, off); break;
-        case IoKind::read: io_uring_prep_read(sqe, file_(), buf, bytes, off); break;
+        case IoKind::write:
+            if (buf_index >= 0) io_uring_prep_write_fixed(sqe, file_(), buf, bytes, off, buf_index);
+            else io_uring_prep_write(sqe, file_(), buf, bytes, off);
+            break;
+        case IoKind::read:
+            if (buf_index >= 0) io_uring_prep_read_fixed(sqe, file_(), buf, bytes, off, buf_index);
+            else io_uring_prep_read(sqe, file_(), buf, bytes, off);
+            break;
         case IoKind::flush: io_uring_prep_fsync(sqe, file_(), IORING_FSYNC_DATASYNC); break;
         }
         finish_prep_(sqe);
@@ -436,12 +499,18 @@ public:
     using RingWriter::RingWriter;
 
 private:
-    void prep_(io_uring_sqe* sqe, IoKind kind, uint64_t lba, uint8_t* buf, uint32_t bytes) override {
+    void prep_(io_uring_sqe* sqe, IoKind kind, uint64_t lba, uint8_t* buf, uint32_t bytes, int buf_index) override {
         const Command c = kind == IoKind::flush
                               ? encode_flush(t_.nsid)
                               : encode_rw(kind == IoKind::write, t_.nsid, lba, bytes / t_.block_bytes, bytes);
         io_uring_prep_rw(IORING_OP_URING_CMD, sqe, file_(), nullptr, 0, 0);
         sqe->cmd_op = NVME_URING_CMD_IO;
+        if (buf_index >= 0) {
+            // The command's addr/len still name the buffer; the kernel
+            // looks them up inside registered buffer buf_index.
+            sqe->uring_cmd_flags = IORING_URING_CMD_FIXED;
+            sqe->buf_index = static_cast<uint16_t>(buf_index);
+        }
         nvme_uring_cmd cmd;
         std::memset(&cmd, 0, sizeof cmd);
         cmd.opcode = c.opcode;
@@ -455,7 +524,9 @@ private:
         cmd.cdw14 = c.cdw[4];
         cmd.cdw15 = c.cdw[5];
         static_assert(sizeof cmd <= 2 * sizeof(io_uring_sqe) - offsetof(io_uring_sqe, cmd));
-        std::memcpy(sqe->cmd, &cmd, sizeof cmd);
+        // Through a byte pointer: sqe->cmd is declared as 16 bytes, but an
+        // SQE128 ring gives it 80 (checked above).
+        std::memcpy(reinterpret_cast<unsigned char*>(sqe) + offsetof(io_uring_sqe, cmd), &cmd, sizeof cmd);
         finish_prep_(sqe);
     }
 };

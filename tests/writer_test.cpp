@@ -53,11 +53,12 @@ protected:
         if (!path_.empty()) ::unlink(path_.c_str());
     }
 
-    std::unique_ptr<FencedWriter> open_writer(uint32_t qd = 32, uint32_t timeout_ms = 5000) {
+    std::unique_ptr<FencedWriter> open_writer(uint32_t qd = 32, uint32_t timeout_ms = 5000, bool single_thread = false) {
         WriterOptions o;
         o.allow_regular_file = true;
         o.queue_depth = qd;
         o.timeout_ms = timeout_ms;
+        o.single_thread = single_thread;
         o.epoch = 7;
         auto w = FencedWriter::open(path_, o);
         EXPECT_TRUE(w.ok()) << w.error().message();
@@ -362,6 +363,115 @@ TEST_F(WriterTest, DestructorDrainsInFlight) {
     EXPECT_EQ(std::memcmp(sent.data(), b.data(), sent.size()), 0);
     auto unsent = pread_file(14, 4 * 4096);
     EXPECT_EQ(std::vector<uint8_t>(4 * 4096, 0), unsent);
+}
+
+TEST_F(WriterTest, FixedBuffersRoundTrip) {
+    auto w = open_writer(8);
+    ASSERT_TRUE(w);
+    const uint32_t bs = w->block_bytes();
+    EXPECT_EQ(w->fixed_buffers(), 0u);
+    AlignedBuffer reg(size_t{bs} * 4, bs), other(bs, bs), in(size_t{bs} * 4, bs);
+    const std::span<uint8_t> region = reg.span();
+    ASSERT_TRUE(w->register_buffers({&region, 1}).ok());
+    EXPECT_EQ(w->fixed_buffers(), 1u);
+
+    // Inside the region (fixed I/O), a sub-span of it, and a buffer outside
+    // it (ordinary I/O): all land, and read back through fixed buffers too.
+    fill(reg.span(), 21);
+    fill(other.span(), 22);
+    EXPECT_EQ(w->write(0, reg.span()).status, IoStatus::ok);
+    EXPECT_EQ(w->write(8, reg.span().subspan(bs, bs)).status, IoStatus::ok);
+    EXPECT_EQ(w->write(9, other.span()).status, IoStatus::ok);
+    auto witness = pread_file(0, size_t{bs} * 4);
+    EXPECT_EQ(std::memcmp(witness.data(), reg.data(), witness.size()), 0);
+    witness = pread_file(8 * bs / 4096, bs);
+    EXPECT_EQ(std::memcmp(witness.data(), reg.data() + bs, bs), 0);
+    witness = pread_file(9 * bs / 4096, bs);
+    EXPECT_EQ(std::memcmp(witness.data(), other.data(), bs), 0);
+    auto r = w->read(0, reg.span().subspan(0, size_t{bs} * 2));  // fixed read over what was written at 0..1
+    EXPECT_EQ(r.status, IoStatus::ok) << r.error.message();
+    EXPECT_EQ(r.bytes, bs * 2);
+
+    // The queue checks still come first, fixed buffer or not.
+    EXPECT_EQ(w->queue_write(w->size_blocks(), reg.span().subspan(0, bs), 1).error(), Errc::out_of_bounds);
+    EXPECT_EQ(w->queue_write(0, reg.span().subspan(1, bs), 1).error(), Errc::misaligned);
+
+    // Not while I/Os are in flight; bad regions change nothing.
+    ASSERT_TRUE(w->queue_write(0, reg.span().subspan(0, bs), 1).ok());
+    EXPECT_EQ(w->register_buffers({&region, 1}).error(), Errc::invalid_argument);
+    Completion c[1];
+    ASSERT_TRUE(w->submit_and_reap(c, 1).ok());
+    EXPECT_EQ(c[0].status, IoStatus::ok);
+    const std::span<uint8_t> bad[2] = {region, std::span<uint8_t>()};
+    EXPECT_EQ(w->register_buffers(bad).error(), Errc::invalid_argument);
+    EXPECT_EQ(w->fixed_buffers(), 1u);
+
+    // Replace with two regions, then unregister all; I/O keeps working.
+    const std::span<uint8_t> two[2] = {other.span(), in.span()};
+    ASSERT_TRUE(w->register_buffers(two).ok());
+    EXPECT_EQ(w->fixed_buffers(), 2u);
+    r = w->read(0, in.span());
+    EXPECT_EQ(r.status, IoStatus::ok) << r.error.message();
+    EXPECT_EQ(std::memcmp(in.data(), reg.data(), in.size()), 0);
+    ASSERT_TRUE(w->register_buffers({}).ok());
+    EXPECT_EQ(w->fixed_buffers(), 0u);
+    EXPECT_EQ(w->write(0, reg.span()).status, IoStatus::ok);
+}
+
+TEST_F(WriterTest, SingleThreadSustainedWithFixedBuffers) {
+    // The benchmark's configuration: single_thread (SINGLE_ISSUER |
+    // DEFER_TASKRUN where the kernel has them) plus one registered region;
+    // a full queue is kept for many rounds and every completion is ok.
+    auto w = open_writer(32, 5000, true);
+    ASSERT_TRUE(w);
+    const uint32_t bs = w->block_bytes();
+    AlignedBuffer bufs(size_t{bs} * 32, bs);
+    const std::span<uint8_t> region = bufs.span();
+    ASSERT_TRUE(w->register_buffers({&region, 1}).ok());
+    for (uint32_t i = 0; i < 32; ++i)
+        ASSERT_TRUE(w->queue_write(i, bufs.span().subspan(size_t{i} * bs, bs), i).ok());
+    std::vector<Completion> comps(32);
+    uint64_t done = 0, issued = 32, next = 32;
+    while (done < 2000) {
+        auto r = w->submit_and_reap(comps, 1);
+        ASSERT_TRUE(r.ok()) << r.error().message();
+        for (size_t k = 0; k < *r; ++k) {
+            ASSERT_EQ(comps[k].status, IoStatus::ok) << comps[k].error.message();
+            ++done;
+            const uint64_t slot = comps[k].user_data;
+            if (issued < 2000) {
+                ASSERT_TRUE(w->queue_write(next++ % w->size_blocks(), bufs.span().subspan(slot * bs, bs), slot).ok());
+                ++issued;
+            }
+        }
+    }
+    EXPECT_EQ(w->in_flight(), 0u);
+
+    // The bounded wait still holds with deferred task work.
+    Completion c[1];
+    auto t0 = std::chrono::steady_clock::now();
+    auto r = w->reap(c, 1);
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(r.error(), Errc::timeout);
+    EXPECT_LT(ms, 10000);
+}
+
+TEST(FixedBufferIndex, PicksTheRegionThatHoldsTheWholeBuffer) {
+    alignas(64) static uint8_t buf[64 + 8192];
+    uint8_t* const mem = buf + 64;  // room below the regions
+    const std::span<uint8_t> regions[3] = {{mem, 4096}, {mem + 4096, 2048}, {mem, 8192}};
+    EXPECT_EQ(fixed_buffer_index(regions, mem, 4096), 0);
+    EXPECT_EQ(fixed_buffer_index(regions, mem + 100, 3996), 0);    // ends exactly at the end
+    EXPECT_EQ(fixed_buffer_index(regions, mem + 4096, 2048), 1);
+    EXPECT_EQ(fixed_buffer_index(regions, mem + 4000, 200), 2);    // straddles 0 and 1: only 2 holds it
+    EXPECT_EQ(fixed_buffer_index(regions, mem + 6144, 2048), 2);
+    EXPECT_EQ(fixed_buffer_index(regions, mem + 6144, 2049), -1);  // one byte past every region
+    EXPECT_EQ(fixed_buffer_index(regions, mem + 8192, 1), -1);
+    EXPECT_EQ(fixed_buffer_index(regions, mem, 0), -1);
+    EXPECT_EQ(fixed_buffer_index(regions, buf + 63, 2), -1);        // starts one byte before
+    EXPECT_EQ(fixed_buffer_index({}, mem, 1), -1);
+    // Lengths near the top of the address space do not wrap around.
+    EXPECT_EQ(fixed_buffer_index(regions, mem + 1, SIZE_MAX), -1);
 }
 
 TEST(AlignedBufferTest, AlignsRoundsAndMoves) {

@@ -26,7 +26,10 @@
 ///
 /// Requirements: Linux >= 5.11 (IORING_FEAT_EXT_ARG, for bounded waits in
 /// one system call); passthrough needs >= 5.19 and a namespace formatted
-/// without metadata. Fixed (registered) buffers are not used.
+/// without metadata. The file is always registered with the ring; fixed
+/// (registered) buffers are used for I/Os whose buffer lies inside a region
+/// given to register_buffers() (passthrough: Linux >= 6.1 for
+/// IORING_URING_CMD_FIXED), ordinary buffers otherwise.
 ///
 /// Example:
 /// @code
@@ -58,6 +61,18 @@ struct WriterOptions {
     uint32_t timeout_ms = 30000;    ///< Bound on waiting for completions.
     uint64_t epoch = 0;             ///< Epoch of the grant this writer writes under.
     bool allow_regular_file = false;///< Block mode on a regular file (benchmarks).
+    /// A promise that only the thread that calls open() ever calls this
+    /// writer, its destructor included. It lets the ring use
+    /// IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN (completions
+    /// are processed when this thread waits, not by interrupting it) and a
+    /// registered ring descriptor, which save CPU per I/O. Ignored where
+    /// the kernel lacks them (before 6.1). Breaking the promise is not
+    /// undefined behaviour but fails: the kernel refuses another thread's
+    /// submissions and waits (returned as the errno, EEXIST or EBADF), and a writer
+    /// destroyed on another thread with I/Os in flight cannot drain them
+    /// and aborts (see ~FencedWriter). Off by default because the default
+    /// writer may be handed from one thread to another between calls.
+    bool single_thread = false;
 };
 
 /// The kind of an I/O.
@@ -158,6 +173,23 @@ public:
     /// (128 KiB when sysfs does not say), since one I/O is one command.
     virtual uint32_t max_io_bytes() const = 0;
 
+    /// Registers @p regions with the ring as fixed buffers, replacing any
+    /// earlier registration; an empty span only unregisters. From then on a
+    /// read or write whose buffer lies wholly inside one region is sent as a
+    /// fixed-buffer I/O (IORING_OP_WRITE_FIXED / READ_FIXED; passthrough:
+    /// IORING_URING_CMD_FIXED), which spares the kernel pinning the user
+    /// pages on every I/O; any other buffer is sent as before. Checks and
+    /// completions are unchanged. Requires in_flight() == 0, at most 1024
+    /// regions, each non-empty and at most 1 GiB (Errc::invalid_argument,
+    /// nothing changed); kernel refusals come back as the errno (e.g.
+    /// ENOMEM), with no region registered. The kernel pins the regions'
+    /// pages: they must stay allocated, and not be remapped, until they are
+    /// unregistered or the writer is destroyed; a fixed I/O to an address
+    /// whose memory was freed and reused would move the old, pinned pages.
+    virtual Status register_buffers(std::span<const std::span<uint8_t>> regions) = 0;
+    /// How many regions register_buffers() registered (0: none).
+    virtual uint32_t fixed_buffers() const = 0;
+
     /// Queues a write of @p buf at block @p lba. Checks, in this order,
     /// with nothing sent and in_flight() unchanged on error: latched
     /// (Errc::fenced), zero length or longer than max_io_bytes()
@@ -224,5 +256,10 @@ const char* writer_mode_name(WriterMode m);
 /// fenced and other negative values io_error with the errno. automatic is
 /// not a completion mode: io_error Errc::invalid_argument.
 Completion classify_completion(WriterMode mode, IoKind kind, int32_t res, uint32_t expected_bytes);
+
+/// The index of the first region in @p regions that wholly contains the
+/// @p len bytes at @p p, or -1 if none does (or @p len is 0). This is how a
+/// FencedWriter picks the fixed buffer of an I/O (see register_buffers()).
+int fixed_buffer_index(std::span<const std::span<uint8_t>> regions, const void* p, size_t len);
 
 }  // namespace nvfence

@@ -115,9 +115,26 @@ double thread_cpu_us() {
     return us(ru.ru_utime) + us(ru.ru_stime);
 }
 
+// The io_uring features nvfence's writer uses in one run.
+struct NvFeatures {
+    std::string name;            // "plain", "fixed", "st", "fixed+st"
+    bool fixed_bufs = false;     // FencedWriter::register_buffers over the I/O buffers
+    bool single_thread = false;  // WriterOptions::single_thread (SINGLE_ISSUER|DEFER_TASKRUN, registered ring fd)
+};
+
+// One contender: nvfence with some features, or fio with its defaults or
+// with the io_uring features nvfence uses.
+struct Tool {
+    std::string label;
+    bool is_nv = false;
+    NvFeatures nv;
+    bool fio_same = false;  // fio: --registerfiles=1 (+ --fixedbufs=1 when nvfence uses fixed buffers)
+};
+
 struct Params {
     std::string target;      // what nvfence opens
     std::string fio_target;  // what fio opens (the /dev/ng node in passthrough)
+    bool fio_fixedbufs = false;  // the "same features" fio also gets --fixedbufs=1
     WriterMode mode = WriterMode::block;
     uint32_t bs = 4096;
     uint64_t region_bytes = 0;
@@ -128,12 +145,13 @@ struct Params {
 
 // ------------------------------------------------------------------ nvfence
 
-RunResult run_nvfence(const Params& p, uint32_t qd) {
+RunResult run_nvfence(const Params& p, const NvFeatures& f, uint32_t qd) {
     WriterOptions o;
     o.mode = p.mode;
     o.queue_depth = qd;
     o.timeout_ms = 30000;
     o.allow_regular_file = true;
+    o.single_thread = f.single_thread;  // this thread opens, drives and destroys the writer
     auto wr = FencedWriter::open(p.target, o);
     if (!wr) die(p.target + ": cannot open FencedWriter: " + wr.error().message());
     FencedWriter& w = **wr;
@@ -148,6 +166,11 @@ RunResult run_nvfence(const Params& p, uint32_t qd) {
     for (auto& b : bufs.span()) {
         rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
         b = static_cast<uint8_t>(rng);
+    }
+    if (f.fixed_bufs) {
+        const std::span<uint8_t> region = bufs.span();
+        if (auto st = w.register_buffers({&region, 1}); !st)
+            die("register_buffers: " + st.error().message() + " (run without fixed buffers: --nv-features plain)");
     }
     std::vector<int64_t> started(qd, 0);
     std::vector<Completion> comps(qd);
@@ -171,7 +194,9 @@ RunResult run_nvfence(const Params& p, uint32_t qd) {
     uint64_t counted = 0, all = 0;
     while (w.in_flight() > 0) {
         auto r = w.submit_and_reap(comps, 1);
-        if (!r) die("submit_and_reap: " + r.error().message());
+        if (!r)
+            die("submit_and_reap: " + r.error().message() + " (" + std::to_string(w.in_flight()) +
+                " I/Os in flight, " + std::to_string(all) + " completed)");
         const int64_t t = now_ns();
         for (size_t k = 0; k < *r; ++k) {
             const Completion& c = comps[k];
@@ -351,28 +376,37 @@ std::string run_capture(const std::vector<std::string>& argv, int& status) {
     return out;
 }
 
-std::vector<std::string> fio_argv(const Params& p, uint32_t qd) {
+std::vector<std::string> fio_argv(const Params& p, uint32_t qd, bool same) {
     std::vector<std::string> a = {p.fio, "--name=nvfence-bench", "--filename=" + p.fio_target};
     if (p.mode == WriterMode::passthrough) {
+        // NVMe commands on the generic char device bypass the page cache by
+        // nature; fio refuses --direct=1 there ("destination does not
+        // support O_DIRECT").
         a.emplace_back("--ioengine=io_uring_cmd");
         a.emplace_back("--cmd_type=nvme");
     } else {
         a.emplace_back("--ioengine=io_uring");
+        a.emplace_back("--direct=1");
     }
     const std::vector<std::string> rest = {
-        "--direct=1", "--rw=randwrite", "--bs=" + std::to_string(p.bs), "--iodepth=" + std::to_string(qd),
+        "--rw=randwrite", "--bs=" + std::to_string(p.bs), "--iodepth=" + std::to_string(qd),
         "--size=" + std::to_string(p.region_bytes), "--time_based=1", "--runtime=" + std::to_string(p.runtime_s),
-        "--ramp_time=" + std::to_string(p.ramp_s), "--norandommap=1", "--randrepeat=0",
-        // nvfence registers its file with the ring; give fio the same.
-        "--registerfiles=1", "--clat_percentiles=1", "--lat_percentiles=1", "--percentile_list=50:99:99.9",
-        "--output-format=json"};
+        "--ramp_time=" + std::to_string(p.ramp_s), "--norandommap=1", "--randrepeat=0", "--clat_percentiles=1",
+        "--lat_percentiles=1", "--percentile_list=50:99:99.9", "--output-format=json"};
     a.insert(a.end(), rest.begin(), rest.end());
+    if (same) {
+        // The io_uring features nvfence's writer uses: it always registers
+        // its file; fixed buffers when they are on. (fio 3.3x always sets up
+        // its ring with SINGLE_ISSUER|DEFER_TASKRUN|COOP_TASKRUN.)
+        a.emplace_back("--registerfiles=1");
+        if (p.fio_fixedbufs) a.emplace_back("--fixedbufs=1");
+    }
     return a;
 }
 
-RunResult run_fio(const Params& p, uint32_t qd) {
+RunResult run_fio(const Params& p, uint32_t qd, bool same) {
     int status = 0;
-    const auto argv = fio_argv(p, qd);
+    const auto argv = fio_argv(p, qd, same);
     const std::string out = run_capture(argv, status);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) die("fio failed (status " + std::to_string(status) + ")");
     const size_t brace = out.find('{');
@@ -485,6 +519,7 @@ int main(int argc, char** argv) {
     Params p;
     std::string target, size_s = "1G", mode_s = "auto";
     std::vector<uint32_t> qds = {1, 32};
+    std::vector<std::string> nv_list = {"fixed+st"}, fio_list = {"default", "same"};
     unsigned repeat = 5;
     bool no_fio = false, allow_device = false;
     app.add_option("target", target,
@@ -496,9 +531,22 @@ int main(int argc, char** argv) {
     app.add_option("--qd", qds, "Queue depths, comma separated")->delimiter(',')->capture_default_str();
     app.add_option("--runtime", p.runtime_s, "Measured seconds per run")->capture_default_str();
     app.add_option("--ramp", p.ramp_s, "Unmeasured warm-up seconds per run (fio --ramp_time)")->capture_default_str();
-    app.add_option("--repeat", repeat, "Runs per tool and queue depth (medians are reported)")->capture_default_str();
+    app.add_option("--repeat", repeat, "Rounds: runs per tool and queue depth (medians are reported)")
+        ->capture_default_str();
     app.add_option("--mode", mode_s, "nvfence mode on a device: auto, block, passthrough (a file is always block)")
         ->check(CLI::IsMember({"auto", "block", "passthrough"}))
+        ->capture_default_str();
+    app.add_option("--nv-features", nv_list,
+                   "nvfence variants, comma separated: plain, fixed (registered buffers), st "
+                   "(WriterOptions::single_thread), fixed+st")
+        ->delimiter(',')
+        ->check(CLI::IsMember({"plain", "fixed", "st", "fixed+st"}))
+        ->capture_default_str();
+    app.add_option("--fio-variants", fio_list,
+                   "fio variants, comma separated: default (fio's defaults), same (the io_uring features nvfence "
+                   "uses: --registerfiles=1, and --fixedbufs=1 if an nvfence variant uses fixed buffers)")
+        ->delimiter(',')
+        ->check(CLI::IsMember({"default", "same"}))
         ->capture_default_str();
     app.add_option("--fio", p.fio, "fio executable")->capture_default_str();
     app.add_flag("--no-fio", no_fio, "Run nvfence only");
@@ -506,13 +554,34 @@ int main(int argc, char** argv) {
                  "Required to write to a device target: its contents in the region are overwritten");
     CLI11_PARSE(app, argc, argv);
 
-    if (repeat == 0 || p.runtime_s == 0 || qds.empty() || p.bs == 0 || p.bs % 512 != 0)
-        die("--repeat, --runtime, --qd and --bs (a multiple of 512) must be positive");
+    if (repeat == 0 || p.runtime_s == 0 || qds.empty() || p.bs == 0 || p.bs % 512 != 0 || nv_list.empty())
+        die("--repeat, --runtime, --qd, --nv-features and --bs (a multiple of 512) must be positive");
     for (auto q : qds)
         if (q < 1 || q > 1024) die("--qd values must be in 1..1024");
     p.region_bytes = parse_size(size_s) / p.bs * p.bs;
     p.target = target;
     p.fio_target = target;
+
+    std::vector<Tool> tools;
+    for (const auto& n : nv_list) {
+        Tool t;
+        t.is_nv = true;
+        t.nv.name = n;
+        t.nv.fixed_bufs = n == "fixed" || n == "fixed+st";
+        t.nv.single_thread = n == "st" || n == "fixed+st";
+        t.label = nv_list.size() == 1 ? "nvfence" : "nv:" + n;
+        if (t.nv.fixed_bufs) p.fio_fixedbufs = true;
+        tools.push_back(t);
+    }
+    const size_t n_nv = tools.size();
+    if (!no_fio) {
+        for (const auto& f : fio_list) {
+            Tool t;
+            t.fio_same = f == "same";
+            t.label = t.fio_same ? "fio-same" : "fio";
+            tools.push_back(t);
+        }
+    }
 
     struct stat st {};
     const bool exists = ::stat(target.c_str(), &st) == 0;
@@ -540,35 +609,44 @@ int main(int argc, char** argv) {
     utsname u{};
     ::uname(&u);
     std::printf("# kernel %s, %ld online CPUs, nvfence mode %s, target %s, region %llu MiB, bs %u, runtime %us + "
-                "ramp %us, %u repeats\n",
+                "ramp %us, %u rounds\n",
                 u.release, ::sysconf(_SC_NPROCESSORS_ONLN), writer_mode_name(p.mode), p.target.c_str(),
                 static_cast<unsigned long long>(p.region_bytes >> 20), p.bs, p.runtime_s, p.ramp_s, repeat);
+    for (size_t i = 0; i < n_nv; ++i)
+        std::printf("# %-8s FencedWriter %s mode, registered file%s%s\n", tools[i].label.c_str(),
+                    writer_mode_name(p.mode), tools[i].nv.fixed_bufs ? ", fixed buffers (register_buffers)" : "",
+                    tools[i].nv.single_thread ? ", single_thread (SINGLE_ISSUER|DEFER_TASKRUN, registered ring fd)"
+                                              : ", COOP_TASKRUN");
     if (!no_fio) {
         std::printf("# %s\n", first_line_of({p.fio, "--version"}).c_str());
-        std::string cmd;
-        for (const auto& a : fio_argv(p, qds.front())) cmd += (cmd.empty() ? "" : " ") + a;
-        std::printf("# fio command (iodepth varies): %s\n", cmd.c_str());
+        for (size_t i = n_nv; i < tools.size(); ++i) {
+            std::string cmd;
+            for (const auto& a : fio_argv(p, qds.front(), tools[i].fio_same)) cmd += (cmd.empty() ? "" : " ") + a;
+            std::printf("# %-8s %s  (iodepth varies)\n", tools[i].label.c_str(), cmd.c_str());
+        }
     }
     std::printf("# latency: nvfence = queue to reap (includes submission); fio clat = submit to completion, fio "
-                "lat = queue to completion\n# cpu/io: user+system CPU microseconds of the I/O thread per I/O\n");
-    std::printf("%-4s %-7s %-3s %10s %9s %9s %9s %7s\n", "qd", "tool", "run", "IOPS", "p50_us", "p99_us", "p99.9_us",
-                "cpu/io");
+                "lat = queue to completion (shown in brackets)\n# cpu/io: user+system CPU microseconds of the I/O "
+                "thread per I/O\n");
+    std::printf("%-4s %-11s %-3s %10s %9s %9s %9s %7s\n", "qd", "tool", "run", "IOPS", "p50_us", "p99_us",
+                "p99.9_us", "cpu/io");
     std::fflush(stdout);
 
-    std::map<uint32_t, std::vector<RunResult>> nv, fi;
+    // results[qd][tool] = one RunResult per round
+    std::map<uint32_t, std::vector<std::vector<RunResult>>> res;
+    for (uint32_t qd : qds) res[qd].assign(tools.size(), {});
     for (unsigned rep = 0; rep < repeat; ++rep) {
         for (uint32_t qd : qds) {
-            // Alternate which tool goes first so drift on a shared machine
+            // Rotate which tool goes first so drift on a shared machine
             // does not favour one of them.
-            const bool nv_first = rep % 2 == 0;
-            for (int k = 0; k < 2; ++k) {
-                const bool is_nv = (k == 0) == nv_first;
-                if (!is_nv && no_fio) continue;
-                RunResult r = is_nv ? run_nvfence(p, qd) : run_fio(p, qd);
-                (is_nv ? nv : fi)[qd].push_back(r);
-                std::printf("%-4u %-7s %-3u %10.0f %9.1f %9.1f %9.1f %7.2f", qd, is_nv ? "nvfence" : "fio", rep + 1,
-                            r.iops, r.p50_us, r.p99_us, r.p999_us, r.cpu_us_per_io);
-                if (!is_nv) std::printf("   (lat %.1f %.1f %.1f)", r.lat_p50_us, r.lat_p99_us, r.lat_p999_us);
+            for (size_t k = 0; k < tools.size(); ++k) {
+                const size_t ti = (k + rep) % tools.size();
+                const Tool& t = tools[ti];
+                RunResult r = t.is_nv ? run_nvfence(p, t.nv, qd) : run_fio(p, qd, t.fio_same);
+                res[qd][ti].push_back(r);
+                std::printf("%-4u %-11s %-3u %10.0f %9.1f %9.1f %9.1f %7.2f", qd, t.label.c_str(), rep + 1, r.iops,
+                            r.p50_us, r.p99_us, r.p999_us, r.cpu_us_per_io);
+                if (!t.is_nv) std::printf("   (lat %.1f %.1f %.1f)", r.lat_p50_us, r.lat_p99_us, r.lat_p999_us);
                 std::printf("\n");
                 std::fflush(stdout);
             }
@@ -580,31 +658,42 @@ int main(int argc, char** argv) {
         for (const auto& r : v) x.push_back(r.*f);
         return median(x);
     };
-    std::printf("\nMedians of %u runs (latency in microseconds)\n", repeat);
-    std::printf("%-4s %-9s %10s %9s %9s %9s %7s\n", "qd", "tool", "IOPS", "p50", "p99", "p99.9", "cpu/io");
+    std::printf("\nMedians of %u rounds (latency in microseconds)\n", repeat);
+    std::printf("%-4s %-15s %10s %9s %9s %9s %7s\n", "qd", "tool", "IOPS", "p50", "p99", "p99.9", "cpu/io");
     for (uint32_t qd : qds) {
-        const auto& a = nv[qd];
-        std::printf("%-4u %-9s %10.0f %9.1f %9.1f %9.1f %7.2f\n", qd, "nvfence", med(a, &RunResult::iops),
-                    med(a, &RunResult::p50_us), med(a, &RunResult::p99_us), med(a, &RunResult::p999_us),
-                    med(a, &RunResult::cpu_us_per_io));
-        if (no_fio) continue;
-        const auto& b = fi[qd];
-        std::printf("%-4u %-9s %10.0f %9.1f %9.1f %9.1f %7.2f\n", qd, "fio clat", med(b, &RunResult::iops),
-                    med(b, &RunResult::p50_us), med(b, &RunResult::p99_us), med(b, &RunResult::p999_us),
-                    med(b, &RunResult::cpu_us_per_io));
-        std::printf("%-4u %-9s %10s %9.1f %9.1f %9.1f\n", qd, "fio lat", "", med(b, &RunResult::lat_p50_us),
-                    med(b, &RunResult::lat_p99_us), med(b, &RunResult::lat_p999_us));
+        for (size_t ti = 0; ti < tools.size(); ++ti) {
+            const auto& a = res[qd][ti];
+            const std::string l = tools[ti].is_nv ? tools[ti].label : tools[ti].label + " clat";
+            std::printf("%-4u %-15s %10.0f %9.1f %9.1f %9.1f %7.2f\n", qd, l.c_str(), med(a, &RunResult::iops),
+                        med(a, &RunResult::p50_us), med(a, &RunResult::p99_us), med(a, &RunResult::p999_us),
+                        med(a, &RunResult::cpu_us_per_io));
+            if (!tools[ti].is_nv)
+                std::printf("%-4u %-15s %10s %9.1f %9.1f %9.1f\n", qd, (tools[ti].label + " lat").c_str(), "",
+                            med(a, &RunResult::lat_p50_us), med(a, &RunResult::lat_p99_us),
+                            med(a, &RunResult::lat_p999_us));
+        }
     }
-    if (!no_fio) {
-        std::printf("\nRatios nvfence/fio (IOPS: higher is better; p99 and cpu/io: lower is better)\n");
-        std::printf("%-4s %10s %14s %13s %10s\n", "qd", "IOPS", "p99/fio-clat", "p99/fio-lat", "cpu/io");
+    if (tools.size() > n_nv) {
+        std::printf("\nRatios nvfence/fio of the medians (IOPS: higher is better; p99 and cpu/io: lower is better);\n"
+                    "IOPS/pair = median over rounds of the IOPS ratio of the two runs of the same round\n");
+        std::printf("%-4s %-22s %8s %10s %13s %12s %8s\n", "qd", "nvfence vs", "IOPS", "IOPS/pair", "p99/fio-clat",
+                    "p99/fio-lat", "cpu/io");
         for (uint32_t qd : qds) {
-            const auto& a = nv[qd];
-            const auto& b = fi[qd];
-            std::printf("%-4u %10.3f %14.3f %13.3f %10.3f\n", qd, med(a, &RunResult::iops) / med(b, &RunResult::iops),
-                        med(a, &RunResult::p99_us) / med(b, &RunResult::p99_us),
-                        med(a, &RunResult::p99_us) / med(b, &RunResult::lat_p99_us),
-                        med(a, &RunResult::cpu_us_per_io) / med(b, &RunResult::cpu_us_per_io));
+            for (size_t ni = 0; ni < n_nv; ++ni) {
+                for (size_t fi = n_nv; fi < tools.size(); ++fi) {
+                    const auto& a = res[qd][ni];
+                    const auto& b = res[qd][fi];
+                    std::vector<double> pair;
+                    for (size_t r = 0; r < a.size() && r < b.size(); ++r)
+                        if (b[r].iops > 0) pair.push_back(a[r].iops / b[r].iops);
+                    const std::string l = tools[ni].label + " / " + tools[fi].label;
+                    std::printf("%-4u %-22s %8.3f %10.3f %13.3f %12.3f %8.3f\n", qd, l.c_str(),
+                                med(a, &RunResult::iops) / med(b, &RunResult::iops), median(pair),
+                                med(a, &RunResult::p99_us) / med(b, &RunResult::p99_us),
+                                med(a, &RunResult::p99_us) / med(b, &RunResult::lat_p99_us),
+                                med(a, &RunResult::cpu_us_per_io) / med(b, &RunResult::cpu_us_per_io));
+                }
+            }
         }
     }
     return 0;

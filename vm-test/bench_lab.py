@@ -1,0 +1,140 @@
+"""Runs nvfence-bench in the lab against the shared namespace (a command, not a test).
+
+    NVFENCE_BUILD_DIR=/work/main/build-bench /usr/bin/python3 vm-test/bench_lab.py \
+        [--topology loop|fabric] [--modes block,passthrough] [--passes 2] \
+        [--repeat 3] [--runtime 3] [--ramp 1] [--qd 1,32] [--size 128M] [-- more nvfence-bench args]
+
+Boots a one-host lab, then runs, inside the guest,
+
+    nvfence-bench "$NVFENCE_DEV" --destroy-device-data --mode <mode> ...
+
+once per mode and pass, alternating the modes (block, passthrough,
+passthrough, block, ...) so that drift does not favour one of them. Each run
+prints the tool's own table (nvfence against fio's io_uring engine in block
+mode and its io_uring_cmd engine in passthrough mode, same parameters). At
+the end the per-run rows of all passes are pooled into one table of medians
+per mode, with nvfence/fio and passthrough/block ratios.
+
+The lab runs under TCG (no KVM): absolute figures mean nothing, ratios do;
+the submitting CPU is the bottleneck, so they measure per-I/O software cost.
+Which binaries the guest gets: <NVFENCE_BUILD_DIR or build>/bin (build it
+with -DCMAKE_BUILD_TYPE=Release for figures).
+"""
+import argparse
+import re
+import statistics
+import sys
+import time
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import nvlab  # noqa: E402
+
+ROW = re.compile(r"^(\d+)\s+(\S+)\s+(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)(?:\s+\(lat ([\d.]+) ([\d.]+) ([\d.]+)\))?")
+FIELDS = ("iops", "p50", "p99", "p999", "cpu")
+
+
+def parse_rows(out):
+    """Per-run rows of nvfence-bench's output: {(qd, tool): [dict, ...]}."""
+    rows = {}
+    for line in out.splitlines():
+        m = ROW.match(line)
+        if not m:
+            continue
+        qd, tool = int(m.group(1)), m.group(2)
+        r = dict(zip(FIELDS, map(float, m.group(4, 5, 6, 7, 8))))
+        if m.group(9):
+            r["lat_p99"] = float(m.group(10))
+        rows.setdefault((qd, tool), []).append(r)
+    return rows
+
+
+def med(rows, key):
+    xs = [r[key] for r in rows if key in r]
+    return statistics.median(xs) if xs else float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--topology", default="loop", choices=["loop", "fabric"])
+    ap.add_argument("--modes", default="block,passthrough")
+    ap.add_argument("--passes", type=int, default=2, help="runs of nvfence-bench per mode, alternating modes")
+    ap.add_argument("--repeat", type=int, default=3, help="nvfence-bench --repeat (rounds per pass)")
+    ap.add_argument("--runtime", type=int, default=3)
+    ap.add_argument("--ramp", type=int, default=1)
+    ap.add_argument("--qd", default="1,32")
+    ap.add_argument("--size", default="128M", help="region written (the lab's namespace is 256 MiB)")
+    ap.add_argument("--memory-mb", type=int, default=1024)
+    ap.add_argument("extra", nargs="*", help="more nvfence-bench arguments (after --)")
+    a = ap.parse_args()
+    modes = [m for m in a.modes.split(",") if m]
+    order = []
+    for p in range(a.passes):
+        order += modes if p % 2 == 0 else modes[::-1]
+    n_tools = 1 + 2  # nvfence + fio default + fio same, unless extra args change it
+    per_run = a.runtime + a.ramp + 6  # + open/fio start-up under TCG
+    timeout = a.repeat * len(a.qd.split(",")) * n_tools * per_run * 2 + 300
+
+    pooled, failures = {}, []
+    with nvlab.Lab(hosts=1, topology=a.topology, memory_mb=a.memory_mb) as lab:
+        h = lab.hosts[0]
+        print(f"# lab: topology {a.topology}, 1 host, guest kernel {lab.kernel.release}, booted in {lab.boot_s:.1f} s; "
+              f"namespace {h.dev} / {h.ng}", flush=True)
+        info = h.run("uname -r; nproc; command -v nvfence-bench; command -v fio; "
+                     "cat /sys/block/$(basename $NVFENCE_DEV)/queue/scheduler 2>/dev/null", timeout_s=60)
+        print("# guest: " + " | ".join(info.out.split("\n")).strip(" |"), flush=True)
+        for i, mode in enumerate(order):
+            cmd = (f'nvfence-bench "$NVFENCE_DEV" --destroy-device-data --mode {mode} --size {a.size} '
+                   f'--runtime {a.runtime} --ramp {a.ramp} --repeat {a.repeat} --qd {a.qd} ' + " ".join(a.extra))
+            print(f"\n## pass {i // len(modes) + 1}, mode {mode}: {cmd}", flush=True)
+            t0 = time.monotonic()
+            r = h.run(cmd, timeout_s=timeout)
+            sys.stdout.write(r.out)
+            if r.err:
+                sys.stdout.write("# stderr:\n" + r.err)
+            print(f"# rc {r.rc}, {time.monotonic() - t0:.0f} s", flush=True)
+            if r.rc != 0:
+                # Keep the rows it printed and go on with the other passes;
+                # say what the guest kernel saw.
+                failures.append(f"pass {i // len(modes) + 1} mode {mode}: rc {r.rc}: {r.err.strip()[-300:]}")
+                d = h.run("dmesg | tail -20", timeout_s=60)
+                print("# guest dmesg tail:\n" + d.out, flush=True)
+            for key, rows in parse_rows(r.out).items():
+                pooled.setdefault((mode,) + key, []).extend(rows)
+
+    print(f"\n# Pooled over {a.passes} pass(es) x {a.repeat} round(s) per mode: medians "
+          f"(latency in microseconds; nvfence p99 = queue to reap, fio p99 = clat, fio lat = queue to completion)")
+    print(f"{'mode':12s} {'qd':>3s} {'tool':10s} {'n':>3s} {'IOPS':>9s} {'p50':>9s} {'p99':>9s} {'p99.9':>9s} "
+          f"{'lat p99':>9s} {'cpu/io':>8s}")
+    for (mode, qd, tool), rows in sorted(pooled.items()):
+        print(f"{mode:12s} {qd:3d} {tool:10s} {len(rows):3d} {med(rows, 'iops'):9.0f} {med(rows, 'p50'):9.1f} "
+              f"{med(rows, 'p99'):9.1f} {med(rows, 'p999'):9.1f} {med(rows, 'lat_p99'):9.1f} {med(rows, 'cpu'):8.2f}")
+    print("\n# Ratios of the pooled medians: nvfence/fio (IOPS >= 1 and p99 <= 1 are the targets; p99 against "
+          "fio's lat p99 and clat p99)")
+    nv_tools = sorted({t for (_, _, t) in pooled if not t.startswith("fio")})
+    fio_tools = sorted({t for (_, _, t) in pooled if t.startswith("fio")})
+    for mode in modes:
+        for qd in sorted({q for (m, q, _) in pooled if m == mode}):
+            for nt in nv_tools:
+                for ft in fio_tools:
+                    a_, b_ = pooled.get((mode, qd, nt)), pooled.get((mode, qd, ft))
+                    if not a_ or not b_:
+                        continue
+                    print(f"{mode:12s} qd {qd:<3d} {nt} / {ft:9s} IOPS {med(a_, 'iops') / med(b_, 'iops'):6.3f}   "
+                          f"p99/lat-p99 {med(a_, 'p99') / med(b_, 'lat_p99'):6.3f}   "
+                          f"p99/clat-p99 {med(a_, 'p99') / med(b_, 'p99'):6.3f}   "
+                          f"cpu/io {med(a_, 'cpu') / med(b_, 'cpu'):6.3f}")
+    for f in failures:
+        print(f"# FAILED run: {f}")
+    if "block" in modes and "passthrough" in modes:
+        print("\n# Ratios passthrough/block of the pooled medians (IOPS: higher is better)")
+        for qd in sorted({q for (_, q, _) in pooled}):
+            for t in nv_tools + fio_tools:
+                b_, p_ = pooled.get(("block", qd, t)), pooled.get(("passthrough", qd, t))
+                if b_ and p_:
+                    print(f"qd {qd:<3d} {t:10s} IOPS {med(p_, 'iops') / med(b_, 'iops'):6.3f}   "
+                          f"p99 {med(p_, 'p99') / med(b_, 'p99'):6.3f}   cpu/io {med(p_, 'cpu') / med(b_, 'cpu'):6.3f}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
