@@ -2,11 +2,27 @@
 #include "nvfence/fence.hpp"
 
 #include <algorithm>
+#include <cerrno>
 
 #include "nvfence/error.hpp"
 #include "nvfence/key.hpp"
 
 namespace nvfence {
+
+namespace {
+// A completion that does not prove the command had no effect: Reservation
+// Conflict (the Linux host re-sends a command that a controller reset
+// cancelled; the re-sent copy of a Register-replace or a Preempt whose
+// first copy succeeded is refused, the victim or old key being gone), or a
+// path-related status / interrupted or timed-out passthrough (the completion
+// was lost). The Report decides.
+bool maybe_done(std::error_code ec) {
+    if (is_nvme(ec, NvmeStatus::reservation_conflict)) return true;
+    if (ec.category() == nvme_category()) return (ec.value() >> 8) == 3;
+    return ec.category() == std::system_category() &&
+           (ec.value() == EINTR || ec.value() == ETIMEDOUT || ec.value() == EIO);
+}
+}  // namespace
 
 Result<ReservationStatus> Fence::verify() {
     auto r = resv_.report();
@@ -87,6 +103,19 @@ Outcome Fence::finish(Outcome o, const ReservationStatus& after) const {
     return o;
 }
 
+Status Fence::register_fresh(const RegisterArgs& a, Outcome& o) {
+    auto s = resv_.reg(a);
+    if (s) return Ok{};
+    if (!maybe_done(s.error())) return s.error();
+    // The key is fresh (its epoch was never used): if the device shows this
+    // host registered with it, this host's Register did it.
+    auto now = verify();
+    const Registrant* m = now ? mine(*now) : nullptr;
+    if (!m || m->key != a.nrkey) return s.error();
+    o.completion_error = s.error();
+    return Ok{};
+}
+
 Result<Outcome> Fence::join(std::optional<uint32_t> epoch, bool replace) {
     auto started = start();
     if (!started) return started.error();
@@ -110,7 +139,7 @@ Result<Outcome> Fence::join(std::optional<uint32_t> epoch, bool replace) {
         a.action = RegisterAction::replace_key;
         a.crkey = me->key;
     }
-    if (auto s = resv_.reg(a); !s) return s.error();
+    if (auto s = register_fresh(a, o); !s) return s.error();
     o.changed = true;
     auto after = verify();
     if (!after) return after.error();
@@ -156,8 +185,18 @@ Result<Outcome> Fence::takeover(std::optional<uint64_t> victim) {
     const ReservationStatus* before = &o.before;
     const auto* holder = before->holder();
     const auto* me = mine(*before);
-    if (victim && me && *victim == me->key) return make_error_code(Errc::invalid_argument);
-    if (me && me->holder && before->type == opts_.type && !victim) return finish(o, *before);
+    const uint64_t victim_key = victim.value_or(0);
+    bool has_victim = victim.has_value();
+    if (has_victim && me && victim_key == me->key) return make_error_code(Errc::invalid_argument);
+    if (has_victim && !std::any_of(before->registrants.begin(), before->registrants.end(),
+                                   [&](const Registrant& r) { return r.key == victim_key; })) {
+        // The victim is not registered: the compare of the compare-and-swap
+        // failed before anything was sent, so nothing is changed (no re-key).
+        // Already the holder: a retry of a takeover that succeeded.
+        if (!(me && me->holder)) return make_error_code(holder ? Errc::lost_race : Errc::invalid_key);
+        has_victim = false;
+    }
+    if (me && me->holder && before->type == opts_.type && !has_victim) return finish(o, *before);
 
     auto node = node_for(*before);
     if (!node) return node.error();
@@ -170,10 +209,11 @@ Result<Outcome> Fence::takeover(std::optional<uint64_t> victim) {
         reg.action = RegisterAction::replace_key;
         reg.crkey = me->key;
     }
-    if (auto s = resv_.reg(reg); !s) return s.error();
+    if (auto s = register_fresh(reg, o); !s) return s.error();
     o.changed = true;
 
-    std::optional<uint64_t> prkey = victim;
+    std::optional<uint64_t> prkey;
+    if (has_victim) prkey = victim_key;
     if (!prkey && holder) {
         if (resv_type_all_registrants(before->type))
             prkey = 0;  // every registrant holds, this host too: preempt all others
@@ -182,11 +222,35 @@ Result<Outcome> Fence::takeover(std::optional<uint64_t> victim) {
         else
             prkey = *key;  // this host holds another type: preempting itself changes it
     }
-    auto lost_or = [&](std::error_code ec) -> Result<Outcome> {
+    // An Acquire that failed: lost race, or done after all (see maybe_done).
+    auto after_failure = [&](std::error_code ec) -> Result<Outcome> {
+        const bool conflict = is_nvme(ec, NvmeStatus::reservation_conflict);
+        if (!maybe_done(ec)) return ec;
         auto now = verify();
-        if (!now) return now.error();
+        if (!now) return conflict ? now.error() : ec;
         const auto* h = now->holder();
         const auto* m = mine(*now);
+        if (m && m->key == *key && m->holder && now->type == opts_.type) {
+            // Only this call used the fresh key, so one of its Acquires took
+            // the reservation, though its own completion says otherwise. An
+            // Acquire of the type held, by the holder, changes nothing and
+            // completes after that first one (nvmet serialises reservation
+            // commands, and a preempt-and-abort completes after the abort):
+            // its success is the completion the first one lost.
+            AcquireArgs confirm;
+            confirm.action = AcquireAction::acquire;
+            confirm.type = opts_.type;
+            confirm.crkey = *key;
+            if (auto c = resv_.acquire(confirm); !c) return ec;
+            auto fin = verify();
+            if (!fin) return ec;
+            const auto* m2 = mine(*fin);
+            if (!m2 || m2->key != *key || !m2->holder || fin->type != opts_.type) return ec;
+            Outcome done = finish(o, *fin);
+            done.completion_error = ec;
+            return done;
+        }
+        if (!conflict) return ec;
         if ((h && h->key != *key) || !m) return make_error_code(Errc::lost_race);
         return ec;
     };
@@ -201,10 +265,7 @@ Result<Outcome> Fence::takeover(std::optional<uint64_t> victim) {
     } else {
         a.action = AcquireAction::acquire;
     }
-    if (auto s = resv_.acquire(a); !s) {
-        if (is_nvme(s.error(), NvmeStatus::reservation_conflict)) return lost_or(s.error());
-        return s.error();
-    }
+    if (auto s = resv_.acquire(a); !s) return after_failure(s.error());
     auto after = verify();
     if (!after) return after.error();
     // Preempting a registrant that did not hold leaves the reservation
@@ -213,10 +274,7 @@ Result<Outcome> Fence::takeover(std::optional<uint64_t> victim) {
         AcquireArgs take;
         take.type = opts_.type;
         take.crkey = *key;
-        if (auto s = resv_.acquire(take); !s) {
-            if (is_nvme(s.error(), NvmeStatus::reservation_conflict)) return lost_or(s.error());
-            return s.error();
-        }
+        if (auto s = resv_.acquire(take); !s) return after_failure(s.error());
         after = verify();
         if (!after) return after.error();
     }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "nvfence/reservation.hpp"
 
+#include <algorithm>
 #include <vector>
 
 #include "nvfence/error.hpp"
@@ -32,6 +33,14 @@ Status Reservations::release(ReleaseArgs a) {
 
 Result<ReservationStatus> Reservations::report_once(bool extended, uint32_t len,
                                                     std::vector<uint8_t>& buf) {
+    // Never ask for less than the header: a device may refuse it (nvmet
+    // answers Invalid Field, which would read as "no extended report").
+    // Nor more than the largest report there can be (65535 registrants).
+    const uint32_t header = static_cast<uint32_t>(extended ? kReportExtHeaderBytes : kReportHeaderBytes);
+    const uint32_t most = static_cast<uint32_t>(report_size_for(0xffff, true));
+    len = std::clamp(len, header, most);
+    len = (len + 3) & ~uint32_t{3};
+    ++last_reads_;
     buf.assign(len, 0);
     auto r = pt_.submit(encode_report({nsid_, extended, len}), buf);
     if (!r) return r.error();
@@ -41,7 +50,8 @@ Result<ReservationStatus> Reservations::report_once(bool extended, uint32_t len,
 Result<ReservationStatus> Reservations::report() {
     std::vector<uint8_t> buf;
     bool extended = !extended_refused_;
-    uint32_t len = kReportInitialBytes;
+    uint32_t len = initial_bytes_;
+    last_reads_ = 0;
     for (int i = 0; i < kReportMaxReads; ++i) {
         auto st = report_once(extended, len, buf);
         if (!st && extended && is_nvme(st.error(), NvmeStatus::invalid_field)) {

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <system_error>
 #include <vector>
 
 #include "nvfence/command.hpp"
@@ -47,6 +48,13 @@ struct Outcome {
     std::optional<uint64_t> replaced;       ///< This host's earlier key, replaced by `key`.
     ReservationStatus before;               ///< Report before.
     ReservationStatus after;                ///< Report after (the verification).
+    /// Set when a command's own completion was an error although the Report
+    /// shows that it took effect: the Linux host re-sends a command that a
+    /// controller reset cancelled, and the re-sent copy of a Register
+    /// (replace) or Preempt whose first copy succeeded is refused with
+    /// Reservation Conflict. Only a fresh key, used by no one else, is
+    /// trusted this way; a Preempt is confirmed by one more Acquire.
+    std::optional<std::error_code> completion_error;
 };
 
 /// The ownership protocol for this host on one namespace.
@@ -77,6 +85,11 @@ public:
     /// Takes the reservation over: registers or re-keys with a fresh epoch,
     /// then preempts (and aborts) @p victim or, by default, the holder.
     /// Errc::lost_race when another host holds afterwards.
+    /// A @p victim is a compare-and-swap: when the Report read first shows
+    /// no registrant with that key, nothing is sent and the result is
+    /// success without change if this host already holds, Errc::lost_race
+    /// if another host holds, Errc::invalid_key if nobody holds.
+    /// Errc::invalid_argument when @p victim is this host's own key.
     Result<Outcome> takeover(std::optional<uint64_t> victim);
     /// Releases the reservation if this host holds it.
     Result<Outcome> release();
@@ -91,6 +104,10 @@ public:
     const FenceOptions& options() const { return opts_; }
 
 private:
+    // Register with the fresh key a.nrkey; an error completion that the
+    // Report contradicts (this host registered with that key) is recorded in
+    // o.completion_error instead.
+    Status register_fresh(const RegisterArgs& a, Outcome& o);
     Result<uint8_t> node_for(const ReservationStatus& st) const;
     Result<uint64_t> fresh_key(const ReservationStatus& st, uint8_t node,
                                std::optional<uint32_t> epoch);

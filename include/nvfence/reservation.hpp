@@ -48,11 +48,27 @@ public:
     /// True after report() had to fall back to the plain data structure.
     bool extended_refused() const { return extended_refused_; }
 
+    /// Diagnostic: the size of report()'s first read (default
+    /// kReportInitialBytes). A size too small for every registrant makes
+    /// report() re-read with a buffer sized from the registrant count, the
+    /// path taken when registrants are added between two reads. Rounded up
+    /// to a multiple of 4 and raised to at least the header of the data
+    /// structure being read (a device may refuse a buffer smaller than the
+    /// header: nvmet answers Invalid Field in Command).
+    void set_report_initial_bytes(uint32_t bytes) { initial_bytes_ = bytes; }
+    /// The first-read size set by set_report_initial_bytes().
+    uint32_t report_initial_bytes() const { return initial_bytes_; }
+    /// Reservation Report commands the last report() sent (a refused
+    /// extended read included).
+    int last_report_reads() const { return last_reads_; }
+
 private:
     Result<ReservationStatus> report_once(bool extended, uint32_t len, std::vector<uint8_t>& buf);
     Passthru& pt_;
     uint32_t nsid_;
     bool extended_refused_ = false;
+    uint32_t initial_bytes_ = kReportInitialBytes;
+    int last_reads_ = 0;
 };
 
 }  // namespace nvfence

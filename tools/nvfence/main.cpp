@@ -13,6 +13,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <string_view>
 
 extern "C" {
 #include <nvme/fabrics.h>
@@ -62,6 +63,18 @@ std::string describe_key(uint64_t key) {
     return format_key_hex(key) + " (foreign)";
 }
 
+// The command may not have reached the device, or its completion was lost:
+// NVMe path-related status (SCT 3: Host Pathing Error while the controller
+// resets or reconnects, Command Aborted By Host), or an interrupted or timed
+// out passthrough.
+bool is_path_error(std::error_code ec) {
+    if (ec.category() == nvme_category()) return (ec.value() >> 8) == 3;
+    if (ec.category() == std::system_category())
+        return ec.value() == EINTR || ec.value() == ETIMEDOUT || ec.value() == ENOTCONN ||
+               ec.value() == ECONNRESET;
+    return false;
+}
+
 // One line on stderr (what is wrong and what to do), plus the same as a
 // JSON object on stdout for programs that asked for --json.
 int fail(const Common& c, const std::string& what, std::error_code ec, std::string hint = {},
@@ -99,6 +112,10 @@ int fail_open(const Common& c, std::error_code ec) {
     if (is_nvme(ec, NvmeStatus::invalid_opcode))
         return fail(c, d + ": the device refused Identify: " + ec.message(), errno_error(EIO),
                     "is this an NVMe namespace?");
+    if (is_path_error(ec))
+        return fail(c, d + ": cannot open: " + ec.message(), ec,
+                    "the controller is resetting or its path is down; nothing was changed; "
+                    "retry once /sys/class/nvme/<ctrl>/state is live");
     return fail(c, d + ": cannot open: " + ec.message(), ec);
 }
 
@@ -169,6 +186,11 @@ int fail_op(const Common& c, const std::string& op, std::error_code ec, const Fe
     if (is_fenced(ec))
         return fail(c, op + ": the device refused this host: " + ec.message(), ec,
                     "this host is not allowed to do this now (see 'nvfence report')", holder);
+    if (is_path_error(ec))
+        return fail(c, op + ": " + ec.message(), ec,
+                    "the controller was resetting or its path failed, so whether the device did it is "
+                    "unknown: see 'nvfence report' and run the command again (it is idempotent)",
+                    holder);
     return fail(c, op + ": " + ec.message(), ec, {}, holder);
 }
 
@@ -248,8 +270,17 @@ void json_outcome(Json& j, const Outcome& o, const std::optional<HostId>& self) 
     j.key("replaced");
     if (o.replaced) j.str(format_key_hex(*o.replaced)); else j.null();
     j.key("generation").num(o.after.generation);
+    if (o.completion_error) j.key("completion_error").str(o.completion_error->message());
     j.key("report");
     json_status(j, o.after, self);
+}
+
+// A command's completion was an error but the Report shows it done.
+void print_completion_note(const Outcome& o) {
+    if (o.completion_error)
+        std::printf("note:        the device completed a command with %s, but its report shows it done "
+                    "(a command re-sent after a controller reset)\n",
+                    o.completion_error->message().c_str());
 }
 
 std::string hostnqn_for(const NamespaceInfo& i) {
@@ -339,19 +370,32 @@ int cmd_info(const Common& c) {
     return 0;
 }
 
-int cmd_report(const Common& c) {
+// initial_bytes (diagnostic, --initial-bytes): the size of the first Report
+// read; a size too small for every registrant exercises the re-read, and the
+// output then also says how many reads it took.
+int cmd_report(const Common& c, std::optional<uint32_t> initial_bytes) {
     int rc = 0;
     auto ns = open_ns(c, rc);
     if (!ns) return rc;
     Reservations resv(ns->passthru(), ns->info().nsid);
+    if (initial_bytes) resv.set_report_initial_bytes(*initial_bytes);
     auto st = resv.report();
     if (!st) return fail(c, c.dev + ": reservation report failed: " + st.error().message(), st.error());
     if (c.json) {
         Json j;
         json_status(j, *st, ns->info().host_id);
-        std::cout << j.text() << "\n";
+        std::string text = j.text();
+        if (initial_bytes) {
+            // Same object, two diagnostic members appended.
+            text.pop_back();
+            text += ",\"initial_bytes\":" + std::to_string(*initial_bytes) +
+                    ",\"reads\":" + std::to_string(resv.last_report_reads()) + "}";
+        }
+        std::cout << text << "\n";
     } else {
         print_status(*st, ns->info().host_id);
+        if (initial_bytes)
+            std::printf("reads:       %d (first read %u bytes)\n", resv.last_report_reads(), *initial_bytes);
     }
     return 0;
 }
@@ -398,12 +442,18 @@ int print_outcome(const Common& c, const FenceCtx& x, const Outcome& o, const st
     if (o.key) std::printf("this host:   %s\n", describe_key(o.key).c_str());
     else std::printf("this host:   not registered\n");
     for (auto k : o.removed) std::printf("removed:     %s\n", describe_key(k).c_str());
+    print_completion_note(o);
     std::printf("verified by report:\n");
     print_status(o.after, x.ns->info().host_id);
     return 0;
 }
 
-Result<ResvType> parse_type(const std::string& s) {
+// Type names, in any case (so the "WE", "WERO"... that report prints are
+// accepted back). Numbers are not: RTYPE 0 and 7+ are no types, and a name
+// cannot be mistaken for another.
+Result<ResvType> parse_type(std::string s) {
+    for (char& ch : s)
+        if (ch >= 'A' && ch <= 'Z') ch = static_cast<char>(ch - 'A' + 'a');
     if (s == "exclusive" || s == "we") return ResvType::write_exclusive;
     if (s == "shared" || s == "wero") return ResvType::write_exclusive_reg_only;
     if (s == "ea") return ResvType::exclusive_access;
@@ -440,6 +490,17 @@ int cmd_simple(const Common& c, const std::string& verb, ResvType type) {
     else if (verb == "release") out = x->fence->release();
     else if (verb == "clear") out = x->fence->clear();
     else std::abort();
+    if (!out && verb == "acquire" && is_nvme(out.error(), NvmeStatus::reservation_conflict) &&
+        x->fence->last_report()) {
+        // The device refuses Acquire of another type by the holder itself.
+        const auto& lr = *x->fence->last_report();
+        if (const auto* me = x->fence->mine(lr); me && me->holder && lr.type != type)
+            return fail(c, "acquire: this host already holds " + c.dev + " as " + resv_type_name(lr.type) +
+                               " (" + resv_type_short(lr.type) + "); the device refuses an Acquire of another type: " +
+                               out.error().message(),
+                        out.error(), "change the type with 'nvfence preempt --type T' (nothing was changed)",
+                        me->key);
+    }
     if (!out) return fail_op(c, verb, out.error(), *x->fence);
     return print_outcome(c, *x, *out, verb);
 }
@@ -458,7 +519,25 @@ int cmd_preempt(const Common& c, unsigned node, ResvType type, std::optional<uin
     if (!out) {
         if (out.error() == Errc::invalid_argument && victim)
             return fail(c, "preempt: --victim " + format_key(*victim) + " is this host's own key", out.error(),
-                        "a host cannot preempt itself");
+                        "a host cannot preempt itself (nothing was changed)");
+        const auto& lr = x->fence->last_report();
+        const bool victim_absent =
+            victim && lr && std::none_of(lr->registrants.begin(), lr->registrants.end(),
+                                         [&](const Registrant& r) { return r.key == *victim; });
+        if (victim_absent && out.error() == Errc::lost_race) {
+            const Registrant* h = lr->holder();
+            return fail(c, "preempt: --victim " + describe_key(*victim) + " matches no registrant of " + c.dev +
+                               "; " + (h ? describe_key(h->key) : std::string("another host")) +
+                               " holds the reservation now",
+                        out.error(), "nothing was changed (see 'nvfence report')",
+                        h ? std::optional<uint64_t>(h->key) : std::nullopt);
+        }
+        if (victim_absent && out.error() == Errc::invalid_key)
+            return fail(c, "preempt: --victim " + describe_key(*victim) + " matches no registrant of " + c.dev +
+                               " and nobody holds the reservation",
+                        out.error(),
+                        "nothing was changed; see 'nvfence report', or take the free reservation with "
+                        "'nvfence preempt' without --victim");
         if (out.error() == Errc::invalid_argument)
             return fail(c, "preempt: this host has no key of cluster tag " + std::to_string(c.tag) + " to reuse its node id",
                         out.error(), "pass --node N (or set NVFENCE_NODE)");
@@ -483,6 +562,7 @@ int cmd_preempt(const Common& c, unsigned node, ResvType type, std::optional<uin
         if (out->previous_holder) std::printf("previous:    %s\n", describe_key(*out->previous_holder).c_str());
         for (auto k : out->removed) std::printf("removed:     %s\n", describe_key(k).c_str());
         if (out->replaced) std::printf("re-keyed:    this host's %s\n", describe_key(*out->replaced).c_str());
+        print_completion_note(*out);
     }
     std::printf("holder:      %s\n", describe_key(out->key).c_str());
     if (auto f = decode_key(out->key)) std::printf("epoch:       %u\n", f->epoch);
@@ -525,6 +605,10 @@ std::string io_error_text(std::error_code ec) {
     if (ec.category() == std::system_category() && ec.value() == EBADE)
         return make_nvme_error(static_cast<uint16_t>(NvmeStatus::reservation_conflict)).message() +
                ", EBADE from the block layer";
+    // The range was checked against the capacity first: the kernel sets a
+    // removed namespace's capacity to 0, so its I/O fails with ENOSPC.
+    if (ec.category() == std::system_category() && ec.value() == ENOSPC)
+        return ec.message() + " (the namespace shrank or was removed while the command ran)";
     return ec.message();
 }
 
@@ -739,7 +823,7 @@ CLI::Validator key_text() {
 CLI::Validator type_text() {
     return CLI::Validator(
         [](std::string& s) -> std::string {
-            if (!parse_type(s)) return "unknown reservation type: use exclusive|shared|we|ea|wero|earo|wear|eaar";
+            if (!parse_type(s)) return "unknown reservation type: use a name, exclusive|shared|we|ea|wero|earo|wear|eaar (any case; RTYPE numbers are not accepted)";
             return {};
         },
         "TYPE");
@@ -773,6 +857,11 @@ int main(int argc, char** argv) {
     add_common(info, c);
     auto* report = app.add_subcommand("report", "the reservation: generation, type, holder, every registrant");
     add_common(report, c);
+    std::string initial_s;
+    report->add_option("--initial-bytes", initial_s,
+                       "diagnostic: size of the first Report read (64-1048576); a size too small for every "
+                       "registrant makes nvfence re-read with the size the device asks for")
+        ->check(uint_in(64, 1u << 20));
     auto* reg = app.add_subcommand("register", "register this host with a fresh key (epoch above all seen)");
     add_common(reg, c);
     reg->add_option("--node", node, "this host's node id (env NVFENCE_NODE)")->check(uint_in(1, 255))->envname("NVFENCE_NODE")->required();
@@ -827,6 +916,13 @@ int main(int argc, char** argv) {
         return app.exit(e);
     } catch (const CLI::ParseError& e) {
         std::cerr << "nvfence: " << e.what() << "\n       run 'nvfence --help' for usage\n";
+        // A program that asked for --json gets the error as JSON too.
+        if (std::any_of(argv + 1, argv + argc, [](const char* a) { return std::string_view(a) == "--json"; })) {
+            Json j;
+            j.begin_object().key("error").str(std::string("nvfence: ") + e.what());
+            j.key("exit_code").num(static_cast<uint64_t>(ExitCode::usage)).key("cause").str("usage").end_object();
+            std::cout << j.text() << "\n";
+        }
         return code(ExitCode::usage);
     }
     auto type = parse_type(type_s);
@@ -835,7 +931,11 @@ int main(int argc, char** argv) {
 
     if (probe->parsed()) return cmd_udev_probe(probe_dev);
     if (info->parsed()) return cmd_info(c);
-    if (report->parsed()) return cmd_report(c);
+    if (report->parsed()) {
+        std::optional<uint32_t> initial;
+        if (!initial_s.empty()) initial = static_cast<uint32_t>(*parse_uint(initial_s, 64, 1u << 20));
+        return cmd_report(c, initial);
+    }
     if (reg->parsed()) {
         std::optional<uint32_t> epoch;
         if (!epoch_s.empty()) epoch = static_cast<uint32_t>(*parse_uint(epoch_s, 1, kMaxEpoch));
