@@ -493,6 +493,9 @@ def test_namespace_removed_while_a_command_is_in_flight(clean):
         assert m and int(m.group(1)) == FAIL, out[-2000:]
         summary = json.loads(re.search(r"^S (\{.*\})$", out, re.M).group(1))
         assert summary["in_flight"] == 0 and summary["fenced"] == 0 and summary["error"] > 0, summary
+        # Bounded: it stops submitting after --max-errors (64) errors; only
+        # what was in flight then (at most 32) completes after that.
+        assert summary["error"] <= 64 + 32 and "E stopping after 64 I/O errors" in out, summary
         causes = {line.split(" ", 4)[4] for line in out.splitlines() if re.match(r"^C \d+ \d+ error ", line)}
         assert causes <= {"Input/output error", "No space left on device"}, causes
         print(f"\nload: ended {ended_s:.1f} s after ns_disable, {summary}, causes {sorted(causes)}")

@@ -8,6 +8,7 @@
 // Log lines (one per event, flushed as they happen):
 //   C <lba> <seq> ok|fenced|error <detail>     a completion
 //   L <seq> <error>                             a submission refused at once after the latch
+//   E <text>                                    stopped early: too many I/O errors (--max-errors)
 //   S <json>                                    the summary, last line
 #include <unistd.h>
 
@@ -97,6 +98,7 @@ int main(int argc, char** argv) {
     std::string dev, key_s;
     uint64_t start = 0, count = 1024;
     uint32_t qd = 32, timeout_ms = 30000, interval_us = 0, writer_id = static_cast<uint32_t>(::getpid());
+    uint32_t max_errors = 64;
     bool passthrough = false, bad = false;
     app.add_option("device", dev, "namespace block device or /dev/ngXnY")->required();
     app.add_option("--start", start, "first LBA");
@@ -106,6 +108,8 @@ int main(int argc, char** argv) {
     app.add_option("--writer-id", writer_id, "stamped writer id");
     app.add_option("--timeout-ms", timeout_ms, "bound on every wait")->check(CLI::Range(1u, 600000u));
     app.add_option("--interval-us", interval_us, "pause between submissions (0: none)")->check(CLI::Range(0u, 1000000u));
+    app.add_option("--max-errors", max_errors, "stop submitting after this many I/O errors (a device gone)")
+        ->check(CLI::Range(1u, 1000000u));
     app.add_flag("--passthrough", passthrough, "NVMe passthrough on /dev/ngXnY");
     app.add_flag("--bad-input", bad, "check that bad input fails before reaching the device");
     CLI11_PARSE(app, argc, argv);
@@ -216,6 +220,11 @@ int main(int argc, char** argv) {
                 seen_fenced = true;
             } else {
                 ++n_err;
+                if (n_err == max_errors && next < count) {
+                    std::printf("E stopping after %llu I/O errors (last: %s)\n", static_cast<unsigned long long>(n_err),
+                                c.error ? c.error.message().c_str() : "-");
+                    next = count;  // bounded: a device that is gone fails every write
+                }
             }
         }
         if (interval_us && next < count) std::this_thread::sleep_for(std::chrono::microseconds(interval_us));
