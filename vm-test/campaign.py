@@ -437,17 +437,22 @@ class Campaign:
         if cands:
             self.takeover(self.rng.choice(cands))
 
-    def f_pause(self) -> None:
+    def _outage(self, start: str, end: str, first_s: tuple, then_s: tuple) -> None:
+        """The victim is cut off (Host.<start>) for a while, during which a
+        standby usually takes over, then comes back (Host.<end>)."""
         v = self.pick_victim()
-        self.note(f"pause {v.name}")
-        v.h.pause()
+        self.note(f"{start} {v.name}")
+        getattr(v.h, start)()
         try:
-            time.sleep(self.rng.uniform(0.2, 1.5))
+            time.sleep(self.rng.uniform(*first_s))
             self.maybe_takeover(v, 0.8)
-            time.sleep(self.rng.uniform(0.0, 1.0))
+            time.sleep(self.rng.uniform(*then_s))
         finally:
-            v.h.resume()
-            self.note(f"resume {v.name}")
+            getattr(v.h, end)()
+            self.note(f"{end} {v.name}")
+
+    def f_pause(self) -> None:
+        self._outage("pause", "resume", (0.2, 1.5), (0.0, 1.0))
 
     def f_kill_host(self) -> None:
         v = self.pick_victim()
@@ -476,16 +481,7 @@ class Campaign:
         self.note(f"agent on {v.name} restarted: {(v.status() or {}).get('state')}")
 
     def f_cut(self) -> None:
-        v = self.pick_victim()
-        self.note(f"cut {v.name}")
-        v.h.cut()
-        try:
-            time.sleep(self.rng.uniform(0.3, 2.0))
-            self.maybe_takeover(v, 0.8)
-            time.sleep(self.rng.uniform(0.5, 2.0))
-        finally:
-            v.h.heal()
-            self.note(f"heal {v.name}")
+        self._outage("cut", "heal", (0.3, 2.0), (0.5, 2.0))
 
     def f_concurrent_takeover(self) -> None:
         cands = self.standbys()
