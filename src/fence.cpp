@@ -12,15 +12,29 @@ namespace nvfence {
 namespace {
 // A completion that does not prove the command had no effect: Reservation
 // Conflict (the Linux host re-sends a command that a controller reset
-// cancelled; the re-sent copy of a Register-replace or a Preempt whose
-// first copy succeeded is refused, the victim or old key being gone), or a
-// path-related status / interrupted or timed-out passthrough (the completion
-// was lost). The Report decides.
+// cancelled; the re-sent copy of a Register-replace, a Preempt, an
+// Unregister or a Clear whose first copy succeeded is refused, the victim
+// or the key being gone), or a path-related status / interrupted or
+// timed-out passthrough (the completion was lost). The Report decides.
 bool maybe_done(std::error_code ec) {
     if (is_nvme(ec, NvmeStatus::reservation_conflict)) return true;
     if (ec.category() == nvme_category()) return (ec.value() >> 8) == 3;
     return ec.category() == std::system_category() &&
            (ec.value() == EINTR || ec.value() == ETIMEDOUT || ec.value() == EIO);
+}
+
+// The error completion @p ec of a command whose intended end state @p done
+// recognises in a Report: when @p ec does not prove the command had no
+// effect (maybe_done) and a fresh Report shows that end state, @p ec is
+// recorded in o.completion_error and the command counts as done; otherwise
+// the result is @p ec.
+template <class Done>
+Status confirm_done(Fence& f, std::error_code ec, Outcome& o, Done done) {
+    if (!maybe_done(ec)) return ec;
+    auto now = f.verify();
+    if (!now || !done(*now)) return ec;
+    o.completion_error = ec;
+    return Ok{};
 }
 }  // namespace
 
@@ -106,14 +120,12 @@ Outcome Fence::finish(Outcome o, const ReservationStatus& after) const {
 Status Fence::register_fresh(const RegisterArgs& a, Outcome& o) {
     auto s = resv_.reg(a);
     if (s) return Ok{};
-    if (!maybe_done(s.error())) return s.error();
     // The key is fresh (its epoch was never used): if the device shows this
     // host registered with it, this host's Register did it.
-    auto now = verify();
-    const Registrant* m = now ? mine(*now) : nullptr;
-    if (!m || m->key != a.nrkey) return s.error();
-    o.completion_error = s.error();
-    return Ok{};
+    return confirm_done(*this, s.error(), o, [&](const ReservationStatus& st) {
+        const Registrant* m = mine(st);
+        return m && m->key == a.nrkey;
+    });
 }
 
 Result<Outcome> Fence::join(std::optional<uint32_t> epoch, bool replace) {
@@ -310,7 +322,16 @@ Result<Outcome> Fence::release() {
     a.action = ReleaseAction::release;
     a.type = before->type;
     a.crkey = me->key;
-    if (auto s = resv_.release(a); !s) return s.error();
+    if (auto s = resv_.release(a); !s) {
+        // Done when nobody holds: what this Release leaves, and what an
+        // idempotent re-run would accept. (The Linux host's re-sent copy of a
+        // Release that freed the reservation succeeds; a lost completion
+        // surfaces as a path-related status or a failed passthrough.)
+        auto c = confirm_done(*this, s.error(), o, [](const ReservationStatus& st) {
+            return st.type == ResvType::none && !st.holder();
+        });
+        if (!c) return c.error();
+    }
     o.changed = true;
     auto after = verify();
     if (!after) return after.error();
@@ -329,7 +350,13 @@ Result<Outcome> Fence::leave() {
     RegisterArgs a;
     a.action = RegisterAction::unregister_key;
     a.crkey = me->key;
-    if (auto s = resv_.reg(a); !s) return s.error();
+    if (auto s = resv_.reg(a); !s) {
+        // Done when this host is no longer registered (the re-sent copy of
+        // an Unregister that ran is refused with Reservation Conflict).
+        auto c = confirm_done(*this, s.error(), o,
+                              [&](const ReservationStatus& st) { return mine(st) == nullptr; });
+        if (!c) return c.error();
+    }
     o.changed = true;
     auto after = verify();
     if (!after) return after.error();
@@ -348,7 +375,15 @@ Result<Outcome> Fence::clear() {
     a.action = ReleaseAction::clear;
     a.type = before->type == ResvType::none ? opts_.type : before->type;
     a.crkey = me->key;
-    if (auto s = resv_.release(a); !s) return s.error();
+    if (auto s = resv_.release(a); !s) {
+        // Done when no registrant and no reservation are left (the re-sent
+        // copy of a Clear that ran is refused with Reservation Conflict).
+        auto c = confirm_done(*this, s.error(), o, [](const ReservationStatus& st) {
+            return st.registrants.empty() && st.num_registrants == 0 && !st.holder() &&
+                   st.type == ResvType::none;
+        });
+        if (!c) return c.error();
+    }
     o.changed = true;
     auto after = verify();
     if (!after) return after.error();

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "fake_passthru.hpp"
@@ -337,10 +338,12 @@ TEST_F(BadInputTest, NoCommandEverSetsIekey) {
 // as the lab showed (vm-test/test_bad_input.py, nvme trace on host and
 // target): the command executes on the device, its completion is lost, and
 // the Linux host re-sends it after reconnecting; the re-sent copy's status is
-// what the caller gets. Or, without a re-send, Command Aborted By Host.
+// what the caller gets. Or, without a re-send, Command Aborted By Host; or
+// the re-sent copy runs too and its completion is lost in turn (Host Pathing
+// Error).
 class ResetPort final : public Passthru {
 public:
-    enum class Mode { resend, aborted_after, aborted_before };
+    enum class Mode { resend, resend_lost, aborted_after, aborted_before };
     ResetPort(FakeTarget& t, HostId id) : inner_(t, id, 9) {}
     void arm(uint8_t op, Mode m) {
         op_ = op;
@@ -355,7 +358,9 @@ public:
         auto first = inner_.submit(cmd, data);
         if (mode_ == Mode::aborted_after) return aborted;
         (void)first;
-        return inner_.submit(cmd, data);
+        auto second = inner_.submit(cmd, data);
+        if (mode_ == Mode::resend_lost) return test::nvme_err(NvmeStatus::host_pathing_error);
+        return second;
     }
     const HostId& id() const { return inner_.id(); }
 
@@ -453,6 +458,167 @@ TEST_F(ResetTest, JoinReplaceReSentAfterAResetIsReportedDone) {
     ASSERT_TRUE(o->completion_error);
     EXPECT_NE(target.find(bid)->key, old_b);
     EXPECT_EQ(o->key, target.find(bid)->key);
+}
+
+
+// ------------------------------- release / unregister / clear after a reset
+
+// The re-sent copy of a Release that freed the reservation succeeds (a
+// registrant that does not hold releases nothing): plain success.
+TEST_F(ResetTest, ReleaseReSentAfterAResetSucceeds) {
+    ASSERT_TRUE(fence.takeover(std::nullopt));
+    port.arm(opcode::kResvRelease, ResetPort::Mode::resend);
+    auto o = fence.release();
+    ASSERT_TRUE(o) << o.error().message();
+    EXPECT_FALSE(o->completion_error);
+    EXPECT_EQ(target.type, ResvType::none);
+}
+
+TEST_F(ResetTest, ReleaseWhoseReSentCopyFailsIsReportedDone) {
+    ASSERT_TRUE(fence.takeover(std::nullopt));
+    const uint64_t kb = target.find(bid)->key;
+    port.arm(opcode::kResvRelease, ResetPort::Mode::resend_lost);
+    auto o = fence.release();
+    ASSERT_TRUE(o) << o.error().message();
+    ASSERT_TRUE(o->completion_error);
+    EXPECT_TRUE(is_nvme(*o->completion_error, NvmeStatus::host_pathing_error));
+    EXPECT_TRUE(o->changed);
+    EXPECT_EQ(o->previous_holder, kb);
+    EXPECT_EQ(o->key, kb) << "still registered";
+    EXPECT_TRUE(o->removed.empty());
+    EXPECT_EQ(target.type, ResvType::none);
+    EXPECT_EQ(target.log.back().cmd.opcode, opcode::kResvReport);
+}
+
+TEST_F(ResetTest, ReleaseCompletionLostWithoutReSendIsReportedDone) {
+    ASSERT_TRUE(fence.takeover(std::nullopt));
+    port.arm(opcode::kResvRelease, ResetPort::Mode::aborted_after);
+    auto o = fence.release();
+    ASSERT_TRUE(o) << o.error().message();
+    ASSERT_TRUE(o->completion_error);
+    EXPECT_TRUE(is_nvme(*o->completion_error, NvmeStatus::command_aborted_by_host));
+    EXPECT_EQ(target.type, ResvType::none);
+}
+
+TEST_F(ResetTest, ReleaseAbortedBeforeReachingTheDeviceFails) {
+    ASSERT_TRUE(fence.takeover(std::nullopt));
+    port.arm(opcode::kResvRelease, ResetPort::Mode::aborted_before);
+    const auto s = snap();
+    auto o = fence.release();
+    ASSERT_FALSE(o);
+    EXPECT_TRUE(is_nvme(o.error(), NvmeStatus::command_aborted_by_host));
+    EXPECT_TRUE(target.is_holder(bid)) << "b still holds";
+    EXPECT_EQ(target.generation, s.generation);
+    auto again = fence.release();
+    ASSERT_TRUE(again) << again.error().message();
+    EXPECT_FALSE(again->completion_error);
+    EXPECT_EQ(target.type, ResvType::none);
+}
+
+// An Unregister re-sent after a reset, as the preempt in the lab: its copy
+// names a key that is gone, Reservation Conflict.
+TEST_F(ResetTest, UnregisterReSentAfterAResetIsReportedDone) {
+    ASSERT_TRUE(fence.takeover(std::nullopt));  // b holds: leaving releases too
+    const uint64_t kb = target.find(bid)->key;
+    port.arm(opcode::kResvRegister, ResetPort::Mode::resend);
+    auto o = fence.leave();
+    ASSERT_TRUE(o) << o.error().message();
+    ASSERT_TRUE(o->completion_error);
+    EXPECT_TRUE(is_nvme(*o->completion_error, NvmeStatus::reservation_conflict));
+    EXPECT_TRUE(o->changed);
+    EXPECT_EQ(o->key, 0u);
+    EXPECT_EQ(o->removed, std::vector<uint64_t>{kb});
+    EXPECT_EQ(target.find(bid), nullptr);
+    EXPECT_EQ(target.type, ResvType::none);
+}
+
+TEST_F(ResetTest, UnregisterCompletionLostWithoutReSendIsReportedDone) {
+    ASSERT_TRUE(fence.join(std::nullopt, false));
+    port.arm(opcode::kResvRegister, ResetPort::Mode::aborted_after);
+    auto o = fence.leave();
+    ASSERT_TRUE(o) << o.error().message();
+    ASSERT_TRUE(o->completion_error);
+    EXPECT_TRUE(is_nvme(*o->completion_error, NvmeStatus::command_aborted_by_host));
+    EXPECT_EQ(target.find(bid), nullptr);
+    EXPECT_TRUE(target.is_holder(a->id)) << "a untouched";
+}
+
+TEST_F(ResetTest, UnregisterAbortedBeforeReachingTheDeviceFails) {
+    ASSERT_TRUE(fence.join(std::nullopt, false));
+    const auto s = snap();
+    port.arm(opcode::kResvRegister, ResetPort::Mode::aborted_before);
+    auto o = fence.leave();
+    ASSERT_FALSE(o);
+    EXPECT_TRUE(is_nvme(o.error(), NvmeStatus::command_aborted_by_host));
+    EXPECT_EQ(exit_code_for(o.error()), ExitCode::failure);
+    ASSERT_NE(target.find(bid), nullptr) << "b still registered";
+    EXPECT_EQ(target.generation, s.generation);
+    auto again = fence.leave();
+    ASSERT_TRUE(again) << again.error().message();
+    EXPECT_FALSE(again->completion_error);
+    EXPECT_EQ(target.find(bid), nullptr);
+}
+
+TEST_F(ResetTest, ClearReSentAfterAResetIsReportedDone) {
+    ASSERT_TRUE(fence.join(std::nullopt, false));
+    const uint64_t ka = key_of(*a), kb = target.find(bid)->key;
+    port.arm(opcode::kResvRelease, ResetPort::Mode::resend);
+    auto o = fence.clear();
+    ASSERT_TRUE(o) << o.error().message();
+    ASSERT_TRUE(o->completion_error);
+    EXPECT_TRUE(is_nvme(*o->completion_error, NvmeStatus::reservation_conflict));
+    EXPECT_TRUE(o->changed);
+    EXPECT_EQ(o->previous_holder, ka);
+    EXPECT_EQ(o->key, 0u);
+    ASSERT_EQ(o->removed.size(), 2u);
+    EXPECT_NE(std::find(o->removed.begin(), o->removed.end(), ka), o->removed.end());
+    EXPECT_NE(std::find(o->removed.begin(), o->removed.end(), kb), o->removed.end());
+    EXPECT_TRUE(target.regs.empty());
+    EXPECT_EQ(target.type, ResvType::none);
+}
+
+TEST_F(ResetTest, ClearAbortedBeforeReachingTheDeviceFails) {
+    ASSERT_TRUE(fence.join(std::nullopt, false));
+    const auto s = snap();
+    port.arm(opcode::kResvRelease, ResetPort::Mode::aborted_before);
+    auto o = fence.clear();
+    ASSERT_FALSE(o);
+    EXPECT_TRUE(is_nvme(o.error(), NvmeStatus::command_aborted_by_host));
+    EXPECT_EQ(target.regs.size(), 2u);
+    EXPECT_TRUE(target.is_holder(a->id));
+    EXPECT_EQ(target.generation, s.generation);
+}
+
+// A Conflict that is no re-sent copy: another host preempted this one just
+// before its Release. The Report shows another holder: the error stands.
+TEST_F(ResetTest, ReleaseRefusedAfterBeingPreemptedStillFails) {
+    ASSERT_TRUE(fence.takeover(std::nullopt));
+    bool raced = false;
+    target.fail = [&](const HostId& h, const Command& c) -> std::optional<std::error_code> {
+        if (h == bid && c.opcode == opcode::kResvRelease && !raced) {
+            raced = true;
+            EXPECT_TRUE(a->fence.takeover(std::nullopt));
+        }
+        return std::nullopt;
+    };
+    auto o = fence.release();
+    ASSERT_FALSE(o);
+    EXPECT_TRUE(is_nvme(o.error(), NvmeStatus::reservation_conflict));
+    EXPECT_TRUE(target.is_holder(a->id));
+}
+
+// A Conflict with nothing done (the device refused the Clear): the Report
+// still shows registrants, so the error stands.
+TEST_F(ResetTest, ClearRefusedWithoutEffectStillFails) {
+    ASSERT_TRUE(fence.join(std::nullopt, false));
+    target.fail = [&](const HostId& h, const Command& c) -> std::optional<std::error_code> {
+        if (h == bid && c.opcode == opcode::kResvRelease) return test::nvme_err(NvmeStatus::reservation_conflict);
+        return std::nullopt;
+    };
+    auto o = fence.clear();
+    ASSERT_FALSE(o);
+    EXPECT_TRUE(is_nvme(o.error(), NvmeStatus::reservation_conflict));
+    EXPECT_EQ(target.regs.size(), 2u);
 }
 
 }  // namespace

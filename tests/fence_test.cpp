@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <memory>
 
 #include "fake_passthru.hpp"
@@ -733,6 +734,123 @@ TEST_F(FenceTest, ClearVerifyFailsWhenTheDeviceLies) {
     auto o = a->fence.clear();
     ASSERT_FALSE(o);
     EXPECT_EQ(o.error(), Errc::verify_failed);
+}
+
+// ------------------------- release / leave / clear: a completion that is lost
+
+// Makes the next command with @p op from @p n fail with @p ec; with @p ran,
+// after it ran on the device (the completion was lost: a timed-out or
+// interrupted passthrough, an I/O error from a reset).
+void lose_completion(FakeTarget& t, Node& n, uint8_t op, std::error_code ec, bool ran) {
+    auto armed = std::make_shared<bool>(true);
+    t.fail = [&n, op, ec, ran, armed](const HostId& h, const Command& c) -> std::optional<std::error_code> {
+        if (!*armed || h != n.id || c.opcode != op || c.queue != Queue::io) return std::nullopt;
+        *armed = false;
+        if (ran) (void)n.port.submit(c, {});  // inside a hook: no hook again
+        return ec;
+    };
+}
+
+std::error_code sys(int e) { return {e, std::system_category()}; }
+
+TEST_F(FenceTest, ReleaseWhoseCompletionIsLostIsConfirmedByTheReport) {
+    auto a = node(1);
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    ASSERT_TRUE(a->fence.acquire());
+    lose_completion(target, *a, opcode::kResvRelease, sys(ETIMEDOUT), true);
+    auto o = a->fence.release();
+    ASSERT_TRUE(o) << o.error().message();
+    ASSERT_TRUE(o->completion_error);
+    EXPECT_EQ(*o->completion_error, sys(ETIMEDOUT));
+    EXPECT_TRUE(o->changed);
+    EXPECT_EQ(o->key, key(1, 1));
+    EXPECT_EQ(target.type, ResvType::none);
+    // The log holds the command and its run inside the hook: nvfence sent it once.
+    EXPECT_EQ(target.count(opcode::kResvRelease), 2u);
+}
+
+TEST_F(FenceTest, LeaveWhoseCompletionIsLostIsConfirmedByTheReport) {
+    auto a = node(1);
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    ASSERT_TRUE(a->fence.acquire());
+    lose_completion(target, *a, opcode::kResvRegister, sys(EINTR), true);
+    auto o = a->fence.leave();
+    ASSERT_TRUE(o) << o.error().message();
+    ASSERT_TRUE(o->completion_error);
+    EXPECT_EQ(*o->completion_error, sys(EINTR));
+    EXPECT_EQ(o->key, 0u);
+    EXPECT_EQ(o->removed, std::vector<uint64_t>{key(1, 1)});
+    EXPECT_EQ(target.find(a->id), nullptr);
+    EXPECT_EQ(target.type, ResvType::none);
+}
+
+TEST_F(FenceTest, ClearWhoseCompletionIsLostIsConfirmedByTheReport) {
+    auto a = node(1), b = node(2);
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));
+    ASSERT_TRUE(b->fence.acquire());
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    lose_completion(target, *a, opcode::kResvRelease, sys(EIO), true);
+    auto o = a->fence.clear();
+    ASSERT_TRUE(o) << o.error().message();
+    ASSERT_TRUE(o->completion_error);
+    EXPECT_EQ(*o->completion_error, sys(EIO));
+    EXPECT_EQ(o->removed.size(), 2u);
+    EXPECT_TRUE(target.regs.empty());
+    EXPECT_EQ(target.type, ResvType::none);
+}
+
+// The same errors with nothing done: the Report shows the old state, the
+// error stands, and a re-run does the work.
+TEST_F(FenceTest, ReleaseLeaveClearThatDidNotRunStillFail) {
+    auto a = node(1), b = node(2);
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    ASSERT_TRUE(a->fence.acquire());
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));
+
+    lose_completion(target, *a, opcode::kResvRelease, sys(ETIMEDOUT), false);
+    auto o = a->fence.release();
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), sys(ETIMEDOUT));
+    EXPECT_TRUE(target.is_holder(a->id));
+
+    lose_completion(target, *a, opcode::kResvRegister, sys(EIO), false);
+    o = a->fence.leave();
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), sys(EIO));
+    EXPECT_NE(target.find(a->id), nullptr);
+
+    lose_completion(target, *a, opcode::kResvRelease, make_nvme_error(0x370), false);
+    o = a->fence.clear();
+    ASSERT_FALSE(o);
+    EXPECT_TRUE(is_nvme(o.error(), NvmeStatus::host_pathing_error));
+    EXPECT_EQ(target.regs.size(), 2u);
+    EXPECT_TRUE(target.is_holder(a->id));
+
+    target.fail = nullptr;
+    o = a->fence.clear();
+    ASSERT_TRUE(o) << o.error().message();
+    EXPECT_FALSE(o->completion_error);
+    EXPECT_TRUE(target.regs.empty());
+}
+
+// An error that proves nothing ran (not path-related, not a conflict, not a
+// lost passthrough) is passed on without a Report.
+TEST_F(FenceTest, ReleaseLeaveClearPassOtherDeviceErrorsOnUnchecked) {
+    auto a = node(1);
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    ASSERT_TRUE(a->fence.acquire());
+    target.fail = [](const HostId&, const Command& c) -> std::optional<std::error_code> {
+        if (c.opcode == opcode::kResvRelease || c.opcode == opcode::kResvRegister)
+            return make_nvme_error(0x6);  // Internal Error
+        return std::nullopt;
+    };
+    for (int i = 0; i < 3; ++i) {
+        auto o = i == 0 ? a->fence.release() : i == 1 ? a->fence.leave() : a->fence.clear();
+        ASSERT_FALSE(o);
+        EXPECT_TRUE(is_nvme(o.error(), NvmeStatus::internal_error));
+        EXPECT_NE(target.log.back().cmd.opcode, opcode::kResvReport) << "no Report after it (" << i << ")";
+    }
+    EXPECT_TRUE(target.is_holder(a->id));
 }
 
 // ------------------------------------------------------- verify / epochs

@@ -51,9 +51,14 @@ struct Outcome {
     /// Set when a command's own completion was an error although the Report
     /// shows that it took effect: the Linux host re-sends a command that a
     /// controller reset cancelled, and the re-sent copy of a Register
-    /// (replace) or Preempt whose first copy succeeded is refused with
-    /// Reservation Conflict. Only a fresh key, used by no one else, is
-    /// trusted this way; a Preempt is confirmed by one more Acquire.
+    /// (replace), Preempt, Unregister or Clear whose first copy succeeded is
+    /// refused with Reservation Conflict; or the completion was lost
+    /// (path-related status, EINTR/ETIMEDOUT/EIO). A Register or Preempt is
+    /// trusted this way only with a fresh key, used by no one else; a
+    /// Preempt is confirmed by one more Acquire. A Release, Unregister or
+    /// Clear is trusted when the Report shows the state it asked for
+    /// (nobody holds; this host not registered; no registrant and no
+    /// reservation), which an idempotent re-run would accept as well.
     std::optional<std::error_code> completion_error;
 };
 
@@ -91,11 +96,17 @@ public:
     /// if another host holds, Errc::invalid_key if nobody holds.
     /// Errc::invalid_argument when @p victim is this host's own key.
     Result<Outcome> takeover(std::optional<uint64_t> victim);
-    /// Releases the reservation if this host holds it.
+    /// Releases the reservation if this host holds it. An error completion
+    /// that may hide a Release that ran (see Outcome::completion_error) is
+    /// success when the Report then shows nobody holding.
     Result<Outcome> release();
-    /// Unregisters this host (releasing first if it holds).
+    /// Unregisters this host (releasing first if it holds). An error
+    /// completion that may hide an Unregister that ran is success when the
+    /// Report then shows this host not registered.
     Result<Outcome> leave();
     /// Clears the reservation and every registration (needs registration).
+    /// An error completion that may hide a Clear that ran is success when
+    /// the Report then shows no registrant and no reservation.
     Result<Outcome> clear();
 
     /// The last Report read, if any: who holds, for error messages.
