@@ -154,6 +154,8 @@ bool ResvCaps::supports(ResvType t) const {
 
 Result<NamespaceIdentity> parse_identify_namespace(std::span<const uint8_t> buf) {
     if (buf.size() < 4096) return make_error_code(Errc::malformed_data);
+    if (std::all_of(buf.begin(), buf.begin() + 4096, [](uint8_t b) { return b == 0; }))
+        return make_error_code(Errc::device_gone);
     NamespaceIdentity n;
     n.size_blocks = le64(buf, 0);
     n.capacity_blocks = le64(buf, 8);

@@ -526,6 +526,15 @@ TEST(ParseIdentifyNamespace, FlbasIndexIncludingUpperBits) {
     }
 }
 
+TEST(ParseIdentifyNamespace, AllZeroIsANamespaceThatIsNotActive) {
+    std::vector<uint8_t> zero(4096, 0);
+    auto n = parse_identify_namespace(zero);
+    ASSERT_FALSE(n.ok());
+    EXPECT_EQ(n.error(), Errc::device_gone);
+    zero[4095] = 1;  // anything else is judged by its fields
+    EXPECT_EQ(parse_identify_namespace(zero).error(), Errc::malformed_data);
+}
+
 TEST(ParseIdentifyNamespace, IndexPastNlbafRejected) {
     EXPECT_EQ(parse_identify_namespace(namespace_bytes(0, 0x01, 0)).error(), Errc::malformed_data);
     EXPECT_TRUE(parse_identify_namespace(namespace_bytes(1, 0x01, 0)));

@@ -127,7 +127,10 @@ struct NamespaceIdentity {
     std::array<uint8_t, 8> eui64{};   ///< EUI64 (all zero: not reported).
 };
 /// Parses a 4096-byte Identify Namespace data structure. Fails on an LBA
-/// data size outside 512 B .. 64 KiB or a format index past NLBAF.
+/// data size outside 512 B .. 64 KiB or a format index past NLBAF
+/// (Errc::malformed_data), and with Errc::device_gone on an all-zero
+/// structure: the controller's answer for a namespace that is not active
+/// (removed, or disabled on the target).
 Result<NamespaceIdentity> parse_identify_namespace(std::span<const uint8_t> buf);
 
 /// The EBS volume id for an EBS serial ("vol0123..." gives "vol-0123..."),
