@@ -4,6 +4,7 @@
 // bytes (to reach the field checks) or passed as it is (to hit the length
 // checks).
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -51,6 +52,10 @@ void name_space(const std::vector<uint8_t>& b) {
     auto n = parse_identify_namespace(b);
     if (b.size() < 4096) {
         FUZZ_CHECK(!n && n.error() == Errc::malformed_data);
+        return;
+    }
+    if (std::all_of(b.begin(), b.begin() + 4096, [](uint8_t x) { return x == 0; })) {
+        FUZZ_CHECK(!n && n.error() == Errc::device_gone);  // an inactive namespace
         return;
     }
     const unsigned idx = (b[26] & 0xfu) | (((b[26] >> 5) & 0x3u) << 4);
