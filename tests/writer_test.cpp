@@ -218,30 +218,38 @@ TEST_F(WriterTest, AsyncQueueDepth32) {
     EXPECT_EQ(w->in_flight(), 0u);
 }
 
+// Keeps qd writes in flight until total have completed, one block-sized
+// slot of bufs per write, each recycled on its completion; every completion
+// must be ok and the queue never grows past qd.
+void keep_queue_full(FencedWriter& w, AlignedBuffer& bufs, uint32_t qd, uint64_t total) {
+    const uint32_t bs = w.block_bytes();
+    for (uint32_t i = 0; i < qd; ++i)
+        ASSERT_TRUE(w.queue_write(i, bufs.span().subspan(size_t{i} * bs, bs), i).ok());
+    std::vector<Completion> comps(qd);
+    uint64_t done = 0, issued = qd, next = qd;
+    while (done < total) {
+        auto r = w.submit_and_reap(comps, 1);
+        ASSERT_TRUE(r.ok()) << r.error().message();
+        for (size_t k = 0; k < *r; ++k) {
+            ASSERT_EQ(comps[k].status, IoStatus::ok) << comps[k].error.message();
+            ++done;
+            const uint64_t slot = comps[k].user_data;
+            if (issued < total) {
+                ASSERT_TRUE(w.queue_write(next++ % w.size_blocks(), bufs.span().subspan(slot * bs, bs), slot).ok());
+                ++issued;
+            }
+        }
+        ASSERT_LE(w.in_flight(), qd);
+    }
+}
+
 TEST_F(WriterTest, SustainedQueueStaysFull) {
     // Keeps 32 in flight for many rounds: slots are recycled, nothing leaks.
     auto w = open_writer(32);
     ASSERT_TRUE(w);
     const uint32_t bs = w->block_bytes();
     AlignedBuffer bufs(size_t{bs} * 32, bs);
-    for (uint32_t i = 0; i < 32; ++i)
-        ASSERT_TRUE(w->queue_write(i, bufs.span().subspan(size_t{i} * bs, bs), i).ok());
-    std::vector<Completion> comps(32);
-    uint64_t done = 0, issued = 32, next = 32;
-    while (done < 2000) {
-        auto r = w->submit_and_reap(comps, 1);
-        ASSERT_TRUE(r.ok()) << r.error().message();
-        for (size_t k = 0; k < *r; ++k) {
-            ASSERT_EQ(comps[k].status, IoStatus::ok) << comps[k].error.message();
-            ++done;
-            const uint64_t slot = comps[k].user_data;
-            if (issued < 2000) {
-                ASSERT_TRUE(w->queue_write(next++ % w->size_blocks(), bufs.span().subspan(slot * bs, bs), slot).ok());
-                ++issued;
-            }
-        }
-        ASSERT_LE(w->in_flight(), 32u);
-    }
+    keep_queue_full(*w, bufs, 32, 2000);
     EXPECT_EQ(w->in_flight(), 0u);
 }
 
@@ -428,23 +436,7 @@ TEST_F(WriterTest, SingleThreadSustainedWithFixedBuffers) {
     AlignedBuffer bufs(size_t{bs} * 32, bs);
     const std::span<uint8_t> region = bufs.span();
     ASSERT_TRUE(w->register_buffers({&region, 1}).ok());
-    for (uint32_t i = 0; i < 32; ++i)
-        ASSERT_TRUE(w->queue_write(i, bufs.span().subspan(size_t{i} * bs, bs), i).ok());
-    std::vector<Completion> comps(32);
-    uint64_t done = 0, issued = 32, next = 32;
-    while (done < 2000) {
-        auto r = w->submit_and_reap(comps, 1);
-        ASSERT_TRUE(r.ok()) << r.error().message();
-        for (size_t k = 0; k < *r; ++k) {
-            ASSERT_EQ(comps[k].status, IoStatus::ok) << comps[k].error.message();
-            ++done;
-            const uint64_t slot = comps[k].user_data;
-            if (issued < 2000) {
-                ASSERT_TRUE(w->queue_write(next++ % w->size_blocks(), bufs.span().subspan(slot * bs, bs), slot).ok());
-                ++issued;
-            }
-        }
-    }
+    keep_queue_full(*w, bufs, 32, 2000);
     EXPECT_EQ(w->in_flight(), 0u);
 
     // The bounded wait still holds with deferred task work.
