@@ -23,7 +23,9 @@ Status Reservations::reg(RegisterArgs a) {
 
 Status Reservations::acquire(AcquireArgs a) {
     a.nsid = nsid_;
-    return send(pt_, encode_acquire(a));
+    Command c = encode_acquire(a);
+    if (a.action == AcquireAction::preempt_and_abort) c.timeout_ms = kPreemptAbortTimeoutMs;
+    return send(pt_, c);
 }
 
 Status Reservations::release(ReleaseArgs a) {

@@ -336,6 +336,23 @@ TEST_F(ReservationsTest, NotificationLogAndMask) {
     EXPECT_EQ(n->type, NotificationType::registration_preempted);
 }
 
+TEST(ReservationsScripted, PreemptAndAbortGetsItsOwnLongerBound) {
+    ScriptedPassthru pt;
+    Reservations r{pt, 1};
+    AcquireArgs a;
+    a.action = AcquireAction::preempt_and_abort;
+    a.prkey = 2;
+    (void)r.acquire(a);
+    a.action = AcquireAction::preempt;
+    (void)r.acquire(a);
+    a.action = AcquireAction::acquire;
+    (void)r.acquire(a);
+    ASSERT_EQ(pt.sent.size(), 3u);
+    EXPECT_EQ(pt.sent[0].timeout_ms, kPreemptAbortTimeoutMs);
+    EXPECT_EQ(pt.sent[1].timeout_ms, 0u);  // the caller's bound (agent: device_timeout_ms)
+    EXPECT_EQ(pt.sent[2].timeout_ms, 0u);
+}
+
 TEST(ReservationsScripted, ErrorsAndDataPassThrough) {
     ScriptedPassthru pt;
     Reservations r{pt, 5};

@@ -15,6 +15,14 @@
 
 namespace nvfence {
 
+/// Bound on one Preempt and Abort. The device completes it only after the
+/// preempted host's in-flight commands are aborted, and on a fabric a host
+/// that was cut off mid-write keeps them open until the target drops its
+/// connection (the host's keep-alive timeout, 5 s by default), so the
+/// agent's usual per-command bound would time out a preemption that is
+/// about to succeed.
+inline constexpr uint32_t kPreemptAbortTimeoutMs = 30000;
+
 /// Limits of Reservations::report().
 inline constexpr uint32_t kReportInitialBytes = 4096;     ///< First read.
 inline constexpr int kReportMaxReads = 4;                 ///< Re-reads if it grew.
