@@ -140,6 +140,9 @@ struct Params {
     uint64_t region_bytes = 0;
     unsigned runtime_s = 5;
     unsigned ramp_s = 1;
+    // fio's iodepth_batch_submit: submit once this many I/Os are queued (and
+    // always before waiting); 0 means the queue depth.
+    uint32_t batch_submit = 1;
     std::string fio = "fio";
 };
 
@@ -180,19 +183,29 @@ RunResult run_nvfence(const Params& p, const NvFeatures& f, uint32_t qd) {
         const auto slot = static_cast<uint64_t>((static_cast<unsigned __int128>(rng) * slots) >> 64);
         return slot * per_io_blocks;
     };
-    auto issue = [&](uint32_t i, int64_t t) {
+    const uint32_t batch = p.batch_submit == 0 ? qd : std::min(p.batch_submit, qd);
+    uint32_t queued = 0;
+    // `last`: the final I/O of this refill; it rides on the submit_and_reap
+    // that waits next, as fio commits before it waits.
+    auto issue = [&](uint32_t i, int64_t t, bool last) {
         started[i] = t;
         auto st = w.queue_write(next_lba(), bufs.span().subspan(size_t{i} * p.bs, p.bs), i);
         if (!st) die("queue_write: " + st.error().message());
+        if (++queued >= batch && !last) {
+            auto s = w.submit();
+            if (!s) die("submit: " + s.error().message());
+            queued = 0;
+        }
     };
 
     const double cpu0 = thread_cpu_us();
     const int64_t t0 = now_ns();
     const int64_t measure_from = t0 + int64_t{p.ramp_s} * 1'000'000'000;
     const int64_t stop_at = measure_from + int64_t{p.runtime_s} * 1'000'000'000;
-    for (uint32_t i = 0; i < qd; ++i) issue(i, t0);
+    for (uint32_t i = 0; i < qd; ++i) issue(i, t0, i + 1 == qd);
     uint64_t counted = 0, all = 0;
     while (w.in_flight() > 0) {
+        queued = 0;
         auto r = w.submit_and_reap(comps, 1);
         if (!r)
             die("submit_and_reap: " + r.error().message() + " (" + std::to_string(w.in_flight()) +
@@ -209,7 +222,7 @@ RunResult run_nvfence(const Params& p, const NvFeatures& f, uint32_t qd) {
                 h.add(static_cast<uint64_t>(t - started[i]));
                 ++counted;
             }
-            if (t < stop_at) issue(i, t);
+            if (t < stop_at) issue(i, t, k + 1 == *r);
         }
     }
     RunResult res;
@@ -392,7 +405,8 @@ std::vector<std::string> fio_argv(const Params& p, uint32_t qd, bool same) {
         "--rw=randwrite", "--bs=" + std::to_string(p.bs), "--iodepth=" + std::to_string(qd),
         "--size=" + std::to_string(p.region_bytes), "--time_based=1", "--runtime=" + std::to_string(p.runtime_s),
         "--ramp_time=" + std::to_string(p.ramp_s), "--norandommap=1", "--randrepeat=0", "--clat_percentiles=1",
-        "--lat_percentiles=1", "--percentile_list=50:99:99.9", "--output-format=json"};
+        "--lat_percentiles=1", "--percentile_list=50:99:99.9", "--iodepth_batch_submit=" + std::to_string(p.batch_submit),
+        "--output-format=json"};
     a.insert(a.end(), rest.begin(), rest.end());
     if (same) {
         // The io_uring features nvfence's writer uses: it always registers
@@ -548,6 +562,10 @@ int main(int argc, char** argv) {
         ->delimiter(',')
         ->check(CLI::IsMember({"default", "same"}))
         ->capture_default_str();
+    app.add_option("--batch-submit", p.batch_submit,
+                   "Submit once this many I/Os are queued, and before every wait; 0 = the queue depth. Passed to "
+                   "fio as --iodepth_batch_submit (fio's default is 1: each I/O as soon as it is queued)")
+        ->capture_default_str();
     app.add_option("--fio", p.fio, "fio executable")->capture_default_str();
     app.add_flag("--no-fio", no_fio, "Run nvfence only");
     app.add_flag("--destroy-device-data", allow_device,
@@ -609,9 +627,10 @@ int main(int argc, char** argv) {
     utsname u{};
     ::uname(&u);
     std::printf("# kernel %s, %ld online CPUs, nvfence mode %s, target %s, region %llu MiB, bs %u, runtime %us + "
-                "ramp %us, %u rounds\n",
+                "ramp %us, %u rounds, batch-submit %u%s\n",
                 u.release, ::sysconf(_SC_NPROCESSORS_ONLN), writer_mode_name(p.mode), p.target.c_str(),
-                static_cast<unsigned long long>(p.region_bytes >> 20), p.bs, p.runtime_s, p.ramp_s, repeat);
+                static_cast<unsigned long long>(p.region_bytes >> 20), p.bs, p.runtime_s, p.ramp_s, repeat,
+                p.batch_submit, p.batch_submit == 0 ? " (= queue depth)" : "");
     for (size_t i = 0; i < n_nv; ++i)
         std::printf("# %-8s FencedWriter %s mode, registered file%s%s\n", tools[i].label.c_str(),
                     writer_mode_name(p.mode), tools[i].nv.fixed_bufs ? ", fixed buffers (register_buffers)" : "",
