@@ -148,6 +148,12 @@ struct Params {
 
 // ------------------------------------------------------------------ nvfence
 
+// The submit batch both tools get at this depth (fio is given the number,
+// not 0, so its meaning of 0 does not matter).
+uint32_t effective_batch(const Params& p, uint32_t qd) {
+    return p.batch_submit == 0 ? qd : std::min(p.batch_submit, qd);
+}
+
 RunResult run_nvfence(const Params& p, const NvFeatures& f, uint32_t qd) {
     WriterOptions o;
     o.mode = p.mode;
@@ -183,7 +189,7 @@ RunResult run_nvfence(const Params& p, const NvFeatures& f, uint32_t qd) {
         const auto slot = static_cast<uint64_t>((static_cast<unsigned __int128>(rng) * slots) >> 64);
         return slot * per_io_blocks;
     };
-    const uint32_t batch = p.batch_submit == 0 ? qd : std::min(p.batch_submit, qd);
+    const uint32_t batch = effective_batch(p, qd);
     uint32_t queued = 0;
     // `last`: the final I/O of this refill; it rides on the submit_and_reap
     // that waits next, as fio commits before it waits.
@@ -405,7 +411,7 @@ std::vector<std::string> fio_argv(const Params& p, uint32_t qd, bool same) {
         "--rw=randwrite", "--bs=" + std::to_string(p.bs), "--iodepth=" + std::to_string(qd),
         "--size=" + std::to_string(p.region_bytes), "--time_based=1", "--runtime=" + std::to_string(p.runtime_s),
         "--ramp_time=" + std::to_string(p.ramp_s), "--norandommap=1", "--randrepeat=0", "--clat_percentiles=1",
-        "--lat_percentiles=1", "--percentile_list=50:99:99.9", "--iodepth_batch_submit=" + std::to_string(p.batch_submit),
+        "--lat_percentiles=1", "--percentile_list=50:99:99.9", "--iodepth_batch_submit=" + std::to_string(effective_batch(p, qd)),
         "--output-format=json"};
     a.insert(a.end(), rest.begin(), rest.end());
     if (same) {
@@ -641,7 +647,8 @@ int main(int argc, char** argv) {
         for (size_t i = n_nv; i < tools.size(); ++i) {
             std::string cmd;
             for (const auto& a : fio_argv(p, qds.front(), tools[i].fio_same)) cmd += (cmd.empty() ? "" : " ") + a;
-            std::printf("# %-8s %s  (iodepth varies)\n", tools[i].label.c_str(), cmd.c_str());
+            std::printf("# %-8s %s  (%s with --qd)\n", tools[i].label.c_str(), cmd.c_str(),
+                        p.batch_submit == 0 ? "iodepth and iodepth_batch_submit vary" : "iodepth varies");
         }
     }
     std::printf("# latency: nvfence = queue to reap (includes submission); fio clat = submit to completion, fio "
