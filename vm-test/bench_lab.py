@@ -2,7 +2,8 @@
 
     NVFENCE_BUILD_DIR=/work/main/build-bench /usr/bin/python3 vm-test/bench_lab.py \
         [--topology loop|fabric] [--modes block,passthrough] [--passes 2] \
-        [--repeat 3] [--runtime 3] [--ramp 1] [--qd 1,32] [--size 128M] [-- more nvfence-bench args]
+        [--repeat 3] [--runtime 3] [--ramp 1] [--qd 1,32] [--size 128M] [--backing ram|disk] \
+        [-- more nvfence-bench args]
 
 Boots a one-host lab, then runs, inside the guest,
 
@@ -64,6 +65,9 @@ def main():
     ap.add_argument("--qd", default="1,32")
     ap.add_argument("--size", default="128M", help="region written (the lab's namespace is 256 MiB)")
     ap.add_argument("--memory-mb", type=int, default=1024)
+    ap.add_argument("--backing", default="ram", choices=["ram", "disk"],
+                    help="what nvmet serves: a 256 MiB file in guest RAM (default) or the QEMU-emulated NVMe disk, "
+                         "which under TCG can hold writes until the guest's 30 s timeout (docs/PERFORMANCE.md)")
     ap.add_argument("extra", nargs="*", help="more nvfence-bench arguments (after --)")
     a = ap.parse_args()
     modes = [m for m in a.modes.split(",") if m]
@@ -75,9 +79,10 @@ def main():
     timeout = a.repeat * len(a.qd.split(",")) * n_tools * per_run * 2 + 300
 
     pooled, failures = {}, []
-    with nvlab.Lab(hosts=1, topology=a.topology, memory_mb=a.memory_mb) as lab:
+    backing = "nvlab.backing=ram:256" if a.backing == "ram" else ""
+    with nvlab.Lab(hosts=1, topology=a.topology, memory_mb=a.memory_mb, extra_cmdline=backing) as lab:
         h = lab.hosts[0]
-        print(f"# lab: topology {a.topology}, 1 host, guest kernel {lab.kernel.release}, booted in {lab.boot_s:.1f} s; "
+        print(f"# lab: topology {a.topology}, backing {a.backing}, 1 host, guest kernel {lab.kernel.release}, booted in {lab.boot_s:.1f} s; "
               f"namespace {h.dev} / {h.ng}", flush=True)
         info = h.run("uname -r; nproc; command -v nvfence-bench; command -v fio; "
                      "cat /sys/block/$(basename $NVFENCE_DEV)/queue/scheduler 2>/dev/null", timeout_s=60)
