@@ -62,6 +62,14 @@ def pytest_sessionfinish(session):
     _labmod.pending_run_dirs.clear()
 
 
+@pytest.fixture(scope="module")
+def lab():
+    """The lab a test module shares: host VMs a and b on a fabric target, EBS
+    identity. A module that needs another lab defines its own `lab`."""
+    with nvlab.Lab(hosts=2, topology="fabric", ebs=True) as lab:
+        yield lab
+
+
 @pytest.fixture
 def lab_factory():
     """Make labs inside a test: `lab = lab_factory(hosts=2, topology="fabric")`.

@@ -14,12 +14,6 @@ INTERVAL_MS = 200
 VOL = "vol"   # agent instance name: socket /run/nvfence/vol.sock
 
 
-@pytest.fixture(scope="module")
-def lab():
-    with nvlab.Lab(hosts=2, topology="fabric", ebs=True) as lab:
-        yield lab
-
-
 @pytest.fixture
 def clean(lab):
     for h in lab.hosts:

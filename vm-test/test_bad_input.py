@@ -24,7 +24,6 @@ import uuid
 
 import pytest
 
-import nvlab
 from nvtest import (CONFLICT, FAIL, LOST_RACE, OK, USAGE, hexkey, nvf, nvme_keys, nvme_report, report,
                     reset)
 
@@ -34,12 +33,6 @@ SC_HOST_ID_INCONSISTENT = 0x018
 SC_RESERVATION_CONFLICT = 0x083
 
 DEV = '"$NVFENCE_DEV"'
-
-
-@pytest.fixture(scope="module")
-def lab():
-    with nvlab.Lab(hosts=2, topology="fabric", ebs=True) as lab:
-        yield lab
 
 
 @pytest.fixture

@@ -3,14 +3,7 @@ fabric hosts, each step checked with both `nvfence report --json` and
 nvme-cli's `nvme resv-report`; and interop with nvme-cli both ways."""
 import pytest
 
-import nvlab
 from nvtest import CONFLICT, OK, UNSUPPORTED, USAGE, hexkey, nvf, nvme_keys, nvme_report, report, reset
-
-
-@pytest.fixture(scope="module")
-def lab():
-    with nvlab.Lab(hosts=2, topology="fabric", ebs=True) as lab:
-        yield lab
 
 
 @pytest.fixture

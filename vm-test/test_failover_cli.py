@@ -2,16 +2,7 @@
 `nvfence preempt`; A's next write is refused by the device (exit 3) in both
 I/O modes, B's is accepted; the report shows B holding with a higher epoch;
 A's controller got a Registration Preempted notification."""
-import pytest
-
-import nvlab
 from nvtest import CONFLICT, OK, nvf, nvme_keys, nvme_report, report, reset
-
-
-@pytest.fixture(scope="module")
-def lab():
-    with nvlab.Lab(hosts=2, topology="fabric", ebs=True) as lab:
-        yield lab
 
 
 def test_failover(lab):
