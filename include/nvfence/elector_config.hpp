@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// @file elector_config.hpp
+/// nvfenced's elector keys (config file `key = value` and flags `--key`),
+/// validated with the offending key named. They sit beside the agent's
+/// own keys (agent_config.hpp); parse_elector_settings() reads only the
+/// keys of elector_setting_keys() and ignores the rest.
+///
+/// | key             | values                                        | default |
+/// |-----------------|-----------------------------------------------|---------|
+/// | elector         | none \| etcd                                  | none    |
+/// | etcd_endpoints  | http(s)://host:port, separated by , or space  | required with etcd |
+/// | etcd_ca_file    | absolute path, PEM (https only)               | system CAs |
+/// | etcd_cert_file  | absolute path, PEM client cert (with key)     | (none)  |
+/// | etcd_key_file   | absolute path, PEM client key (with cert)     | (none)  |
+/// | election_name   | 1..200 printable characters, no space         | nvfence/VOLUME |
+/// | lease_ttl_s     | 2..3600                                       | 5       |
+/// | lease_margin_ms | 100 .. half the TTL                           | min(1000, TTL/4) |
+/// | etcd_timeout_ms | 100 .. a third of the TTL                     | min(1000, TTL/3) |
+/// | lease_loss      | fence \| hold                                 | fence   |
+///
+/// With `elector = none` (today's behaviour: takeover on request) any other
+/// elector key is refused, so a half-written configuration never runs
+/// without the elector the operator meant to have.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "nvfence/elector_policy.hpp"
+#include "nvfence/etcd.hpp"
+#include "nvfence/result.hpp"
+
+namespace nvfence {
+
+/// Which elector decides who holds.
+enum class ElectorKind : uint8_t {
+    none,  ///< Nobody: takeover on request (nvfence takeover), the default.
+    etcd,  ///< etcd's election, token = reservation key epoch.
+};
+
+/// The validated elector keys.
+struct ElectorSettings {
+    ElectorKind kind = ElectorKind::none;   ///< elector.
+    std::vector<std::string> endpoints;     ///< etcd_endpoints.
+    std::string ca_file;                    ///< etcd_ca_file.
+    std::string cert_file;                  ///< etcd_cert_file.
+    std::string key_file;                   ///< etcd_key_file.
+    std::string election_name;              ///< election_name (default filled in).
+    uint32_t lease_ttl_s = 5;               ///< lease_ttl_s.
+    uint32_t lease_margin_ms = 1000;        ///< lease_margin_ms.
+    uint32_t etcd_timeout_ms = 1000;        ///< etcd_timeout_ms.
+    LeaseLossAction lease_loss = LeaseLossAction::fence;  ///< lease_loss.
+};
+
+/// Every key parse_elector_settings() reads.
+const std::vector<std::string>& elector_setting_keys();
+
+/// Validates the elector keys of @p kv for volume @p volume (the default
+/// election name is `nvfence/<volume>`). On failure returns
+/// Errc::invalid_argument and @p why names the key and what is wrong, e.g.
+/// `lease_ttl_s = "1": must be a whole number from 2 to 3600`.
+Result<ElectorSettings> parse_elector_settings(const std::map<std::string, std::string>& kv,
+                                               const std::string& volume, std::string& why);
+
+/// The EtcdElector options for @p s; @p value is this host's identity in
+/// the election (e.g. `node=2 host=db-b`).
+EtcdOptions etcd_options(const ElectorSettings& s, const std::string& value, const std::string& state_dir,
+                         const std::string& volume);
+
+/// The LeaseGuard timing for @p s (renewal every TTL / 3).
+LeaseGuardOptions lease_guard_options(const ElectorSettings& s);
+
+}  // namespace nvfence

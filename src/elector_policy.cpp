@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: MIT
+#include "nvfence/elector_policy.hpp"
+
+#include <algorithm>
+
+#include "nvfence/error.hpp"
+#include "nvfence/key.hpp"
+
+namespace nvfence {
+
+const char* win_action_name(WinAction a) {
+    switch (a) {
+    case WinAction::acquire: return "acquire";
+    case WinAction::preempt: return "preempt";
+    case WinAction::already_holder: return "already-holder";
+    case WinAction::stale: return "stale";
+    case WinAction::reissue: return "reissue";
+    case WinAction::rekey: return "rekey";
+    }
+    return "?";
+}
+
+const char* loss_reason_name(LossReason r) {
+    switch (r) {
+    case LossReason::none: return "none";
+    case LossReason::lease_expired: return "lease-expired";
+    case LossReason::leader_gone: return "leader-gone";
+    case LossReason::other_leader: return "other-leader";
+    case LossReason::lease_may_expire: return "lease-may-expire";
+    }
+    return "?";
+}
+
+const char* guard_verdict_name(GuardVerdict v) {
+    switch (v) {
+    case GuardVerdict::hold: return "hold";
+    case GuardVerdict::renew: return "renew";
+    case GuardVerdict::step_down: return "step-down";
+    case GuardVerdict::hold_until_preempted: return "hold-until-preempted";
+    }
+    return "?";
+}
+
+uint32_t max_epoch_of_tag(const ReservationStatus& st, uint8_t tag) {
+    uint32_t max = 0;
+    for (const auto& r : st.registrants) {
+        auto f = decode_key(r.key);
+        if (f && f->tag == tag) max = std::max(max, f->epoch);
+    }
+    return max;
+}
+
+WinDecision decide_on_win(uint32_t token, const ReservationStatus& st, const HostId& self, uint8_t tag) {
+    WinDecision d;
+    d.device_max_epoch = max_epoch_of_tag(st, tag);
+    const Registrant* holder = st.holder();
+    const Registrant* me = st.find_host(self);
+    std::optional<KeyFields> hf;
+    if (holder) hf = decode_key(holder->key);
+    const bool holder_ours = hf && hf->tag == tag;
+
+    if (holder && holder == me && holder_ours && hf->epoch == token) {
+        d.action = WinAction::already_holder;
+        d.why = "already holder with epoch " + std::to_string(token);
+        return d;
+    }
+    if (holder_ours && hf->epoch >= token) {
+        // A leader with this token or a later one already took the device:
+        // ours is stale, whatever etcd told us a moment ago.
+        d.action = WinAction::stale;
+        d.why = "holder " + format_key(holder->key) + " has epoch " + std::to_string(hf->epoch) +
+                " >= our token " + std::to_string(token);
+        return d;
+    }
+    if (d.device_max_epoch >= token) {
+        d.action = WinAction::reissue;
+        d.why = "a registrant has epoch " + std::to_string(d.device_max_epoch) + " >= token " + std::to_string(token);
+        return d;
+    }
+    if (!holder) {
+        d.action = WinAction::acquire;
+        d.why = "nobody holds";
+        return d;
+    }
+    if (holder == me) {
+        d.action = WinAction::rekey;
+        d.why = "holder with an older key " + format_key(holder->key) + ": re-key to epoch " + std::to_string(token);
+        return d;
+    }
+    d.action = WinAction::preempt;
+    d.victim = holder->key;
+    d.why = "preempt holder " + format_key(holder->key) + " with epoch " + std::to_string(token);
+    return d;
+}
+
+LeaseGuard::LeaseGuard(LeaseGuardOptions opts, TimePoint sent_at)
+    : opts_(opts), deadline_(sent_at + std::chrono::milliseconds(opts.ttl_ms)), last_sent_(sent_at) {}
+
+void LeaseGuard::on_keepalive(TimePoint sent_at, const Result<LeaseStatus>& r) {
+    if (lost_ != LossReason::none) return;
+    if (r) {
+        // A reply can only extend from its own send time; an older reply
+        // arriving late never moves the deadline back.
+        deadline_ = std::max(deadline_, sent_at + std::chrono::milliseconds(r->ttl_ms));
+        last_sent_ = std::max(last_sent_, sent_at);
+        failures_ = 0;
+        return;
+    }
+    if (r.error() == make_error_code(ElectorErrc::lease_expired)) {
+        lost_ = LossReason::lease_expired;
+        return;
+    }
+    last_sent_ = std::max(last_sent_, sent_at);
+    ++failures_;
+}
+
+void LeaseGuard::on_leader(const Result<LeaderInfo>& r, const LeaderInfo& mine) {
+    if (lost_ != LossReason::none) return;
+    if (r) {
+        if (!r->same_leadership(mine)) lost_ = LossReason::other_leader;
+        return;
+    }
+    if (r.error() == make_error_code(ElectorErrc::no_leader)) lost_ = LossReason::leader_gone;
+    // Any other failure says nothing: the deadline decides.
+}
+
+LossReason LeaseGuard::reason(TimePoint now) const {
+    if (lost_ != LossReason::none) return lost_;
+    if (now + std::chrono::milliseconds(opts_.margin_ms) >= deadline_) return LossReason::lease_may_expire;
+    return LossReason::none;
+}
+
+GuardVerdict LeaseGuard::verdict(TimePoint now) const {
+    switch (reason(now)) {
+    case LossReason::none: break;
+    case LossReason::lease_may_expire:
+        return opts_.on_loss == LeaseLossAction::fence ? GuardVerdict::step_down : GuardVerdict::hold_until_preempted;
+    default: return GuardVerdict::step_down;
+    }
+    return now >= renew_due() ? GuardVerdict::renew : GuardVerdict::hold;
+}
+
+int64_t Backoff::next_ms() {
+    const int64_t v = next_ms_;
+    next_ms_ = std::min(max_ms_, next_ms_ > max_ms_ / 2 ? max_ms_ : next_ms_ * 2);
+    return v;
+}
+
+}  // namespace nvfence

@@ -1,0 +1,423 @@
+// SPDX-License-Identifier: MIT
+#include "nvfence/etcd.hpp"
+
+#include <curl/curl.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <functional>
+#include <mutex>
+
+#include "nvfence/error.hpp"
+#include "nvfence/etcd_json.hpp"
+#include "nvfence/fd.hpp"
+#include "nvfence/key.hpp"
+#include "nvfence/state_file.hpp"
+
+namespace nvfence {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Ms = std::chrono::milliseconds;
+
+// A bounded call's own floor: below this libcurl cannot even connect.
+constexpr Ms kMinCallMs{50};
+// Token transaction attempts (each a range and a txn) before giving up.
+constexpr int kTokenAttempts = 8;
+
+std::string sanitize(const std::string& volume) {
+    std::string v;
+    for (char c : volume) {
+        const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                          c == '.' || c == '_' || c == '-';
+        v.push_back(keep ? c : '_');
+    }
+    if (v.empty() || v[0] == '.') v = "v" + v;
+    return v;
+}
+
+}  // namespace
+
+// ---- TokenStore -----------------------------------------------------------
+
+std::optional<TokenRecord> parse_token_record(std::string_view text) {
+    TokenRecord r;
+    bool have_cluster = false, have_epoch = false;
+    while (!text.empty()) {
+        const size_t nl = text.find('\n');
+        std::string_view line = text.substr(0, nl);
+        text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+        if (line.empty()) continue;
+        const size_t sp = line.find(' ');
+        if (sp == std::string_view::npos) return std::nullopt;
+        const std::string_view k = line.substr(0, sp);
+        const std::string_view v = line.substr(sp + 1);
+        if (k == "cluster_id" && !have_cluster) {
+            auto n = parse_uint(v, 0, UINT64_MAX);
+            if (!n) return std::nullopt;
+            r.cluster_id = *n;
+            have_cluster = true;
+        } else if (k == "epoch" && !have_epoch) {
+            auto n = parse_uint(v, 0, kMaxEpoch);
+            if (!n) return std::nullopt;
+            r.epoch = static_cast<uint32_t>(*n);
+            have_epoch = true;
+        } else {
+            return std::nullopt;
+        }
+    }
+    if (!have_cluster || !have_epoch) return std::nullopt;
+    return r;
+}
+
+std::string format_token_record(const TokenRecord& r) {
+    return "cluster_id " + std::to_string(r.cluster_id) + "\nepoch " + std::to_string(r.epoch) + "\n";
+}
+
+TokenStore::TokenStore(std::string dir, const std::string& volume) : dir_(std::move(dir)) {
+    path_ = dir_ + "/" + sanitize(volume) + ".etcd-token";
+}
+
+Result<TokenRecord> TokenStore::load() const {
+    Fd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) {
+        if (errno == ENOENT) return TokenRecord{};
+        return make_error_code(Errc::state_io);
+    }
+    char buf[128];
+    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n <= 0 || n == static_cast<ssize_t>(sizeof buf)) return make_error_code(Errc::state_io);
+    auto r = parse_token_record(std::string_view(buf, static_cast<size_t>(n)));
+    if (!r) return make_error_code(Errc::state_io);
+    return *r;
+}
+
+Status TokenStore::raise_to(uint64_t cluster_id, uint32_t epoch) const {
+    auto cur = load();
+    if (!cur) return cur.error();
+    if (cur->epoch >= epoch) return Ok{};
+    return write_file_atomic(dir_, path_, format_token_record({cluster_id, epoch}));
+}
+
+std::string etcd_counter_key(const std::string& election) { return election + ".epoch"; }
+
+// ---- HTTP -----------------------------------------------------------------
+
+// One POST per call on a fresh easy handle (no state survives a failure);
+// endpoints are tried in turn, starting with the last one that answered.
+struct EtcdElector::Http {
+    struct Reply {
+        long status = 0;
+        std::string body;
+    };
+    // Called with each complete line of a streamed reply; true stops reading.
+    using LineSink = std::function<bool(std::string_view)>;
+
+    const EtcdOptions& opts;
+    size_t current = 0;
+
+    struct Transfer {
+        std::string body;
+        std::string pending;
+        LineSink* sink = nullptr;
+        bool stopped = false;
+        bool too_big = false;
+    };
+
+    static size_t on_data(char* p, size_t size, size_t n, void* user) {
+        auto* t = static_cast<Transfer*>(user);
+        const size_t len = size * n;
+        if (t->body.size() + t->pending.size() + len > etcd::kMaxReplyBytes) {
+            t->too_big = true;
+            return 0;
+        }
+        if (!t->sink) {
+            t->body.append(p, len);
+            return len;
+        }
+        t->pending.append(p, len);
+        size_t nl;
+        while ((nl = t->pending.find('\n')) != std::string::npos) {
+            std::string line = t->pending.substr(0, nl);
+            t->pending.erase(0, nl + 1);
+            if (line.empty()) continue;
+            if ((*t->sink)(line)) {
+                t->stopped = true;
+                return 0;
+            }
+        }
+        return len;
+    }
+
+    // POSTs @p body to @p path; @p sink consumes a stream. Without a sink the
+    // whole body is returned; with one, the unterminated rest (if any).
+    Result<Reply> post(const std::string& path, const std::string& body, Ms timeout, LineSink* sink = nullptr) {
+        const auto deadline = Clock::now() + timeout;
+        std::error_code last = make_error_code(ElectorErrc::unreachable);
+        for (size_t tried = 0; tried < opts.endpoints.size(); ++tried) {
+            const auto left = std::chrono::duration_cast<Ms>(deadline - Clock::now());
+            if (left < kMinCallMs) return make_error_code(Errc::timeout);
+            const std::string url = opts.endpoints[current] + path;
+            Transfer t;
+            t.sink = sink;
+            CURL* h = curl_easy_init();
+            if (!h) return make_error_code(std::errc::not_enough_memory);
+            curl_slist* hdr = curl_slist_append(nullptr, "Content-Type: application/json");
+            curl_easy_setopt(h, CURLOPT_URL, url.c_str());
+            curl_easy_setopt(h, CURLOPT_POST, 1L);
+            curl_easy_setopt(h, CURLOPT_POSTFIELDS, body.c_str());
+            curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
+            curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+            curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+            curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(left.count()));
+            curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(std::min<int64_t>(left.count(), 1000)));
+            curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, &Http::on_data);
+            curl_easy_setopt(h, CURLOPT_WRITEDATA, &t);
+            curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+            curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+            if (!opts.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, opts.ca_file.c_str());
+            if (!opts.cert_file.empty()) curl_easy_setopt(h, CURLOPT_SSLCERT, opts.cert_file.c_str());
+            if (!opts.key_file.empty()) curl_easy_setopt(h, CURLOPT_SSLKEY, opts.key_file.c_str());
+            const CURLcode rc = curl_easy_perform(h);
+            long status = 0;
+            curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+            curl_slist_free_all(hdr);
+            curl_easy_cleanup(h);
+            if (t.stopped) return Reply{status, std::move(t.pending)};
+            if (t.too_big) return make_error_code(Errc::malformed_data);
+            if (rc == CURLE_OK) {
+                if (sink) return Reply{status, std::move(t.pending)};
+                return Reply{status, std::move(t.body)};
+            }
+            // The member did not answer in time: the next call starts with
+            // the next one, but this call's budget is spent.
+            current = (current + 1) % opts.endpoints.size();
+            if (rc == CURLE_OPERATION_TIMEDOUT) {
+                if (status != 0 || !t.body.empty() || !t.pending.empty()) return make_error_code(Errc::timeout);
+                last = make_error_code(Errc::timeout);
+                continue;
+            }
+            last = make_error_code(ElectorErrc::unreachable);
+        }
+        return last;
+    }
+};
+
+// ---- EtcdElector ----------------------------------------------------------
+
+Result<std::unique_ptr<EtcdElector>> EtcdElector::create(EtcdOptions opts) {
+    if (opts.endpoints.empty() || opts.election.empty() || opts.value.empty() || opts.ttl_s < 2)
+        return make_error_code(Errc::invalid_argument);
+    for (auto& e : opts.endpoints) {
+        while (!e.empty() && e.back() == '/') e.pop_back();
+        if (e.rfind("http://", 0) != 0 && e.rfind("https://", 0) != 0) return make_error_code(Errc::invalid_argument);
+    }
+    static std::once_flag once;
+    static CURLcode init = CURLE_OK;
+    std::call_once(once, [] { init = curl_global_init(CURL_GLOBAL_DEFAULT); });
+    if (init != CURLE_OK) return make_error_code(Errc::invalid_argument);
+    return std::unique_ptr<EtcdElector>(new EtcdElector(std::move(opts)));
+}
+
+EtcdElector::EtcdElector(EtcdOptions opts) : opts_(std::move(opts)), http_(new Http{opts_}) {}
+
+EtcdElector::~EtcdElector() = default;
+
+Result<LeaderInfo> EtcdElector::campaign(Ms timeout) {
+    const auto deadline = Clock::now() + timeout;
+    if (lease_ == 0) {
+        auto r = http_->post("/v3/lease/grant", etcd::grant_request(opts_.ttl_s), timeout);
+        if (!r) return r.error();
+        auto g = etcd::parse_lease_grant(r->body);
+        if (!g) {
+            if (auto e = etcd::parse_error(r->body)) last_error_ = e->message;
+            return g.error();
+        }
+        lease_ = g->id;
+        if (g->reply.header.cluster_id) cluster_id_ = g->reply.header.cluster_id;
+    }
+    const auto left = std::chrono::duration_cast<Ms>(deadline - Clock::now());
+    if (left < kMinCallMs) return make_error_code(Errc::timeout);
+    auto r = http_->post("/v3/election/campaign", etcd::campaign_request(opts_.election, lease_, opts_.value), left);
+    if (!r) return r.error();
+    auto c = etcd::parse_campaign(r->body);
+    if (!c) {
+        if (auto e = etcd::parse_error(r->body)) last_error_ = e->message;
+        if (c.error() == make_error_code(ElectorErrc::lease_expired)) {
+            lease_ = 0;
+            won_.reset();
+        }
+        return c.error();
+    }
+    if (c->reply.header.cluster_id) cluster_id_ = c->reply.header.cluster_id;
+    LeaderInfo l = c->leader;
+    l.value = opts_.value;
+    won_ = l;
+    return l;
+}
+
+Result<Term> EtcdElector::term(uint32_t at_least, Ms timeout) {
+    if (!won_) return make_error_code(ElectorErrc::not_campaigning);
+    const auto deadline = Clock::now() + timeout;
+    std::optional<TokenStore> store;
+    TokenRecord floor;
+    if (!opts_.state_dir.empty()) {
+        store.emplace(opts_.state_dir, opts_.volume.empty() ? opts_.election : opts_.volume);
+        auto rec = store->load();
+        if (!rec) return rec.error();
+        floor = *rec;
+    }
+    const std::string counter_key = etcd_counter_key(opts_.election);
+    for (int attempt = 0; attempt < kTokenAttempts; ++attempt) {
+        auto left = std::chrono::duration_cast<Ms>(deadline - Clock::now());
+        if (left < kMinCallMs) return make_error_code(Errc::timeout);
+        auto rr = http_->post("/v3/kv/range", etcd::range_request(counter_key), left);
+        if (!rr) return rr.error();
+        auto range = etcd::parse_range(rr->body);
+        if (!range) return range.error();
+        if (range->reply.header.cluster_id) cluster_id_ = range->reply.header.cluster_id;
+        std::optional<etcd::CounterValue> cur;
+        int64_t mod_rev = 0;
+        if (!range->kvs.empty()) {
+            cur = etcd::parse_counter(range->kvs.front().value);
+            if (!cur) {
+                last_error_ = "counter " + counter_key + " holds no `<epoch> <revision>`";
+                return make_error_code(Errc::malformed_data);
+            }
+            mod_rev = range->kvs.front().mod_revision;
+        }
+        Term t;
+        t.leader = *won_;
+        t.cluster_id = std::to_string(cluster_id_);
+        t.rollback_seen = floor.epoch > 0 && (!cur || cur->epoch < floor.epoch);
+        if (cur && cur->leader_rev == won_->revision && cur->epoch >= floor.epoch && cur->epoch > at_least) {
+            // Issued to this very leadership already (a retry): the same token.
+            t.epoch = cur->epoch;
+            if (store) {
+                if (auto s = store->raise_to(cluster_id_, t.epoch); !s) return s.error();
+            }
+            return t;
+        }
+        uint32_t base = std::max({cur ? cur->epoch : 0u, floor.epoch, at_least});
+        if (base == kMaxEpoch) return make_error_code(Errc::epoch_exhausted);
+        const etcd::CounterValue next{base + 1, won_->revision};
+        // Persisted before etcd hears of it: a crash in between leaves a gap,
+        // never a reuse.
+        if (store) {
+            if (auto s = store->raise_to(cluster_id_, next.epoch); !s) return s.error();
+        }
+        left = std::chrono::duration_cast<Ms>(deadline - Clock::now());
+        if (left < kMinCallMs) return make_error_code(Errc::timeout);
+        auto tr = http_->post("/v3/kv/txn", etcd::token_txn_request(counter_key, *won_, mod_rev, next), left);
+        if (!tr) return tr.error();
+        auto txn = etcd::parse_txn(tr->body);
+        if (!txn) return txn.error();
+        if (txn->succeeded) {
+            t.epoch = next.epoch;
+            return t;
+        }
+        // Failed compare: the leadership is gone, or the counter moved (a
+        // concurrent writer; only an operator could): read again.
+        const bool leader_alive = !txn->ranges.empty() && !txn->ranges[0].kvs.empty() &&
+                                  txn->ranges[0].kvs[0].create_revision == won_->revision;
+        if (!leader_alive) {
+            won_.reset();
+            return make_error_code(ElectorErrc::not_leader);
+        }
+    }
+    return make_error_code(Errc::timeout);
+}
+
+Result<LeaseStatus> EtcdElector::keepalive(Ms timeout) {
+    if (lease_ == 0) return make_error_code(ElectorErrc::not_campaigning);
+    std::string first;
+    Http::LineSink sink = [&](std::string_view line) {
+        first.assign(line);
+        return true;
+    };
+    auto r = http_->post("/v3/lease/keepalive", etcd::lease_request(lease_), timeout, &sink);
+    if (!r) return r.error();
+    if (first.empty()) first = r->body;  // a reply without a final newline
+    auto k = etcd::parse_keepalive(first);
+    if (!k) {
+        if (auto e = etcd::parse_error(first)) last_error_ = e->message;
+        if (k.error() == make_error_code(ElectorErrc::lease_expired)) {
+            lease_ = 0;
+            won_.reset();
+        }
+        return k.error();
+    }
+    if (k->reply.header.cluster_id) cluster_id_ = k->reply.header.cluster_id;
+    if (k->ttl_s <= 0) {
+        lease_ = 0;
+        won_.reset();
+        return make_error_code(ElectorErrc::lease_expired);
+    }
+    return LeaseStatus{k->ttl_s * 1000};
+}
+
+Result<LeaderInfo> EtcdElector::leader(Ms timeout) {
+    auto r = http_->post("/v3/election/leader", etcd::name_request(opts_.election), timeout);
+    if (!r) return r.error();
+    etcd::Header h;
+    auto l = etcd::parse_leader(r->body, &h);
+    if (!l) {
+        if (auto e = etcd::parse_error(r->body)) last_error_ = e->message;
+        return l.error();
+    }
+    if (h.cluster_id) cluster_id_ = h.cluster_id;
+    return l;
+}
+
+Result<LeaderInfo> EtcdElector::observe(const std::optional<LeaderInfo>& known, Ms timeout) {
+    std::optional<LeaderInfo> seen;
+    std::error_code bad;
+    Http::LineSink sink = [&](std::string_view line) {
+        auto l = etcd::parse_observe(line);
+        if (!l) {
+            bad = l.error();
+            return true;
+        }
+        seen = *l;
+        return !known || !l->same_leadership(*known);
+    };
+    auto r = http_->post("/v3/election/observe", etcd::name_request(opts_.election), timeout, &sink);
+    if (bad) return bad;
+    if (seen && (!known || !seen->same_leadership(*known))) return *seen;
+    if (!r && r.error() != make_error_code(Errc::timeout)) return r.error();
+    if (r && !r->body.empty()) {
+        // The stream ended with a line and no newline: an error, usually.
+        auto l = etcd::parse_observe(r->body);
+        if (!l) return l.error();
+        if (!known || !l->same_leadership(*known)) return *l;
+    }
+    if (known) return *known;
+    return make_error_code(ElectorErrc::no_leader);
+}
+
+Status EtcdElector::resign(Ms timeout) {
+    const auto deadline = Clock::now() + timeout;
+    if (won_) {
+        auto r = http_->post("/v3/election/resign", etcd::resign_request(opts_.election, *won_), timeout);
+        if (!r) return r.error();
+        auto h = etcd::parse_header_only(r->body);
+        if (!h && h.error() != make_error_code(ElectorErrc::not_leader)) return h.error();
+        won_.reset();
+    }
+    if (lease_ != 0) {
+        const auto left = std::chrono::duration_cast<Ms>(deadline - Clock::now());
+        if (left < kMinCallMs) return make_error_code(Errc::timeout);
+        auto r = http_->post("/v3/lease/revoke", etcd::lease_request(lease_), left);
+        if (!r) return r.error();
+        auto h = etcd::parse_header_only(r->body);
+        if (!h && h.error() != make_error_code(ElectorErrc::lease_expired)) return h.error();
+        lease_ = 0;
+    }
+    return Ok{};
+}
+
+}  // namespace nvfence

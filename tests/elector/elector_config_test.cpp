@@ -1,0 +1,116 @@
+// SPDX-License-Identifier: MIT
+// nvfenced's elector keys: defaults, validation, messages naming the key.
+#include <gtest/gtest.h>
+
+#include "nvfence/elector_config.hpp"
+#include "nvfence/error.hpp"
+
+using namespace nvfence;
+
+namespace {
+
+using Map = std::map<std::string, std::string>;
+
+std::string why_of(const Map& kv, const std::string& volume = "vol-1") {
+    std::string why;
+    auto r = parse_elector_settings(kv, volume, why);
+    EXPECT_FALSE(r) << "accepted";
+    if (!r) {
+        EXPECT_EQ(r.error(), make_error_code(Errc::invalid_argument));
+    }
+    return why;
+}
+
+}  // namespace
+
+TEST(ElectorConfig, NoneIsTheDefaultAndRefusesEtcdKeys) {
+    std::string why;
+    auto r = parse_elector_settings({{"device", "/dev/nvme0n1"}}, "vol-1", why);
+    ASSERT_TRUE(r) << why;
+    EXPECT_EQ(r->kind, ElectorKind::none);
+    EXPECT_EQ(why_of({{"etcd_endpoints", "http://127.0.0.1:2379"}}),
+              "etcd_endpoints = \"http://127.0.0.1:2379\": needs elector = etcd (elector is none)");
+    EXPECT_NE(why_of({{"elector", "zookeeper"}}).find("must be none or etcd"), std::string::npos);
+}
+
+TEST(ElectorConfig, EtcdDefaults) {
+    std::string why;
+    auto r = parse_elector_settings({{"elector", "etcd"}, {"etcd_endpoints", "http://10.0.0.1:2379, http://10.0.0.2:2379"}},
+                                    "vol-0abc", why);
+    ASSERT_TRUE(r) << why;
+    EXPECT_EQ(r->kind, ElectorKind::etcd);
+    ASSERT_EQ(r->endpoints.size(), 2u);
+    EXPECT_EQ(r->endpoints[1], "http://10.0.0.2:2379");
+    EXPECT_EQ(r->election_name, "nvfence/vol-0abc");
+    EXPECT_EQ(r->lease_ttl_s, 5u);
+    EXPECT_EQ(r->lease_margin_ms, 1000u);
+    EXPECT_EQ(r->etcd_timeout_ms, 1000u);
+    EXPECT_EQ(r->lease_loss, LeaseLossAction::fence);
+    auto g = lease_guard_options(*r);
+    EXPECT_EQ(g.ttl_ms, 5000);
+    EXPECT_EQ(g.renew_interval_ms, 1666);
+    auto e = etcd_options(*r, "node=2", "/var/lib/nvfence", "vol-0abc");
+    EXPECT_EQ(e.ttl_s, 5);
+    EXPECT_EQ(e.election, "nvfence/vol-0abc");
+}
+
+TEST(ElectorConfig, ShortTtlScalesDefaults) {
+    std::string why;
+    auto r = parse_elector_settings(
+        {{"elector", "etcd"}, {"etcd_endpoints", "http://[::1]:2379"}, {"lease_ttl_s", "2"}, {"lease_loss", "hold"}},
+        "v", why);
+    ASSERT_TRUE(r) << why;
+    EXPECT_EQ(r->lease_margin_ms, 500u);
+    EXPECT_EQ(r->etcd_timeout_ms, 666u);
+    EXPECT_EQ(r->lease_loss, LeaseLossAction::hold);
+}
+
+TEST(ElectorConfig, BadValuesNameTheKey) {
+    const Map base = {{"elector", "etcd"}, {"etcd_endpoints", "http://127.0.0.1:2379"}};
+    auto with = [&](std::string k, std::string v) {
+        Map m = base;
+        m[k] = v;
+        return why_of(m);
+    };
+    EXPECT_EQ(with("lease_ttl_s", "1"),
+              "lease_ttl_s = \"1\": must be a whole number from 2 to 3600 (etcd's minimum TTL is 2 s)");
+    EXPECT_NE(with("lease_ttl_s", "5s").find("lease_ttl_s"), std::string::npos);
+    EXPECT_NE(with("lease_margin_ms", "2501").find("from 100 to 2500"), std::string::npos);
+    EXPECT_NE(with("etcd_timeout_ms", "99").find("etcd_timeout_ms"), std::string::npos);
+    EXPECT_NE(with("lease_loss", "reboot").find("fence or hold"), std::string::npos);
+    EXPECT_NE(with("election_name", "a b").find("election_name"), std::string::npos);
+    EXPECT_NE(with("election_name", "nvfence/").find("must not end"), std::string::npos);
+    EXPECT_NE(with("etcd_endpoints", "").find("required"), std::string::npos);
+    EXPECT_NE(with("etcd_endpoints", "127.0.0.1:2379").find("http://HOST:PORT"), std::string::npos);
+    EXPECT_NE(with("etcd_endpoints", "http://h:0").find("etcd_endpoints"), std::string::npos);
+    EXPECT_NE(with("etcd_endpoints", "http://h:2379/v3").find("etcd_endpoints"), std::string::npos);
+    EXPECT_NE(with("etcd_endpoints", "http://u@h:2379").find("etcd_endpoints"), std::string::npos);
+    EXPECT_NE(with("etcd_endpoints", "http://a:1,https://b:2").find("mixes"), std::string::npos);
+    EXPECT_NE(with("etcd_ca_file", "/etc/ca.pem").find("need https"), std::string::npos);
+    EXPECT_NE(with("etcd_endpoints", std::string(5000, 'x')).find("longer than 4096"), std::string::npos);
+    std::string many;
+    for (int i = 0; i < 17; ++i) many += "http://h:" + std::to_string(2000 + i) + ",";
+    EXPECT_NE(with("etcd_endpoints", many).find("at most 16"), std::string::npos);
+}
+
+TEST(ElectorConfig, TlsFiles) {
+    std::string why;
+    Map m = {{"elector", "etcd"},
+             {"etcd_endpoints", "https://etcd-1:2379 https://etcd-2:2379"},
+             {"etcd_ca_file", "/etc/nvfence/ca.pem"},
+             {"etcd_cert_file", "/etc/nvfence/client.pem"},
+             {"etcd_key_file", "/etc/nvfence/client-key.pem"}};
+    auto r = parse_elector_settings(m, "v", why);
+    ASSERT_TRUE(r) << why;
+    EXPECT_EQ(r->key_file, "/etc/nvfence/client-key.pem");
+    m.erase("etcd_key_file");
+    EXPECT_NE(why_of(m).find("go together"), std::string::npos);
+    m["etcd_key_file"] = "relative.pem";
+    EXPECT_NE(why_of(m).find("absolute path"), std::string::npos);
+}
+
+TEST(ElectorConfig, KeysListed) {
+    const auto& k = elector_setting_keys();
+    EXPECT_EQ(k.size(), 10u);
+    EXPECT_NE(std::find(k.begin(), k.end(), "lease_loss"), k.end());
+}

@@ -1,0 +1,182 @@
+// SPDX-License-Identifier: MIT
+// The etcd v3 JSON gateway parsers on replies captured from etcd 3.4.23 (and
+// the 3.5 error shape), with the quirks: int64 as strings, omitted zero
+// fields, error bodies, stream lines.
+#include <gtest/gtest.h>
+
+#include "nvfence/error.hpp"
+#include "nvfence/etcd_json.hpp"
+
+using namespace nvfence;
+using namespace nvfence::etcd;
+
+namespace {
+
+const char* kHeader =
+    R"("header":{"cluster_id":"15118495548433857066","member_id":"13668033151171901709","revision":"2","raft_term":"2"})";
+
+std::string with_header(const std::string& rest) { return std::string("{") + kHeader + (rest.empty() ? "" : ",") + rest + "}"; }
+
+}  // namespace
+
+TEST(EtcdJson, Base64RoundTripsAndRejectsJunk) {
+    for (const std::string& s : std::vector<std::string>{"", "a", "ab", "abc", "abcd", "nvfence/vol1", std::string("\0\xff\x10", 3)}) {
+        auto d = base64_decode(base64_encode(s));
+        ASSERT_TRUE(d);
+        EXPECT_EQ(*d, s);
+    }
+    EXPECT_EQ(base64_encode("nvfence/vol1"), "bnZmZW5jZS92b2wx");
+    EXPECT_EQ(*base64_decode("bm9kZTE="), "node1");
+    EXPECT_EQ(*base64_decode("bm9kZTE"), "node1");  // padding optional
+    EXPECT_FALSE(base64_decode("bm9k ZTE="));
+    EXPECT_FALSE(base64_decode("b"));
+    EXPECT_FALSE(base64_decode("bm9kZTF="));  // non-zero leftover bits
+    EXPECT_FALSE(base64_decode("bm9kZTE=="));
+}
+
+TEST(EtcdJson, LeaseGrantWithStringInts) {
+    auto g = parse_lease_grant(with_header(R"("ID":"4111120352481180677","TTL":"2")"));
+    ASSERT_TRUE(g) << g.error().message();
+    EXPECT_EQ(g->id, 4111120352481180677);
+    EXPECT_EQ(g->ttl_s, 2);
+    EXPECT_EQ(g->reply.header.cluster_id, 15118495548433857066u);
+    EXPECT_EQ(g->reply.header.revision, 2);
+    // Numbers instead of strings are taken too.
+    auto n = parse_lease_grant(R"({"ID":7,"TTL":5})");
+    ASSERT_TRUE(n);
+    EXPECT_EQ(n->id, 7);
+    EXPECT_EQ(n->reply.header.cluster_id, 0u);
+}
+
+TEST(EtcdJson, LeaseGrantMissingOrBadFields) {
+    EXPECT_EQ(parse_lease_grant(with_header(R"("TTL":"2")")).error(), make_error_code(Errc::malformed_data));
+    EXPECT_EQ(parse_lease_grant(with_header(R"("ID":"12")")).error(), make_error_code(Errc::malformed_data));
+    EXPECT_EQ(parse_lease_grant(with_header(R"("ID":"x12","TTL":"2")")).error(), make_error_code(Errc::malformed_data));
+    EXPECT_EQ(parse_lease_grant(with_header(R"("ID":"99999999999999999999","TTL":"2")")).error(),
+              make_error_code(Errc::malformed_data));
+    EXPECT_EQ(parse_lease_grant(R"({"header":"nope","ID":"1","TTL":"2"})").error(), make_error_code(Errc::malformed_data));
+    EXPECT_EQ(parse_lease_grant("").error(), make_error_code(Errc::malformed_data));
+    EXPECT_EQ(parse_lease_grant("[1]").error(), make_error_code(Errc::malformed_data));
+    EXPECT_EQ(parse_lease_grant("{\"ID\":").error(), make_error_code(Errc::malformed_data));
+}
+
+TEST(EtcdJson, ErrorBodiesOf34And35AndStreams) {
+    // 3.4.23, HTTP 500:
+    const std::string e34 =
+        R"({"error":"etcdserver: requested lease not found","message":"etcdserver: requested lease not found","code":2})";
+    auto e = parse_error(e34);
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->code, 2);
+    EXPECT_EQ(e->message, "etcdserver: requested lease not found");
+    EXPECT_EQ(classify_error(*e), make_error_code(ElectorErrc::lease_expired));
+    EXPECT_EQ(parse_campaign(e34).error(), make_error_code(ElectorErrc::lease_expired));
+    // 3.5.16:
+    auto e35 = parse_error(R"({"code":2,"message":"election: no leader"})");
+    ASSERT_TRUE(e35);
+    EXPECT_EQ(classify_error(*e35), make_error_code(ElectorErrc::no_leader));
+    EXPECT_EQ(parse_leader(R"({"code":2,"message":"election: no leader"})").error(),
+              make_error_code(ElectorErrc::no_leader));
+    // A stream's error line:
+    const std::string line =
+        R"({"error":{"grpc_code":5,"http_code":404,"message":"etcdserver: requested lease not found","http_status":"Not Found"}})";
+    EXPECT_EQ(parse_keepalive(line).error(), make_error_code(ElectorErrc::lease_expired));
+    // Anything else is a server error; a normal reply is no error.
+    EXPECT_EQ(parse_range(R"({"code":3,"message":"invalid character"})").error(),
+              make_error_code(ElectorErrc::server_error));
+    EXPECT_FALSE(parse_error(with_header("")));
+    EXPECT_FALSE(parse_error("not json"));
+}
+
+TEST(EtcdJson, KeepaliveLineAndExpiredLease) {
+    auto k = parse_keepalive(std::string(R"({"result":)") + with_header(R"("ID":"4111120352481180681","TTL":"5")") + "}");
+    ASSERT_TRUE(k) << k.error().message();
+    EXPECT_EQ(k->id, 4111120352481180681);
+    EXPECT_EQ(k->ttl_s, 5);
+    // An expired lease: TTL omitted (zero).
+    auto gone = parse_keepalive(std::string(R"({"result":)") + with_header(R"("ID":"123")") + "}");
+    ASSERT_TRUE(gone);
+    EXPECT_EQ(gone->ttl_s, 0);
+    // Not a stream line.
+    EXPECT_EQ(parse_keepalive(with_header(R"("ID":"1","TTL":"5")")).error(), make_error_code(Errc::malformed_data));
+    EXPECT_EQ(parse_keepalive(R"({"result":{"ID":"-4","TTL":"5"}})").error(), make_error_code(Errc::malformed_data));
+}
+
+TEST(EtcdJson, CampaignReplyNamesTheLeaderKey) {
+    auto c = parse_campaign(with_header(
+        R"("leader":{"name":"bnZmZW5jZS92b2wx","key":"bnZmZW5jZS92b2wxLzM5MGRhMjJkY2U4NGZjMDk=","rev":"2","lease":"4111120352481180681"})"));
+    ASSERT_TRUE(c) << c.error().message();
+    EXPECT_EQ(c->leader.key, "nvfence/vol1/390da22dce84fc09");
+    EXPECT_EQ(c->leader.revision, 2);
+    EXPECT_EQ(c->leader.lease, 4111120352481180681);
+    // Missing rev (omitted zero) cannot be a leadership.
+    EXPECT_EQ(parse_campaign(with_header(R"("leader":{"name":"eA==","key":"eA==","lease":"1"})")).error(),
+              make_error_code(Errc::malformed_data));
+    EXPECT_EQ(parse_campaign(with_header("")).error(), make_error_code(Errc::malformed_data));
+    EXPECT_EQ(parse_campaign(with_header(R"("leader":{"name":"eA==","key":"!!","rev":"2","lease":"1"})")).error(),
+              make_error_code(Errc::malformed_data));
+}
+
+TEST(EtcdJson, LeaderAndObserve) {
+    const std::string kv =
+        R"("kv":{"key":"bnZmZW5jZS92b2wxLzM5MGRhMjJkY2U4NGZjMDk=","create_revision":"2","mod_revision":"2","version":"1","value":"bm9kZTE=","lease":"4111120352481180681"})";
+    Header h;
+    auto l = parse_leader(with_header(kv), &h);
+    ASSERT_TRUE(l) << l.error().message();
+    EXPECT_EQ(l->key, "nvfence/vol1/390da22dce84fc09");
+    EXPECT_EQ(l->value, "node1");
+    EXPECT_EQ(l->revision, 2);
+    EXPECT_EQ(h.cluster_id, 15118495548433857066u);
+    auto o = parse_observe(std::string(R"({"result":)") + with_header(kv) + "}");
+    ASSERT_TRUE(o);
+    EXPECT_TRUE(o->same_leadership(*l));
+    // A reply without kv: nobody leads.
+    EXPECT_EQ(parse_leader(with_header("")).error(), make_error_code(ElectorErrc::no_leader));
+    // A kv without create_revision is not a leader key.
+    EXPECT_EQ(parse_leader(with_header(R"("kv":{"key":"eA=="})")).error(), make_error_code(Errc::malformed_data));
+}
+
+TEST(EtcdJson, TxnSucceededOmittedWhenFalse) {
+    auto ok = parse_txn(with_header(R"("succeeded":true,"responses":[{"response_put":{"header":{"revision":"3"}}}])"));
+    ASSERT_TRUE(ok) << ok.error().message();
+    EXPECT_TRUE(ok->succeeded);
+    EXPECT_TRUE(ok->ranges.empty());
+    auto failed = parse_txn(with_header(
+        R"("responses":[{"response_range":{"header":{"revision":"3"},"kvs":[{"key":"bnZmZW5jZS1lcG9jaC92b2wx","create_revision":"3","mod_revision":"3","version":"1","value":"MQ=="}],"count":"1"}},{"response_range":{"header":{"revision":"3"}}}])"));
+    ASSERT_TRUE(failed) << failed.error().message();
+    EXPECT_FALSE(failed->succeeded);
+    ASSERT_EQ(failed->ranges.size(), 2u);
+    ASSERT_EQ(failed->ranges[0].kvs.size(), 1u);
+    EXPECT_EQ(failed->ranges[0].kvs[0].value, "1");
+    EXPECT_EQ(failed->ranges[0].kvs[0].create_revision, 3);
+    EXPECT_TRUE(failed->ranges[1].kvs.empty());
+    EXPECT_EQ(parse_txn(with_header(R"("succeeded":"yes")")).error(), make_error_code(Errc::malformed_data));
+    EXPECT_EQ(parse_txn(with_header(R"("responses":{})")).error(), make_error_code(Errc::malformed_data));
+}
+
+TEST(EtcdJson, CounterValue) {
+    auto c = parse_counter("41 1234");
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->epoch, 41u);
+    EXPECT_EQ(c->leader_rev, 1234);
+    EXPECT_EQ(format_counter(*c), "41 1234");
+    for (const char* bad : {"", "41", "41 ", " 41 1", "0 5", "5 0", "041 5", "4294967296 5", "1 2 3", "1  2", "-1 2", "1 x"})
+        EXPECT_FALSE(parse_counter(bad)) << bad;
+    EXPECT_TRUE(parse_counter("4294967295 9223372036854775807"));
+}
+
+TEST(EtcdJson, RequestsCarryInt64AsStringsAndBase64) {
+    EXPECT_EQ(grant_request(5), R"({"TTL":"5"})");
+    EXPECT_EQ(lease_request(42), R"({"ID":"42"})");
+    EXPECT_EQ(name_request("nvfence/vol1"), R"({"name":"bnZmZW5jZS92b2wx"})");
+    const std::string c = campaign_request("nvfence/vol1", 7, "node1");
+    EXPECT_NE(c.find(R"("lease":"7")"), std::string::npos);
+    EXPECT_NE(c.find(R"("value":"bm9kZTE=")"), std::string::npos);
+    LeaderInfo l;
+    l.key = "nvfence/vol1/7";
+    l.revision = 9;
+    l.lease = 7;
+    const std::string t = token_txn_request("nvfence/vol1.epoch", l, 0, {3, 9});
+    EXPECT_NE(t.find(R"("create_revision":"9")"), std::string::npos);
+    EXPECT_NE(t.find(R"("mod_revision":"0")"), std::string::npos);
+    EXPECT_NE(t.find(base64_encode("3 9")), std::string::npos);
+}
