@@ -14,6 +14,8 @@ packages=(
   qemu-system-x86 busybox-static nvme-cli fio xz-utils cpio zstd
   # lab tests
   python3-pytest
+  # etcd elector: transport, JSON, and a real etcd for its tests
+  libcurl4-openssl-dev nlohmann-json3-dev etcd-server etcd-client
 )
 
 missing=()

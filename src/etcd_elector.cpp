@@ -44,40 +44,6 @@ std::string sanitize(const std::string& volume) {
 
 // ---- TokenStore -----------------------------------------------------------
 
-std::optional<TokenRecord> parse_token_record(std::string_view text) {
-    TokenRecord r;
-    bool have_cluster = false, have_epoch = false;
-    while (!text.empty()) {
-        const size_t nl = text.find('\n');
-        std::string_view line = text.substr(0, nl);
-        text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
-        if (line.empty()) continue;
-        const size_t sp = line.find(' ');
-        if (sp == std::string_view::npos) return std::nullopt;
-        const std::string_view k = line.substr(0, sp);
-        const std::string_view v = line.substr(sp + 1);
-        if (k == "cluster_id" && !have_cluster) {
-            auto n = parse_uint(v, 0, UINT64_MAX);
-            if (!n) return std::nullopt;
-            r.cluster_id = *n;
-            have_cluster = true;
-        } else if (k == "epoch" && !have_epoch) {
-            auto n = parse_uint(v, 0, kMaxEpoch);
-            if (!n) return std::nullopt;
-            r.epoch = static_cast<uint32_t>(*n);
-            have_epoch = true;
-        } else {
-            return std::nullopt;
-        }
-    }
-    if (!have_cluster || !have_epoch) return std::nullopt;
-    return r;
-}
-
-std::string format_token_record(const TokenRecord& r) {
-    return "cluster_id " + std::to_string(r.cluster_id) + "\nepoch " + std::to_string(r.epoch) + "\n";
-}
-
 TokenStore::TokenStore(std::string dir, const std::string& volume) : dir_(std::move(dir)) {
     path_ = dir_ + "/" + sanitize(volume) + ".etcd-token";
 }

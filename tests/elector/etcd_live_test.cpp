@@ -1,1 +1,433 @@
+// SPDX-License-Identifier: MIT
+// EtcdElector against a real etcd-server (Debian's etcd 3.4), started on
+// 127.0.0.1 with free ports and a temporary data directory per test.
+// A missing etcd binary fails every test with the package to install.
 #include <gtest/gtest.h>
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "nvfence/error.hpp"
+#include "nvfence/etcd.hpp"
+
+using namespace nvfence;
+using namespace std::chrono_literals;
+using Ms = std::chrono::milliseconds;
+using SteadyClock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string etcd_bin() {
+    const char* e = std::getenv("NVFENCE_ETCD");
+    return e ? e : "/usr/bin/etcd";
+}
+std::string etcdctl_bin() {
+    const char* e = std::getenv("NVFENCE_ETCDCTL");
+    return e ? e : "/usr/bin/etcdctl";
+}
+
+int free_port() {
+    int s = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = 0;
+    socklen_t len = sizeof a;
+    if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+        ::close(s);
+        return -1;
+    }
+    ::close(s);
+    return ntohs(a.sin_port);
+}
+
+// One etcd member on loopback; stop() and start() again keep the data.
+class EtcdServer {
+public:
+    EtcdServer() {
+        char tmpl[] = "/tmp/nvfence-etcd-XXXXXX";
+        dir_ = ::mkdtemp(tmpl) ? tmpl : "";
+        client_port_ = free_port();
+        peer_port_ = free_port();
+    }
+    ~EtcdServer() {
+        stop();
+        std::error_code ec;
+        if (!dir_.empty()) fs::remove_all(dir_, ec);
+    }
+    std::string client_url() const { return "http://127.0.0.1:" + std::to_string(client_port_); }
+    std::string data_dir() const { return dir_ + "/data"; }
+    const std::string& dir() const { return dir_; }
+
+    // Starts etcd and waits (at most 15 s) until it answers.
+    ::testing::AssertionResult start() {
+        if (::access(etcd_bin().c_str(), X_OK) != 0)
+            return ::testing::AssertionFailure()
+                   << etcd_bin() << " not found: install Debian's etcd-server (scripts/setup.sh); "
+                   << "the etcd tests never skip";
+        const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
+        std::vector<std::string> args = {etcd_bin(),
+                                         "--name", "t",
+                                         "--data-dir", data_dir(),
+                                         "--listen-client-urls", client_url(),
+                                         "--advertise-client-urls", client_url(),
+                                         "--listen-peer-urls", peer,
+                                         "--initial-advertise-peer-urls", peer,
+                                         "--initial-cluster", "t=" + peer,
+                                         "--logger", "zap"};
+        pid_ = ::fork();
+        if (pid_ == 0) {
+            std::vector<char*> argv;
+            for (auto& a : args) argv.push_back(a.data());
+            argv.push_back(nullptr);
+            std::freopen((dir_ + "/etcd.out").c_str(), "a", stdout);
+            std::freopen((dir_ + "/etcd.out").c_str(), "a", stderr);
+            ::execv(argv[0], argv.data());
+            ::_exit(127);
+        }
+        const auto until = SteadyClock::now() + 15s;
+        while (SteadyClock::now() < until) {
+            int st = 0;
+            if (::waitpid(pid_, &st, WNOHANG) == pid_) {
+                pid_ = -1;
+                return ::testing::AssertionFailure() << "etcd exited at start; see " << dir_ << "/etcd.out";
+            }
+            if (ctl({"endpoint", "health"}, nullptr, 2) == 0) return ::testing::AssertionSuccess();
+            std::this_thread::sleep_for(100ms);
+        }
+        return ::testing::AssertionFailure() << "etcd did not answer in 15 s";
+    }
+    void stop() {
+        if (pid_ <= 0) return;
+        ::kill(pid_, SIGTERM);
+        for (int i = 0; i < 100; ++i) {
+            if (::waitpid(pid_, nullptr, WNOHANG) == pid_) {
+                pid_ = -1;
+                return;
+            }
+            std::this_thread::sleep_for(50ms);
+        }
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, nullptr, 0);
+        pid_ = -1;
+    }
+    // Runs etcdctl (API 3) against this member; its stdout in @p out.
+    int ctl(const std::vector<std::string>& args, std::string* out, int timeout_s = 5) const {
+        std::string cmd = "ETCDCTL_API=3 timeout " + std::to_string(timeout_s) + " " + etcdctl_bin() +
+                          " --endpoints=" + client_url();
+        for (const auto& a : args) cmd += " '" + a + "'";
+        cmd += " 2>/dev/null";
+        FILE* p = ::popen(cmd.c_str(), "r");
+        if (!p) return -1;
+        char buf[4096];
+        size_t n;
+        std::string o;
+        while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) o.append(buf, n);
+        const int rc = ::pclose(p);
+        if (out) *out = o;
+        return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    }
+
+private:
+    std::string dir_;
+    int client_port_ = -1;
+    int peer_port_ = -1;
+    pid_t pid_ = -1;
+};
+
+class EtcdLive : public ::testing::Test {
+protected:
+    void SetUp() override { ASSERT_TRUE(etcd_.start()); }
+
+    std::unique_ptr<EtcdElector> elector(const std::string& value, int64_t ttl_s = 5, std::string state_dir = "") {
+        EtcdOptions o;
+        o.endpoints = {etcd_.client_url()};
+        o.election = "nvfence/vol-test";
+        o.value = value;
+        o.ttl_s = ttl_s;
+        o.state_dir = std::move(state_dir);
+        o.volume = "vol-test";
+        auto e = EtcdElector::create(o);
+        EXPECT_TRUE(e);
+        return e ? std::move(*e) : nullptr;
+    }
+    // Campaigns in slices, renewing the lease between them, until won.
+    Result<LeaderInfo> win(EtcdElector& e, Ms budget = 10000ms) {
+        const auto until = SteadyClock::now() + budget;
+        std::error_code last = make_error_code(Errc::timeout);
+        while (SteadyClock::now() < until) {
+            auto r = e.campaign(500ms);
+            if (r) return r;
+            last = r.error();
+            if (last != make_error_code(Errc::timeout)) return last;
+            if (auto k = e.keepalive(1000ms); !k) return k.error();
+        }
+        return last;
+    }
+
+    EtcdServer etcd_;
+};
+
+}  // namespace
+
+TEST_F(EtcdLive, CampaignKeepaliveLeaderResign) {
+    auto a = elector("node=1");
+    auto won = a->campaign(3000ms);
+    ASSERT_TRUE(won) << won.error().message() << " " << a->last_error();
+    EXPECT_GT(won->revision, 0);
+    EXPECT_EQ(won->lease, a->lease_id());
+    EXPECT_EQ(won->key.rfind("nvfence/vol-test/", 0), 0u) << won->key;
+    EXPECT_NE(a->cluster_id(), 0u);
+
+    auto k = a->keepalive(1000ms);
+    ASSERT_TRUE(k) << k.error().message();
+    EXPECT_GE(k->ttl_ms, 4000);
+    EXPECT_LE(k->ttl_ms, 5000);
+
+    auto b = elector("node=2");
+    auto l = b->leader(1000ms);
+    ASSERT_TRUE(l) << l.error().message();
+    EXPECT_TRUE(l->same_leadership(*won));
+    EXPECT_EQ(l->value, "node=1");
+
+    ASSERT_TRUE(a->resign(1000ms));
+    EXPECT_EQ(b->leader(1000ms).error(), make_error_code(ElectorErrc::no_leader));
+    EXPECT_EQ(a->lease_id(), 0);
+    // Resigning again is nothing to do; a keepalive needs a new campaign.
+    EXPECT_TRUE(a->resign(1000ms));
+    EXPECT_EQ(a->keepalive(1000ms).error(), make_error_code(ElectorErrc::not_campaigning));
+}
+
+TEST_F(EtcdLive, CampaignIsBoundedAndQueuedBehindTheLeader) {
+    auto a = elector("node=1");
+    auto b = elector("node=2");
+    auto wa = a->campaign(3000ms);
+    ASSERT_TRUE(wa);
+    const auto t0 = SteadyClock::now();
+    auto rb = b->campaign(400ms);
+    const auto took = std::chrono::duration_cast<Ms>(SteadyClock::now() - t0);
+    EXPECT_EQ(rb.error(), make_error_code(Errc::timeout));
+    EXPECT_LT(took.count(), 2000) << "campaign overran its 400 ms bound";
+    std::printf("bounded campaign returned after %lld ms (bound 400 ms)\n", static_cast<long long>(took.count()));
+    ASSERT_TRUE(a->resign(1000ms));
+    auto wb = win(*b);
+    ASSERT_TRUE(wb) << wb.error().message();
+    EXPECT_FALSE(wb->same_leadership(*wa));
+    EXPECT_GT(wb->revision, wa->revision);
+}
+
+TEST_F(EtcdLive, LeaseExpiryHandsLeadershipOver) {
+    auto a = elector("node=1", 2);
+    auto b = elector("node=2", 2);
+    auto wa = a->campaign(3000ms);
+    ASSERT_TRUE(wa);
+    // a stops renewing (paused); b campaigns and renews its own lease.
+    const auto t0 = SteadyClock::now();
+    auto wb = win(*b, 10000ms);
+    ASSERT_TRUE(wb) << wb.error().message();
+    const auto took = std::chrono::duration_cast<Ms>(SteadyClock::now() - t0).count();
+    std::printf("leadership moved %lld ms after the old leader stopped renewing (TTL 2000 ms)\n",
+                static_cast<long long>(took));
+    EXPECT_GE(took, 1500);
+    // a wakes: its lease is gone (the keepalive reply omits TTL).
+    EXPECT_EQ(a->keepalive(1000ms).error(), make_error_code(ElectorErrc::lease_expired));
+    EXPECT_EQ(a->lease_id(), 0);
+    // and its term can no longer be issued (guarded by its leader key).
+    EXPECT_EQ(a->term(0, 1000ms).error(), make_error_code(ElectorErrc::not_campaigning));
+}
+
+TEST_F(EtcdLive, ObserveReportsTheNextLeaderAndIsBounded) {
+    auto a = elector("node=1");
+    auto b = elector("node=2");
+    auto c = elector("node=3");
+    // Nobody leads: observe waits its bound and says so.
+    const auto t0 = SteadyClock::now();
+    EXPECT_EQ(c->observe(std::nullopt, 500ms).error(), make_error_code(ElectorErrc::no_leader));
+    EXPECT_LT(std::chrono::duration_cast<Ms>(SteadyClock::now() - t0).count(), 2000);
+    auto wa = a->campaign(3000ms);
+    ASSERT_TRUE(wa);
+    auto first = c->observe(std::nullopt, 1000ms);
+    ASSERT_TRUE(first) << first.error().message();
+    EXPECT_TRUE(first->same_leadership(*wa));
+    // No change within the bound: the known leader comes back.
+    auto same = c->observe(*wa, 500ms);
+    ASSERT_TRUE(same);
+    EXPECT_TRUE(same->same_leadership(*wa));
+    // A change: b leads after a resigns.
+    EXPECT_EQ(b->campaign(300ms).error(), make_error_code(Errc::timeout));
+    ASSERT_TRUE(a->resign(1000ms));
+    auto wb = win(*b);
+    ASSERT_TRUE(wb);
+    auto next = c->observe(*wa, 2000ms);
+    ASSERT_TRUE(next) << next.error().message();
+    EXPECT_TRUE(next->same_leadership(*wb));
+    EXPECT_EQ(next->value, "node=2");
+}
+
+TEST_F(EtcdLive, TokenIncreasesAcrossLeadersAndSurvivesARestart) {
+    auto a = elector("node=1");
+    ASSERT_TRUE(a->campaign(3000ms));
+    auto ta = a->term(0, 2000ms);
+    ASSERT_TRUE(ta) << ta.error().message() << " " << a->last_error();
+    EXPECT_EQ(ta->epoch, 1u);
+    // Idempotent for one leadership.
+    auto again = a->term(0, 2000ms);
+    ASSERT_TRUE(again);
+    EXPECT_EQ(again->epoch, ta->epoch);
+    ASSERT_TRUE(a->resign(1000ms));
+
+    auto b = elector("node=2");
+    ASSERT_TRUE(b->campaign(3000ms));
+    auto tb = b->term(0, 2000ms);
+    ASSERT_TRUE(tb);
+    EXPECT_EQ(tb->epoch, 2u);
+    // A floor from the device (a registrant's epoch) lifts the token above it.
+    ASSERT_TRUE(b->resign(1000ms));
+    ASSERT_TRUE(b->campaign(3000ms));
+    auto tb2 = b->term(40, 2000ms);
+    ASSERT_TRUE(tb2);
+    EXPECT_EQ(tb2->epoch, 41u);
+    ASSERT_TRUE(b->resign(1000ms));
+
+    std::string counter;
+    ASSERT_EQ(etcd_.ctl({"get", "--print-value-only", "nvfence/vol-test.epoch"}, &counter), 0);
+    EXPECT_EQ(counter.substr(0, 3), "41 ");
+
+    etcd_.stop();
+    ASSERT_TRUE(etcd_.start());
+    auto c = elector("node=3");
+    ASSERT_TRUE(c->campaign(3000ms));
+    auto tc = c->term(0, 2000ms);
+    ASSERT_TRUE(tc) << tc.error().message();
+    EXPECT_EQ(tc->epoch, 42u);
+    std::printf("tokens: %u %u %u, after restart %u\n", ta->epoch, tb->epoch, tb2->epoch, tc->epoch);
+}
+
+TEST_F(EtcdLive, TermIsGuardedByTheLeaderKey) {
+    auto a = elector("node=1");
+    auto wa = a->campaign(3000ms);
+    ASSERT_TRUE(wa);
+    // Another client deletes a's leader key (as a lease expiry would) before
+    // a issues its token: the transaction refuses it.
+    ASSERT_EQ(etcd_.ctl({"del", wa->key}, nullptr), 0);
+    EXPECT_EQ(a->term(0, 2000ms).error(), make_error_code(ElectorErrc::not_leader));
+    std::string counter;
+    ASSERT_EQ(etcd_.ctl({"get", "--print-value-only", "nvfence/vol-test.epoch"}, &counter), 0);
+    EXPECT_EQ(counter, "");
+}
+
+TEST_F(EtcdLive, LocalRecordRefusesARolledBackCounter) {
+    const std::string state = etcd_.dir() + "/state";
+    auto a = elector("node=1", 5, state);
+    ASSERT_TRUE(a->campaign(3000ms));
+    auto t1 = a->term(0, 2000ms);
+    ASSERT_TRUE(t1);
+    ASSERT_TRUE(a->resign(1000ms));
+    ASSERT_TRUE(a->campaign(3000ms));
+    auto t2 = a->term(0, 2000ms);
+    ASSERT_TRUE(t2);
+    EXPECT_EQ(t2->epoch, 2u);
+    ASSERT_TRUE(a->resign(1000ms));
+    TokenStore store(state, "vol-test");
+    auto rec = store.load();
+    ASSERT_TRUE(rec);
+    EXPECT_EQ(rec->epoch, 2u);
+    EXPECT_EQ(rec->cluster_id, a->cluster_id());
+
+    // etcd loses the counter (a snapshot from before it existed, or an
+    // operator): the next token is still above what this host used.
+    ASSERT_EQ(etcd_.ctl({"del", "nvfence/vol-test.epoch"}, nullptr), 0);
+    ASSERT_TRUE(a->campaign(3000ms));
+    auto t3 = a->term(0, 2000ms);
+    ASSERT_TRUE(t3) << t3.error().message();
+    EXPECT_EQ(t3->epoch, 3u);
+    EXPECT_TRUE(t3->rollback_seen);
+    EXPECT_EQ(store.load()->epoch, 3u);
+}
+
+TEST_F(EtcdLive, SnapshotRestoreRollsTheCounterBackButNotTheToken) {
+    const std::string state = etcd_.dir() + "/state";
+    auto a = elector("node=1", 5, state);
+    ASSERT_TRUE(a->campaign(3000ms));
+    ASSERT_TRUE(a->term(0, 2000ms));  // epoch 1
+    ASSERT_TRUE(a->resign(1000ms));
+    const std::string snap = etcd_.dir() + "/snap.db";
+    ASSERT_EQ(etcd_.ctl({"snapshot", "save", snap}, nullptr, 10), 0);
+    ASSERT_TRUE(a->campaign(3000ms));
+    auto t2 = a->term(0, 2000ms);  // epoch 2, not in the snapshot
+    ASSERT_TRUE(t2);
+    ASSERT_TRUE(a->resign(1000ms));
+
+    etcd_.stop();
+    fs::remove_all(etcd_.data_dir());
+    // etcd 3.4's etcdctl restores (3.5: etcdutl, with --bump-revision).
+    ASSERT_EQ(etcd_.ctl({"snapshot", "restore", snap, "--data-dir", etcd_.data_dir(), "--name", "t",
+                         "--initial-cluster", "t=http://127.0.0.1:1", "--initial-advertise-peer-urls",
+                         "http://127.0.0.1:1"},
+                        nullptr, 20),
+              0);
+    ASSERT_TRUE(etcd_.start());
+    std::string counter;
+    ASSERT_EQ(etcd_.ctl({"get", "--print-value-only", "nvfence/vol-test.epoch"}, &counter), 0);
+    EXPECT_EQ(counter.substr(0, 2), "1 ") << "the restored counter is the snapshot's";
+
+    auto b = elector("node=1", 5, state);
+    ASSERT_TRUE(b->campaign(3000ms));
+    auto t3 = b->term(0, 2000ms);
+    ASSERT_TRUE(t3) << t3.error().message() << " " << b->last_error();
+    EXPECT_EQ(t3->epoch, 3u);
+    EXPECT_TRUE(t3->rollback_seen);
+    std::printf("before restore %u, after restore %u (counter in etcd was rolled back to 1)\n", t2->epoch, t3->epoch);
+}
+
+TEST_F(EtcdLive, ErrorsAndBoundsOfTheTransport) {
+    // A port nobody listens on: unreachable, fast.
+    EtcdOptions o;
+    o.endpoints = {"http://127.0.0.1:" + std::to_string(free_port())};
+    o.election = "nvfence/x";
+    o.value = "node=1";
+    auto dead = EtcdElector::create(o);
+    ASSERT_TRUE(dead);
+    const auto t0 = SteadyClock::now();
+    EXPECT_EQ((*dead)->campaign(1000ms).error(), make_error_code(ElectorErrc::unreachable));
+    EXPECT_EQ((*dead)->leader(1000ms).error(), make_error_code(ElectorErrc::unreachable));
+    EXPECT_LT(std::chrono::duration_cast<Ms>(SteadyClock::now() - t0).count(), 3000);
+    // A dead endpoint first, the live one second: the call goes through.
+    o.endpoints.push_back(etcd_.client_url());
+    auto two = EtcdElector::create(o);
+    ASSERT_TRUE(two);
+    EXPECT_TRUE((*two)->campaign(3000ms));
+    // Bad options.
+    EtcdOptions bad = o;
+    bad.ttl_s = 1;
+    EXPECT_EQ(EtcdElector::create(bad).error(), make_error_code(Errc::invalid_argument));
+    bad = o;
+    bad.endpoints = {"127.0.0.1:2379"};
+    EXPECT_EQ(EtcdElector::create(bad).error(), make_error_code(Errc::invalid_argument));
+    // A counter that is not ours: refused, not misread.
+    ASSERT_EQ(etcd_.ctl({"put", "nvfence/x.epoch", "garbage"}, nullptr), 0);
+    EXPECT_EQ((*two)->term(0, 2000ms).error(), make_error_code(Errc::malformed_data));
+    // term without a campaign.
+    auto fresh = elector("node=9");
+    EXPECT_EQ(fresh->term(0, 1000ms).error(), make_error_code(ElectorErrc::not_campaigning));
+    // etcd stopped: every call returns within its bound.
+    etcd_.stop();
+    const auto t1 = SteadyClock::now();
+    auto k = (*two)->keepalive(500ms);
+    EXPECT_FALSE(k);
+    EXPECT_LT(std::chrono::duration_cast<Ms>(SteadyClock::now() - t1).count(), 2000);
+}
