@@ -14,6 +14,8 @@ packages=(
   qemu-system-x86 busybox-static nvme-cli fio xz-utils cpio zstd
   # lab tests
   python3-pytest
+  # fence_nvfence: its metadata is checked with xmllint against fence-agents' metadata.rng
+  libxml2-utils
 )
 
 missing=()
