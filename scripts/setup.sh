@@ -16,6 +16,8 @@ packages=(
   python3-pytest
   # etcd elector: transport, JSON, and a real etcd for its tests
   libcurl4-openssl-dev nlohmann-json3-dev etcd-server etcd-client
+  # fence_nvfence: its metadata is checked with xmllint against fence-agents' metadata.rng
+  libxml2-utils
 )
 
 missing=()

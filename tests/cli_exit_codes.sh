@@ -29,6 +29,11 @@ expect 2 preempt /dev/null --node 1 --victim 12abc
 expect 2 preempt /dev/null --node 1 --victim nf:0:0:1
 expect 2 preempt /dev/null --node 1 --victim nf:256:1:1
 expect 2 preempt /dev/null --node 1 --victim 0x1 --holder
+expect 2 preempt /dev/null --node 1 --victim-node 0
+expect 2 preempt /dev/null --node 1 --victim-node 256
+expect 2 preempt /dev/null --node 1 --victim-node x
+expect 2 preempt /dev/null --node 1 --victim-node 2 --victim 0x1
+expect 2 preempt /dev/null --node 1 --victim-node 2 --holder
 expect 2 register /dev/null --node 0
 expect 2 register /dev/null --node 256
 expect 2 register /dev/null --node -1

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 extern "C" {
 #include <nvme/fabrics.h>
@@ -571,6 +572,111 @@ int cmd_preempt(const Common& c, unsigned node, ResvType type, std::optional<uin
     return 0;
 }
 
+// --victim-node N: preempt the key node N is registered with, whatever its
+// epoch (what a cluster manager knows is the node, not its current key).
+// The compare-and-swap of --victim still holds: the key is read here and
+// the takeover re-checks it.
+int cmd_preempt_node(const Common& c, unsigned node, ResvType type, unsigned victim_node, bool abort) {
+    int rc = 0;
+    auto ns = open_ns(c, rc);
+    if (!ns) return rc;
+    Reservations resv(ns->passthru(), ns->info().nsid);
+    auto st = resv.report();
+    if (!st) return fail(c, c.dev + ": reservation report failed: " + st.error().message(), st.error());
+    const auto& self = ns->info().host_id;
+    const Registrant* me = self ? st->find_host(*self) : nullptr;
+    const auto mine = me ? decode_key(me->key) : std::nullopt;
+    const std::string which = "--victim-node " + std::to_string(victim_node);
+    if (node == victim_node || (node == 0 && mine && mine->tag == c.tag && mine->node == victim_node))
+        return fail(c, "preempt: " + which + " is this host's own node", make_error_code(Errc::invalid_argument),
+                    "a host cannot preempt itself (nothing was changed)");
+    std::vector<uint64_t> keys;
+    for (const auto& r : st->registrants) {
+        auto f = decode_key(r.key);
+        if (f && f->tag == c.tag && f->node == victim_node) keys.push_back(r.key);
+    }
+    if (keys.size() > 1) {
+        std::string list;
+        for (auto k : keys) list += " " + format_key(k);
+        return fail(c, "preempt: node " + std::to_string(victim_node) + " has " + std::to_string(keys.size()) +
+                           " keys on " + c.dev + ":" + list,
+                    make_error_code(Errc::invalid_argument), "name one with --victim KEY (nothing was changed)");
+    }
+    if (keys.empty()) {
+        const Registrant* h = st->holder();
+        const std::string none = "preempt: node " + std::to_string(victim_node) + " (cluster tag " +
+                                 std::to_string(c.tag) + ") has no key on " + c.dev;
+        if (h && self && h->host_id == *self) {
+            if (c.json) {
+                Json j;
+                j.begin_object().key("command").str("preempt").key("changed").boolean(false);
+                j.key("key").str(format_key_hex(h->key)).key("key_text").str(format_key(h->key)).end_object();
+                std::cout << j.text() << "\n";
+            } else {
+                std::printf("%s and this host holds it; nothing changed\n", none.c_str());
+            }
+            return 0;
+        }
+        if (h)
+            return fail(c, none + "; " + describe_key(h->key) + " holds the reservation",
+                        make_error_code(Errc::lost_race), "nothing was changed (see 'nvfence report')", h->key);
+        return fail(c, none + " and nobody holds the reservation", make_error_code(Errc::invalid_key),
+                    "nothing was changed; see 'nvfence report'");
+    }
+    const Registrant* h = st->holder();
+    const uint64_t victim = keys.front();
+    ns.reset();
+    // The victim holds, or nobody does: the takeover of --victim.
+    if (!h || h->key == victim || (self && h->host_id == *self))
+        return cmd_preempt(c, node, type, victim, abort);
+    // A third host holds: remove the victim only (the holder keeps the
+    // reservation), verified by a Report.
+    FenceOptions o;
+    o.node = static_cast<uint8_t>(node);
+    o.type = type;
+    auto x = open_fence(c, o, rc);
+    if (!x) return rc;
+    auto j = x->fence->join(std::nullopt, false);
+    if (!j) {
+        if (j.error() == Errc::invalid_argument)
+            return fail(c, "preempt: this host has no key of cluster tag " + std::to_string(c.tag) + " to reuse its node id",
+                        j.error(), "pass --node N (or set NVFENCE_NODE)");
+        return fail_op(c, "preempt", j.error(), *x->fence);
+    }
+    AcquireArgs a;
+    a.action = abort ? AcquireAction::preempt_and_abort : AcquireAction::preempt;
+    a.type = type;
+    a.crkey = j->key;
+    a.prkey = victim;
+    const auto sent = x->resv->acquire(a);
+    auto after = x->fence->verify();
+    if (!after) return fail(c, c.dev + ": reservation report failed: " + after.error().message(), after.error());
+    const bool gone = std::none_of(after->registrants.begin(), after->registrants.end(),
+                                   [&](const Registrant& r) { return r.key == victim; });
+    if (!gone)
+        return fail_op(c, "preempt", sent ? make_error_code(Errc::verify_failed) : sent.error(), *x->fence);
+    const Registrant* now = after->holder();
+    if (c.json) {
+        Json j2;
+        j2.begin_object().key("command").str("preempt").key("action").str(abort ? "preempt-and-abort" : "preempt");
+        j2.key("changed").boolean(true).key("key").str(format_key_hex(j->key)).key("key_text").str(format_key(j->key));
+        j2.key("removed").begin_array().str(format_key_hex(victim)).end_array();
+        j2.key("holder");
+        if (now) j2.str(format_key_hex(now->key)); else j2.null();
+        j2.key("generation").num(after->generation);
+        if (!sent) j2.key("completion_error").str(sent.error().message());
+        j2.end_object();
+        std::cout << j2.text() << "\n";
+        return 0;
+    }
+    std::printf("preempt: removed %s (%s); the holder keeps the reservation\n", describe_key(victim).c_str(),
+                abort ? "preempt-and-abort" : "preempt");
+    std::printf("holder:      %s\n", now ? describe_key(now->key).c_str() : "none");
+    std::printf("this host:   %s\n", describe_key(j->key).c_str());
+    std::printf("generation:  %u\n", after->generation);
+    return 0;
+}
+
 std::string host_name() {
     char h[64] = {};
     if (::gethostname(h, sizeof h - 1) != 0) return "?";
@@ -880,6 +986,9 @@ int main(int argc, char** argv) {
     auto* vopt = pre->add_option("--victim", victim_s, "key to preempt (default: the current holder)")->check(key_text());
     auto* hopt = pre->add_flag("--holder", holder_flag, "preempt the current holder (the default)");
     vopt->excludes(hopt);
+    unsigned victim_node = 0;
+    pre->add_option("--victim-node", victim_node, "preempt node N's key, whatever its epoch (1-255)")
+        ->check(uint_in(1, 255))->excludes(vopt)->excludes(hopt);
     pre->add_flag("--no-abort", no_abort, "plain preempt: do not abort the victim's queued commands");
     pre->add_option("--type", type_s, "type to take: exclusive (default), shared, we, ea, wero, earo, wear, eaar")->check(type_text());
     auto* rel = app.add_subcommand("release", "release the reservation this host holds");
@@ -954,6 +1063,7 @@ int main(int argc, char** argv) {
     if (pre->parsed()) {
         std::optional<uint64_t> victim;
         if (!victim_s.empty()) victim = *parse_key(victim_s);
+        if (victim_node) return cmd_preempt_node(c, node, *type, victim_node, !no_abort);
         return cmd_preempt(c, node, *type, victim, !no_abort);
     }
     if (wr->parsed()) return cmd_write(c, lba, blocks, passthrough);

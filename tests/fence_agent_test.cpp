@@ -1,0 +1,631 @@
+// SPDX-License-Identifier: MIT
+// fence_nvfence (tools/fence_nvfence): option parsing from argv and stdin,
+// and every action with its fence-agents exit code against the in-memory
+// device model (tests/fake_passthru.hpp), several hosts sharing it.
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "fake_passthru.hpp"
+#include "fence_agent.hpp"
+#include "nvfence/error.hpp"
+#include "nvfence/fence.hpp"
+#include "nvfence/key.hpp"
+#include "options.hpp"
+
+namespace nvfence::fence_agent {
+namespace {
+
+using test::FakeTarget;
+using test::HostPort;
+using test::make_host;
+using test::TempDir;
+
+uint64_t key(uint8_t node, uint32_t epoch, uint8_t tag = 0) { return *make_key({tag, node, epoch}); }
+
+Parsed argv(std::vector<std::string> a) { return parse_argv(a); }
+
+// ---- options ---------------------------------------------------------------
+
+TEST(FenceAgentOptions, ArgvTable) {
+    struct Row {
+        std::vector<std::string> args;
+        Action action;
+        std::string plug;
+        std::vector<std::string> devices;
+    };
+    const Row rows[] = {
+        {{"-o", "on", "-n", "n1", "-d", "/dev/a"}, Action::on, "n1", {"/dev/a"}},
+        {{"-ooff", "-nn2", "-d/dev/a,/dev/b"}, Action::off, "n2", {"/dev/a", "/dev/b"}},
+        {{"--action=status", "--plug=n3", "--devices=/dev/a /dev/b"}, Action::status, "n3", {"/dev/a", "/dev/b"}},
+        {{"--action", "monitor", "--devices", "/dev/a"}, Action::monitor, "", {"/dev/a"}},
+        {{"-o", "meta-data"}, Action::metadata, "", {}},
+        {{"-o", "ENABLE", "-n", "x"}, Action::on, "x", {}},
+        {{"-o", "disable", "-n", "x"}, Action::off, "x", {}},
+        {{"-o", "validate-all"}, Action::validate_all, "", {}},
+        {{"-o", "list"}, Action::list, "", {}},
+        {{"-n", "a", "-n", "b"}, Action::off, "b", {}},  // last wins; default action off
+    };
+    for (const auto& r : rows) {
+        auto p = argv(r.args);
+        ASSERT_TRUE(p.ok()) << r.args.front() << ": " << (p.errors.empty() ? "" : p.errors.front());
+        EXPECT_EQ(p.opts.action, r.action) << r.args.front();
+        EXPECT_EQ(p.opts.plug, r.plug) << r.args.front();
+        EXPECT_EQ(p.opts.devices, r.devices) << r.args.front();
+    }
+}
+
+TEST(FenceAgentOptions, ArgvFlagsAndValues) {
+    auto p = argv({"-vvq", "-k", "3", "--node-ids=n1:1;n2:2", "--reservation-type", "exclusive", "--cluster-tag=9",
+                   "--delay=5", "-D", "/tmp/x.log", "--state-dir=/s", "--agent-socket=/run/x.sock",
+                   "--corosync-cmap-path=/bin/c"});
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ(p.opts.verbose, 2u);
+    EXPECT_TRUE(p.opts.quiet);
+    EXPECT_EQ(p.opts.key_node, 3);
+    EXPECT_EQ(p.opts.node_ids, "n1:1;n2:2");
+    EXPECT_EQ(p.opts.mode, Mode::exclusive);
+    EXPECT_EQ(p.opts.tag, 9);
+    EXPECT_EQ(p.opts.delay_s, 5u);
+    EXPECT_EQ(p.opts.debug_file, "/tmp/x.log");
+    EXPECT_EQ(p.opts.state_dir, "/s");
+    EXPECT_EQ(p.opts.agent_socket, "/run/x.sock");
+    EXPECT_EQ(p.opts.corosync_cmap_path, "/bin/c");
+    EXPECT_EQ(argv({"-k", "nf:0:4:77"}).opts.key_node, 4);
+}
+
+TEST(FenceAgentOptions, ArgvErrors) {
+    const std::vector<std::vector<std::string>> bad = {
+        {"--bogus"}, {"-x"}, {"-o"}, {"--action"}, {"-o", "reboot"}, {"-o", "dance"}, {"--verbose=1"},
+        {"-k", "0"}, {"-k", "256"}, {"--reservation-type=5"}, {"--reservation-type=ea"}, {"--cluster-tag=256"},
+        {"--delay=-1"}, {"--delay=3601"}, {"--node-ids=n1:1;n2:1"}, {"--node-ids=n1"}, {"--node-ids=n1:0"},
+        {"--node-ids=n1:1;n1:2"},
+    };
+    for (const auto& b : bad) EXPECT_FALSE(argv(b).ok()) << b.front() << (b.size() > 1 ? " " + b[1] : "");
+    auto p = argv({"-o", "status", "stray"});
+    EXPECT_TRUE(p.ok());
+    ASSERT_EQ(p.warnings.size(), 1u);
+    EXPECT_NE(p.warnings[0].find("stray"), std::string::npos);
+    // The SCSI number is explained, not silently mapped.
+    auto s = argv({"--reservation-type=5"});
+    ASSERT_EQ(s.errors.size(), 1u);
+    EXPECT_NE(s.errors[0].find("NVMe type 3"), std::string::npos);
+    auto r = argv({"-o", "reboot"});
+    EXPECT_NE(r.errors[0].find("not supported"), std::string::npos);
+}
+
+TEST(FenceAgentOptions, StdinTable) {
+    struct Row {
+        std::string text;
+        std::string plug, nodename;
+        Action action;
+        size_t warnings;
+    };
+    const Row rows[] = {
+        {"action=off\nplug=n2\n", "n2", "", Action::off, 0},
+        {"action=off\nport=n2\n", "n2", "", Action::off, 0},                   // port = plug
+        {"action=off\nport=n2\nplug=n3\n", "n3", "", Action::off, 0},         // last wins
+        {"action=off\nplug=n3\nport=n2\n", "n2", "", Action::off, 0},         // either order
+        {"action=off\nnodename=n4\n", "", "n4", Action::off, 0},               // fallback
+        {"\n# comment\n  \naction=status\n", "", "", Action::status, 0},       // blanks, comments
+        {"action=\"on\"\nplug=\"n1\"\n", "n1", "", Action::on, 0},             // quotes stripped
+        {"action=on\naction=status\n", "", "", Action::status, 0},             // last wins
+        {"action=off\npcmk_host_list=a b\nfoo=1\n", "", "", Action::off, 2},   // unknown: warned
+        {"action=off\nverbose=maybe\n", "", "", Action::off, 1},               // bad boolean: warned
+        {"  action = off \n", "", "", Action::off, 0},
+    };
+    for (const auto& r : rows) {
+        auto p = parse_stdin(r.text);
+        EXPECT_TRUE(p.ok()) << r.text;
+        EXPECT_EQ(p.opts.plug, r.plug) << r.text;
+        EXPECT_EQ(p.opts.nodename, r.nodename) << r.text;
+        EXPECT_EQ(p.opts.action, r.action) << r.text;
+        EXPECT_EQ(p.warnings.size(), r.warnings) << r.text;
+    }
+    auto t = parse_stdin("plug=n1\nnodename=n9\n");
+    EXPECT_EQ(t.opts.target(), "n1");  // plug before nodename
+    auto u = parse_stdin("nodename=n9\n");
+    EXPECT_EQ(u.opts.target(), "n9");
+}
+
+TEST(FenceAgentOptions, StdinNamesAndBooleans) {
+    auto p = parse_stdin(
+        "devices=/dev/a,/dev/b\nnode-ids=n1:1;n2:2\nnode_ids=n1:1;n2:2;n3:3\nreservation-type=exclusive\n"
+        "cluster-tag=3\ndelay=2\nverbose=yes\nquiet=TRUE\ncorosync-cmap-path=/x\nstate_dir=/s\n");
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ(p.opts.devices, (std::vector<std::string>{"/dev/a", "/dev/b"}));
+    EXPECT_EQ(p.opts.node_ids, "n1:1;n2:2;n3:3");
+    EXPECT_EQ(p.opts.mode, Mode::exclusive);
+    EXPECT_EQ(p.opts.tag, 3);
+    EXPECT_EQ(p.opts.delay_s, 2u);
+    EXPECT_EQ(p.opts.verbose, 1u);
+    EXPECT_TRUE(p.opts.quiet);
+    EXPECT_EQ(p.opts.corosync_cmap_path, "/x");
+    EXPECT_EQ(p.opts.state_dir, "/s");
+    for (const char* t : {"1", "yes", "on", "true", "On", "YES"}) EXPECT_TRUE(parse_stdin(std::string("quiet=") + t).opts.quiet) << t;
+    for (const char* f : {"0", "no", "off", "false"}) {
+        auto q = parse_stdin(std::string("quiet=1\nquiet=") + f);
+        EXPECT_FALSE(q.opts.quiet) << f;
+        EXPECT_TRUE(q.warnings.empty()) << f;
+    }
+    EXPECT_FALSE(parse_stdin("action=reboot\n").ok());
+    EXPECT_FALSE(parse_stdin("reservation_type=1\n").ok());
+    EXPECT_FALSE(parse_stdin("node_ids=n1:1;n2:x\n").ok());
+}
+
+TEST(FenceAgentOptions, NodeMapAndCorosync) {
+    std::string why;
+    auto m = parse_node_map("n1:1; n2=2,n3:3 n4.example.com:4", why);
+    ASSERT_TRUE(m) << why;
+    EXPECT_EQ(m->size(), 4u);
+    EXPECT_EQ(m->at("n4.example.com"), 4);
+    EXPECT_FALSE(parse_node_map("", why));
+    EXPECT_FALSE(parse_node_map("n1:1;n2:1", why));
+    EXPECT_NE(why.find("two nodes"), std::string::npos);
+
+    const std::string nodelist =
+        "nodelist.local_node_pos (u32) = 0\n"
+        "nodelist.node.0.name (str) = n1\n"
+        "nodelist.node.0.nodeid (u32) = 1\n"
+        "nodelist.node.0.ring0_addr (str) = 169.254.10.1\n"
+        "nodelist.node.1.name (str) = n2\n"
+        "nodelist.node.1.nodeid (u32) = 2\n"
+        "nodelist.node.2.ring0_addr (str) = n3\n"
+        "nodelist.node.2.nodeid (u32) = 300\n";
+    EXPECT_EQ(*parse_cmap_nodeid(nodelist, "n2", why), 2);
+    EXPECT_EQ(*parse_cmap_nodeid(nodelist, "169.254.10.1", why), 1);
+    EXPECT_EQ(parse_cmap_nodeid(nodelist, "n9", why).error(), Errc::not_found);
+    EXPECT_EQ(parse_cmap_nodeid(nodelist, "n3", why).error(), Errc::invalid_argument);  // 300 > 255
+    EXPECT_NE(why.find("node_ids"), std::string::npos);
+    EXPECT_EQ(*parse_cmap_nodeid("runtime.votequorum.this_node_id (u32) = 3\n", "", why), 3);
+    EXPECT_FALSE(parse_cmap_nodeid("", "", why));
+}
+
+// ---- actions against the device model ----------------------------------------
+
+class FakeDevice final : public Device {
+public:
+    FakeDevice(FakeTarget& t, HostId id, std::string path)
+        : path_(std::move(path)), id_(id), port_(t, id), resv_(port_, 1) {}
+    const std::string& path() const override { return path_; }
+    const std::string& volume() const override { return volume_; }
+    const HostId& host_id() const override { return id_; }
+    bool supports(ResvType t) const override { return t != ResvType::exclusive_access || ea; }
+    Reservations& resv() override { return resv_; }
+    bool ea = false;
+
+private:
+    std::string path_;
+    std::string volume_ = "vol-test";
+    HostId id_;
+    HostPort port_;
+    Reservations resv_;
+};
+
+// Three nodes n1, n2, n3 (host ids 1, 2, 3) sharing one namespace; each
+// run() is fence_nvfence on one of them.
+struct Cluster {
+    FakeTarget t;
+    TempDir state;
+    std::vector<std::pair<Level, std::string>> logs;
+    std::vector<uint32_t> slept;
+    std::string cmap_nodelist;
+    std::string cmap_this;
+    std::vector<ControlRequest> agent_requests;
+    std::function<ControlReply(const ControlRequest&)> agent;  // set: an nvfenced runs on the local node
+
+    static HostId host(const std::string& name) { return make_host(static_cast<uint8_t>(name.back() - '0')); }
+
+    int run(const std::string& local, const std::string& stdin_text, std::string* out_text = nullptr) {
+        Parsed p = parse_stdin(stdin_text + "\nstate_dir=" + state.path() + "\n");
+        Host h;
+        h.local_name = local;
+        h.open = [&, local](const std::string& path, std::string& why) -> Result<std::unique_ptr<Device>> {
+            if (path == "/dev/plain") {
+                why = "the namespace has no reservation support";
+                return make_error_code(Errc::no_reservations);
+            }
+            if (path != "/dev/nvme1n1") {
+                why = "no such device";
+                return make_error_code(Errc::not_found);
+            }
+            return std::unique_ptr<Device>(std::make_unique<FakeDevice>(t, host(local), path));
+        };
+        h.cmapctl = [&](const std::string&, const std::vector<std::string>& args) -> Result<std::string> {
+            const std::string& text = args.front() == "nodelist" ? cmap_nodelist : cmap_this;
+            if (text.empty()) return errno_error(ENOENT);
+            return text;
+        };
+        h.find_agent = [&](const Device&) -> std::optional<std::string> {
+            if (agent) return std::string("/run/nvfence/vol-test.sock");
+            return std::nullopt;
+        };
+        h.control = [&](const std::string&, const ControlRequest& r) -> Result<ControlReply> {
+            agent_requests.push_back(r);
+            return agent(r);
+        };
+        h.sleep = [&](uint32_t s) { slept.push_back(s); };
+        h.log = [&](Level l, const std::string& s) { logs.emplace_back(l, s); };
+        std::string out;
+        const int rc = fence_agent::run(p, h, out);
+        if (out_text) *out_text = out;
+        return rc;
+    }
+    bool logged(const std::string& needle) const {
+        for (const auto& [l, s] : logs)
+            if (s.find(needle) != std::string::npos) return true;
+        return false;
+    }
+    std::string all_logs() const {
+        std::string s;
+        for (const auto& [l, m] : logs) s += m + "\n";
+        return s;
+    }
+    bool registered(uint8_t node) const {
+        for (const auto& r : t.regs)
+            if (auto f = decode_key(r.key); f && f->node == node) return true;
+        return false;
+    }
+};
+
+const std::string kMap = "devices=/dev/nvme1n1\nnode_ids=n1:1;n2:2;n3:3\n";
+
+// n1, n2 and n3 unfenced: each registered, n1 took the reservation.
+void unfence_all(Cluster& c) {
+    for (const char* n : {"n1", "n2", "n3"})
+        ASSERT_EQ(c.run(n, kMap + "action=on\nnodename=" + n), kExitOk) << n << "\n" << c.all_logs();
+}
+
+TEST(FenceAgentActions, OnRegistersEveryNodeAndTheFirstTakesTheReservation) {
+    Cluster c;
+    std::string out;
+    ASSERT_EQ(c.run("n1", kMap + "action=on\nport=n1", &out), kExitOk) << c.all_logs();
+    EXPECT_EQ(out, "Success: Powered ON\n");
+    ASSERT_EQ(c.t.regs.size(), 1u);
+    EXPECT_EQ(c.t.regs[0].key, key(1, 1));
+    EXPECT_EQ(c.t.type, ResvType::write_exclusive_reg_only);
+    EXPECT_TRUE(c.t.is_holder(make_host(1)));
+    ASSERT_EQ(c.run("n2", kMap + "action=on\nnodename=n2"), kExitOk);
+    ASSERT_EQ(c.run("n3", kMap + "action=on\nplug=n3"), kExitOk);
+    EXPECT_EQ(c.t.regs.size(), 3u);
+    EXPECT_TRUE(c.t.is_holder(make_host(1)));  // the others registered only
+    // Again: nothing changes (already on), still success.
+    const size_t before = c.t.state_commands();
+    EXPECT_EQ(c.run("n2", kMap + "action=on\nnodename=n2"), kExitOk);
+    EXPECT_EQ(c.t.state_commands(), before);
+}
+
+TEST(FenceAgentActions, OnRunsOnlyOnTheTarget) {
+    Cluster c;
+    EXPECT_EQ(c.run("n1", kMap + "action=on\nplug=n2"), kExitError);
+    EXPECT_TRUE(c.logged("on_target"));
+    EXPECT_TRUE(c.t.regs.empty());
+}
+
+TEST(FenceAgentActions, OnRefusesAHostIdBoundToAnotherNode) {
+    Cluster c;
+    c.t.add(make_host(1), key(7, 3));  // this host id registered as node 7
+    EXPECT_EQ(c.run("n1", kMap + "action=on\nplug=n1"), kExitError);
+    EXPECT_TRUE(c.logged("node 7")) << c.all_logs();
+    EXPECT_EQ(c.t.regs[0].key, key(7, 3));
+}
+
+TEST(FenceAgentActions, OffPreemptsAndAbortsTheVictimAndVerifies) {
+    Cluster c;
+    unfence_all(c);
+    std::string out;
+    ASSERT_EQ(c.run("n1", kMap + "action=off\nplug=n2", &out), kExitOk) << c.all_logs();
+    EXPECT_EQ(out, "Success: Powered OFF\n");
+    EXPECT_FALSE(c.registered(2));
+    EXPECT_TRUE(c.registered(1));
+    EXPECT_TRUE(c.registered(3));
+    ASSERT_EQ(c.t.aborted.size(), 1u);  // preempt-and-abort, not a plain preempt
+    EXPECT_EQ(c.t.aborted[0], make_host(2));
+    EXPECT_EQ(c.t.type, ResvType::write_exclusive_reg_only);
+    // status: 2 (OFF) for n2, 0 (ON) for n3, from any node.
+    EXPECT_EQ(c.run("n3", kMap + "action=status\nplug=n2", &out), kExitOff);
+    EXPECT_EQ(out, "Status: OFF\n");
+    EXPECT_EQ(c.run("n3", kMap + "action=status\nplug=n3", &out), kExitOk);
+    EXPECT_EQ(out, "Status: ON\n");
+    // The victim's own unfencing ('on', after its reboot) brings it back with a newer epoch.
+    ASSERT_EQ(c.run("n2", kMap + "action=on\nnodename=n2"), kExitOk);
+    EXPECT_TRUE(c.registered(2));
+    const auto* r = c.t.find(make_host(2));
+    ASSERT_NE(r, nullptr);
+    EXPECT_GT(decode_key(r->key)->epoch, 1u);
+}
+
+TEST(FenceAgentActions, OffOfTheHolderMovesTheReservationToTheFencer) {
+    Cluster c;
+    unfence_all(c);  // n1 holds
+    ASSERT_EQ(c.run("n3", kMap + "action=off\nplug=n1"), kExitOk) << c.all_logs();
+    EXPECT_FALSE(c.registered(1));
+    EXPECT_TRUE(c.t.is_holder(make_host(3)));
+    EXPECT_EQ(c.t.type, ResvType::write_exclusive_reg_only);
+}
+
+TEST(FenceAgentActions, OffExclusiveHolder) {
+    Cluster c;
+    c.t.add(make_host(1), key(1, 1));
+    c.t.add(make_host(2), key(2, 1));
+    c.t.hold(make_host(2), ResvType::write_exclusive);
+    ASSERT_EQ(c.run("n1", kMap + "reservation_type=exclusive\naction=off\nplug=n2"), kExitOk) << c.all_logs();
+    EXPECT_FALSE(c.registered(2));
+    EXPECT_TRUE(c.t.is_holder(make_host(1)));
+    EXPECT_EQ(c.t.type, ResvType::write_exclusive);
+}
+
+TEST(FenceAgentActions, OffRemovesEveryKeyOfTheNodeWhateverItsEpoch) {
+    Cluster c;
+    unfence_all(c);
+    c.t.add(make_host(9), key(2, 41));  // the same node through a second host id, newer epoch
+    ASSERT_EQ(c.run("n1", kMap + "action=off\nplug=n2"), kExitOk) << c.all_logs();
+    EXPECT_FALSE(c.registered(2));
+    EXPECT_EQ(c.t.aborted.size(), 2u);
+}
+
+TEST(FenceAgentActions, AlreadyOffIsSuccessWithoutChanges) {
+    Cluster c;
+    unfence_all(c);
+    ASSERT_EQ(c.run("n1", kMap + "action=off\nplug=n2"), kExitOk);
+    const size_t before = c.t.state_commands();
+    std::string out;
+    EXPECT_EQ(c.run("n3", kMap + "action=off\nplug=n2", &out), kExitOk);
+    EXPECT_EQ(out, "Success: Already OFF\n");
+    EXPECT_EQ(c.t.state_commands(), before);
+}
+
+TEST(FenceAgentActions, LostRaceToAnotherFencerIsSuccess) {
+    Cluster c;
+    unfence_all(c);
+    // n3 preempts n2 right before n1's preempt reaches the device: n1's
+    // command then fails with Reservation Conflict (no registrant has the key).
+    HostPort p3(c.t, make_host(3));
+    Reservations r3(p3, 1);
+    const uint64_t k2 = c.t.find(make_host(2))->key, k3 = c.t.find(make_host(3))->key;
+    bool raced = false;
+    c.t.fail = [&](const HostId& h, const Command& cmd) -> std::optional<std::error_code> {
+        if (!raced && h == make_host(1) && cmd.opcode == opcode::kResvAcquire) {
+            raced = true;
+            AcquireArgs a;
+            a.action = AcquireAction::preempt_and_abort;
+            a.type = ResvType::write_exclusive_reg_only;
+            a.crkey = k3;
+            a.prkey = k2;
+            EXPECT_TRUE(r3.acquire(a).ok());
+        }
+        return std::nullopt;
+    };
+    ASSERT_EQ(c.run("n1", kMap + "action=off\nplug=n2"), kExitOk) << c.all_logs();
+    EXPECT_TRUE(raced);
+    EXPECT_FALSE(c.registered(2));
+    EXPECT_TRUE(c.logged("Reservation Conflict")) << c.all_logs();
+}
+
+TEST(FenceAgentActions, AVictimThatReRegistersIsPreemptedAgain) {
+    Cluster c;
+    unfence_all(c);
+    HostPort p2(c.t, make_host(2));
+    Reservations r2(p2, 1);
+    int again = 0;
+    c.t.after = [&](const HostId& h, const Command& cmd) {
+        if (again == 0 && h == make_host(1) && cmd.opcode == opcode::kResvAcquire) {
+            ++again;  // n2 registers again (a new epoch) before n1 verifies
+            RegisterArgs a;
+            a.nrkey = key(2, 50);
+            EXPECT_TRUE(r2.reg(a).ok());
+        }
+    };
+    ASSERT_EQ(c.run("n1", kMap + "action=off\nplug=n2"), kExitOk) << c.all_logs();
+    EXPECT_EQ(again, 1);
+    EXPECT_FALSE(c.registered(2));
+    EXPECT_EQ(c.t.aborted.size(), 2u);
+}
+
+TEST(FenceAgentActions, OffFailsWhenTheDeviceKeepsTheVictim) {
+    Cluster c;
+    unfence_all(c);
+    c.t.swallow = [](const HostId&, const Command& cmd) { return cmd.opcode == opcode::kResvAcquire; };
+    EXPECT_EQ(c.run("n1", kMap + "action=off\nplug=n2"), kExitError);
+    EXPECT_TRUE(c.registered(2));
+    EXPECT_TRUE(c.logged("could not be fenced")) << c.all_logs();
+    EXPECT_EQ(c.t.count(opcode::kResvAcquire), static_cast<size_t>(kOffRounds) + 1);  // +1: n1's 'on'
+}
+
+TEST(FenceAgentActions, OffRefusesTheLocalNode) {
+    Cluster c;
+    unfence_all(c);
+    const size_t before = c.t.log.size();
+    EXPECT_EQ(c.run("n1", kMap + "action=off\nplug=n1"), kExitError);
+    EXPECT_TRUE(c.logged("refusing to fence the local node"));
+    EXPECT_EQ(c.t.log.size(), before);  // nothing sent
+    EXPECT_TRUE(c.registered(1));
+    // The map does not name this node, but the device shows its key is node 1's.
+    EXPECT_EQ(c.run("n1", "devices=/dev/nvme1n1\nnode_ids=n2:2;n3:3;x:1\naction=off\nplug=x"), kExitError);
+    EXPECT_TRUE(c.logged("it is the local node")) << c.all_logs();
+    EXPECT_TRUE(c.registered(1));
+    // Corosync says this node is node 2.
+    Cluster k;
+    k.cmap_this = "runtime.votequorum.this_node_id (u32) = 2\n";
+    k.cmap_nodelist = "nodelist.node.1.name (str) = n2\nnodelist.node.1.nodeid (u32) = 2\n";
+    EXPECT_EQ(k.run("n2", "devices=/dev/nvme1n1\naction=off\nplug=n2"), kExitError);
+    EXPECT_TRUE(k.logged("refusing to fence the local node"));
+}
+
+TEST(FenceAgentActions, OffWithoutReservationTakesOne) {
+    Cluster c;
+    c.t.add(make_host(1), key(1, 1));
+    c.t.add(make_host(2), key(2, 1));  // registered, nobody holds: everyone writes
+    ASSERT_EQ(c.run("n1", kMap + "action=off\nplug=n2"), kExitOk) << c.all_logs();
+    EXPECT_FALSE(c.registered(2));
+    EXPECT_EQ(c.t.type, ResvType::write_exclusive_reg_only);
+    EXPECT_TRUE(c.t.is_holder(make_host(1)));
+    // Victim not registered and no reservation at all: the fencer registers and reserves.
+    Cluster e;
+    std::string out;
+    ASSERT_EQ(e.run("n1", kMap + "action=off\nplug=n2", &out), kExitOk) << e.all_logs();
+    EXPECT_EQ(out, "Success: Powered OFF\n");
+    EXPECT_TRUE(e.t.is_holder(make_host(1)));
+    EXPECT_EQ(e.t.type, ResvType::write_exclusive_reg_only);
+}
+
+TEST(FenceAgentActions, OffOfAnUnknownNodeFails) {
+    Cluster c;
+    unfence_all(c);
+    EXPECT_EQ(c.run("n1", kMap + "action=off\nplug=n9"), kExitError);
+    EXPECT_TRUE(c.logged("not in node_ids"));
+    EXPECT_EQ(c.run("n1", kMap + "action=off"), kExitError);  // no target
+    EXPECT_EQ(c.run("n1", "node_ids=n1:1;n2:2\naction=off\nplug=n2"), kExitError);  // no devices
+}
+
+TEST(FenceAgentActions, UnsupportedAndMissingDevices) {
+    for (const char* dev : {"/dev/plain", "/dev/missing"}) {
+        Cluster c;
+        const std::string base = std::string("devices=") + dev + "\nnode_ids=n1:1;n2:2;n3:3\n";
+        EXPECT_EQ(c.run("n1", base + "action=off\nplug=n2"), kExitError) << dev;
+        EXPECT_EQ(c.run("n1", base + "action=status\nplug=n2"), kExitError) << dev;
+        EXPECT_EQ(c.run("n1", base + "action=on\nplug=n1"), kExitError) << dev;
+        EXPECT_EQ(c.run("n1", base + "action=monitor"), kExitError) << dev;
+        EXPECT_EQ(c.run("n1", base + "action=validate-all"), kExitError) << dev;
+        EXPECT_TRUE(c.logged(dev));
+    }
+    Cluster c;
+    EXPECT_EQ(c.run("n1", kMap + "action=monitor"), kExitOk) << c.all_logs();
+    // One good and one bad device: off fails (it could not verify the bad one).
+    unfence_all(c);
+    EXPECT_EQ(c.run("n1", "devices=/dev/nvme1n1,/dev/plain\nnode_ids=n1:1;n2:2;n3:3\naction=off\nplug=n2"),
+              kExitError);
+    EXPECT_FALSE(c.registered(2));  // the good device was fenced anyway
+    EXPECT_TRUE(c.logged("failed to verify 1 of 2"));
+}
+
+TEST(FenceAgentActions, MonitorAndValidateCatchABadMap) {
+    Cluster c;
+    unfence_all(c);
+    EXPECT_EQ(c.run("n1", kMap + "action=monitor"), kExitOk) << c.all_logs();
+    EXPECT_EQ(c.run("n1", kMap + "action=validate-all"), kExitOk) << c.all_logs();
+    // n3's key (node 3) is in no entry.
+    EXPECT_EQ(c.run("n1", "devices=/dev/nvme1n1\nnode_ids=n1:1;n2:2\naction=monitor"), kExitError);
+    EXPECT_TRUE(c.logged("no node_ids entry has"));
+    // This host's key is node 1's, the map makes it node 2.
+    EXPECT_EQ(c.run("n1", "devices=/dev/nvme1n1\nnode_ids=n1:2;n2:1;n3:3\naction=monitor"), kExitError);
+    EXPECT_TRUE(c.logged("registered as node 1"));
+    // This node is not in the map.
+    EXPECT_EQ(c.run("n1", "devices=/dev/nvme1n1\nnode_ids=n2:2;n3:3;n4:1\naction=validate-all"), kExitError);
+    EXPECT_EQ(c.run("n1", "devices=/dev/nvme1n1\nnode_ids=n2:2;n3:3;n4:1\naction=monitor"), kExitError);
+    // The map does not parse.
+    EXPECT_EQ(c.run("n1", "devices=/dev/nvme1n1\nnode_ids=n1:1;n2:1\naction=validate-all"), kExitError);
+    EXPECT_TRUE(c.logged("given to two nodes"));
+}
+
+TEST(FenceAgentActions, ListAndCorosyncNodeIds) {
+    Cluster c;
+    std::string out;
+    EXPECT_EQ(c.run("n1", "node_ids=n2:2;n1:1;n3:3\naction=list", &out), kExitOk);
+    EXPECT_EQ(out, "n1,1\nn2,2\nn3,3\n");
+    c.cmap_nodelist =
+        "nodelist.node.0.name (str) = n1\nnodelist.node.0.nodeid (u32) = 1\n"
+        "nodelist.node.1.name (str) = n2\nnodelist.node.1.nodeid (u32) = 2\n";
+    c.cmap_this = "runtime.votequorum.this_node_id (u32) = 1\n";
+    EXPECT_EQ(c.run("n1", "action=list", &out), kExitOk);
+    EXPECT_EQ(out, "n1,1\nn2,2\n");
+    ASSERT_EQ(c.run("n1", "devices=/dev/nvme1n1\naction=on\nnodename=n1"), kExitOk) << c.all_logs();
+    c.cmap_this = "runtime.votequorum.this_node_id (u32) = 2\n";
+    ASSERT_EQ(c.run("n2", "devices=/dev/nvme1n1\naction=on\nnodename=n2"), kExitOk) << c.all_logs();
+    c.cmap_this = "runtime.votequorum.this_node_id (u32) = 1\n";
+    ASSERT_EQ(c.run("n1", "devices=/dev/nvme1n1\naction=off\nnodename=n2"), kExitOk) << c.all_logs();
+    EXPECT_FALSE(c.registered(2));
+    // -k names the node id directly.
+    ASSERT_EQ(c.run("n1", kMap + "action=status\nkey=2"), kExitOff);
+    Cluster none;
+    EXPECT_EQ(none.run("n1", "action=list"), kExitError);  // neither map nor corosync
+}
+
+TEST(FenceAgentActions, DelayOnlyBeforeOff) {
+    Cluster c;
+    unfence_all(c);
+    EXPECT_EQ(c.run("n1", kMap + "delay=7\naction=status\nplug=n2"), kExitOk);
+    EXPECT_TRUE(c.slept.empty());
+    EXPECT_EQ(c.run("n1", kMap + "delay=7\naction=off\nplug=n2"), kExitOk);
+    EXPECT_EQ(c.slept, std::vector<uint32_t>{7});
+}
+
+TEST(FenceAgentActions, BadOptionsFailBeforeTouchingTheDevice) {
+    Cluster c;
+    EXPECT_EQ(c.run("n1", kMap + "action=reboot\nplug=n2"), kExitError);
+    EXPECT_EQ(c.run("n1", kMap + "action=off\nplug=n2\nreservation_type=5"), kExitError);
+    EXPECT_TRUE(c.logged("NVMe type 3"));
+    EXPECT_TRUE(c.t.log.empty());
+    // Unknown keys only warn.
+    EXPECT_EQ(c.run("n1", kMap + "action=status\nplug=n2\npcmk_monitor_timeout=5"), kExitOff);
+    EXPECT_TRUE(c.logged("ignoring unknown option 'pcmk_monitor_timeout=5'"));
+}
+
+TEST(FenceAgentActions, ThroughTheLocalAgent) {
+    Cluster c;
+    unfence_all(c);
+    // An nvfenced on n1 owns n1's registration; it takes over with its own
+    // key (as nvfenced's takeover does), so fence_nvfence sends nothing itself.
+    HostPort p1(c.t, make_host(1));
+    Reservations r1(p1, 1);
+    FenceOptions fo;
+    fo.node = 1;
+    fo.type = ResvType::write_exclusive_reg_only;
+    Fence f1(r1, make_host(1), fo, nullptr);
+    c.agent = [&](const ControlRequest& r) {
+        ControlReply rep;
+        rep.op = r.op;
+        rep.node = 1;
+        rep.state = AgentState::standby;
+        if (r.op == ControlOp::takeover) {
+            auto o = f1.takeover(r.victim ? std::optional<uint64_t>(r.victim) : std::nullopt);
+            rep.exit_code = o ? 0 : 1;
+            rep.message = o ? "took over" : o.error().message();
+        }
+        return rep;
+    };
+    const uint64_t k2 = c.t.find(make_host(2))->key;
+    ASSERT_EQ(c.run("n1", kMap + "action=off\nplug=n2"), kExitOk) << c.all_logs();
+    EXPECT_FALSE(c.registered(2));
+    ASSERT_EQ(c.agent_requests.size(), 1u);
+    EXPECT_EQ(c.agent_requests[0].op, ControlOp::takeover);
+    EXPECT_EQ(c.agent_requests[0].victim, k2);
+    // 'on' with the agent FENCED asks it to rejoin; with another node id it refuses.
+    c.agent_requests.clear();
+    c.agent = [&](const ControlRequest& r) {
+        ControlReply rep;
+        rep.op = r.op;
+        rep.node = 1;
+        rep.state = AgentState::fenced;
+        rep.message = r.op == ControlOp::rejoin ? "rejoined" : "FENCED";
+        return rep;
+    };
+    EXPECT_EQ(c.run("n1", kMap + "action=on\nplug=n1"), kExitOk) << c.all_logs();
+    ASSERT_EQ(c.agent_requests.size(), 2u);
+    EXPECT_EQ(c.agent_requests[1].op, ControlOp::rejoin);
+    EXPECT_EQ(c.run("n2", kMap + "action=on\nplug=n2"), kExitError);
+    EXPECT_TRUE(c.logged("nvfenced on this host is node 1"));
+}
+
+TEST(FenceAgentMetadata, MatchesTheGoldenFile) {
+    std::ifstream f(std::string(NVFENCE_SOURCE_DIR) + "/tests/fence_nvfence/metadata.xml");
+    ASSERT_TRUE(f);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    EXPECT_EQ(metadata_xml(), ss.str());
+    Cluster c;
+    std::string out;
+    EXPECT_EQ(c.run("n1", "action=metadata"), kExitOk);
+    EXPECT_EQ(c.run("n1", "action=metadata\nfoo=bar", &out), kExitOk);
+    EXPECT_EQ(out, ss.str());
+    for (const char* a : {"name=\"on\" on_target=\"1\" automatic=\"1\"", "name=\"off\"", "name=\"status\"",
+                          "name=\"monitor\"", "name=\"list\"", "name=\"validate-all\""})
+        EXPECT_NE(out.find(a), std::string::npos) << a;
+    EXPECT_EQ(out.find("\"reboot\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace nvfence::fence_agent

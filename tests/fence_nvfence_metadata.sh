@@ -1,0 +1,41 @@
+#!/bin/sh
+# fence_nvfence's metadata against the RelaxNG schema that Debian's
+# fence-agents package ships (fetched here with apt-get download, cached, never
+# committed) and against the golden copy in tests/fence_nvfence/metadata.xml.
+# Usage: fence_nvfence_metadata.sh FENCE_NVFENCE GOLDEN
+set -eu
+bin=$1
+golden=$2
+command -v xmllint >/dev/null || { echo "FAIL: xmllint missing (scripts/setup.sh installs libxml2-utils)"; exit 1; }
+
+ver=$(apt-cache policy fence-agents 2>/dev/null | awk '/Candidate:/ {print $2}')
+[ -n "$ver" ] && [ "$ver" != "(none)" ] || { echo "FAIL: apt knows no fence-agents package (run apt-get update)"; exit 1; }
+cache=${NVFENCE_LAB_CACHE:-/var/cache/nvfence-lab}/fence-agents/$ver
+if ! mkdir -p "$cache" 2>/dev/null || [ ! -w "$cache" ]; then
+  cache=${TMPDIR:-/tmp}/nvfence-fence-agents-$(id -u)/$ver
+  mkdir -p "$cache"
+fi
+rng=$cache/metadata.rng
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+if [ ! -s "$rng" ]; then
+  (cd "$work" && apt-get download -qq -o APT::Sandbox::User=root "fence-agents=$ver") \
+    || { echo "FAIL: apt-get download fence-agents=$ver failed"; exit 1; }
+  dpkg-deb -x "$work"/fence-agents_*.deb "$work/x"
+  cp "$work/x/usr/share/cluster/relaxng/metadata.rng" "$rng.tmp" && mv "$rng.tmp" "$rng"
+fi
+echo "schema: fence-agents $ver metadata.rng"
+
+"$bin" -o metadata > "$work/argv.xml"
+printf 'action=metadata\n' | "$bin" > "$work/stdin.xml"
+xmllint --noout --relaxng "$rng" "$work/argv.xml"
+cmp "$work/argv.xml" "$work/stdin.xml" || { echo "FAIL: metadata differs between argv and stdin"; exit 1; }
+diff -u "$golden" "$work/argv.xml" || { echo "FAIL: metadata differs from the golden copy $golden"; exit 1; }
+
+# The schema check must be able to fail: a parameter without its required
+# attribute is refused.
+sed 's/<parameter name="devices" unique="0" required="1">/<parameter name="devices" unique="0">/' "$work/argv.xml" > "$work/bad.xml"
+if xmllint --noout --relaxng "$rng" "$work/bad.xml" 2>/dev/null; then
+  echo "FAIL: the schema accepted metadata without a required attribute"; exit 1
+fi
+echo "ok: metadata valid, equal to the golden copy, same from argv and stdin"

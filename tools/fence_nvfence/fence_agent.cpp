@@ -1,0 +1,582 @@
+// SPDX-License-Identifier: MIT
+#include "fence_agent.hpp"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "nvfence/epoch_store.hpp"
+#include "nvfence/error.hpp"
+#include "nvfence/fence.hpp"
+#include "nvfence/key.hpp"
+
+namespace nvfence::fence_agent {
+namespace {
+
+struct Ctx {
+    const Options& o;
+    Host& host;
+    std::string& out;
+    void log(Level l, const std::string& s) const {
+        if (host.log) host.log(l, s);
+    }
+    void error(const std::string& s) const { log(Level::error, s); }
+    void info(const std::string& s) const { log(Level::info, s); }
+    void debug(const std::string& s) const { log(Level::debug, s); }
+};
+
+std::string short_name(const std::string& n) { return n.substr(0, n.find('.')); }
+
+std::string key_words(uint64_t key) {
+    if (auto f = decode_key(key))
+        return format_key(key) + " (node " + std::to_string(f->node) + ", epoch " + std::to_string(f->epoch) + ")";
+    return format_key_hex(key) + " (foreign)";
+}
+
+// Keys of node @p node and tag @p tag registered in @p st.
+std::vector<uint64_t> node_keys(const ReservationStatus& st, uint8_t tag, uint8_t node) {
+    std::vector<uint64_t> keys;
+    for (const auto& r : st.registrants) {
+        auto f = decode_key(r.key);
+        if (f && f->tag == tag && f->node == node &&
+            std::find(keys.begin(), keys.end(), r.key) == keys.end())
+            keys.push_back(r.key);
+    }
+    return keys;
+}
+
+Result<std::map<std::string, uint8_t>> node_map(const Ctx& c, std::string& why) {
+    return parse_node_map(c.o.node_ids, why);
+}
+
+// The node id of node @p name: -k, else node_ids, else corosync's nodelist.
+Result<uint8_t> node_id_of(const Ctx& c, const std::string& name, std::string& why) {
+    if (c.o.key_node) return *c.o.key_node;
+    if (!c.o.node_ids.empty()) {
+        auto m = node_map(c, why);
+        if (!m) return m.error();
+        for (const std::string& n : {name, short_name(name)})
+            if (auto it = m->find(n); it != m->end()) return it->second;
+        why = "node '" + name + "' is not in node_ids";
+        return make_error_code(Errc::not_found);
+    }
+    if (!c.host.cmapctl) {
+        why = "no node_ids and no corosync-cmapctl";
+        return make_error_code(Errc::not_found);
+    }
+    auto text = c.host.cmapctl(c.o.corosync_cmap_path, {"nodelist"});
+    if (!text) {
+        why = "no node_ids, and " + c.o.corosync_cmap_path + " nodelist failed: " + text.error().message();
+        return text.error();
+    }
+    auto id = parse_cmap_nodeid(*text, name, why);
+    if (!id && id.error() == Errc::not_found && short_name(name) != name)
+        id = parse_cmap_nodeid(*text, short_name(name), why);
+    return id;
+}
+
+// This node's id: node_ids by this node's name, else corosync's
+// runtime.votequorum.this_node_id.
+Result<uint8_t> local_node_id(const Ctx& c, std::string& why) {
+    if (!c.o.node_ids.empty()) {
+        auto m = node_map(c, why);
+        if (!m) return m.error();
+        for (const std::string& n : {c.host.local_name, short_name(c.host.local_name)})
+            if (auto it = m->find(n); it != m->end()) return it->second;
+        why = "this node ('" + c.host.local_name + "') is not in node_ids";
+        return make_error_code(Errc::not_found);
+    }
+    if (!c.host.cmapctl) {
+        why = "no node_ids and no corosync-cmapctl";
+        return make_error_code(Errc::not_found);
+    }
+    auto text = c.host.cmapctl(c.o.corosync_cmap_path, {"-g", "runtime.votequorum.this_node_id"});
+    if (!text) {
+        why = "no node_ids, and " + c.o.corosync_cmap_path + " -g runtime.votequorum.this_node_id failed: " +
+              text.error().message();
+        return text.error();
+    }
+    return parse_cmap_nodeid(*text, "", why);
+}
+
+std::string target_name(const Ctx& c) {
+    return c.o.target().empty() && c.o.key_node ? "node " + std::to_string(*c.o.key_node) : c.o.target();
+}
+
+std::unique_ptr<Device> open_device(const Ctx& c, const std::string& path) {
+    std::string why;
+    auto d = c.host.open(path, why);
+    if (!d) {
+        c.error(path + ": " + (why.empty() ? d.error().message() : why));
+        return nullptr;
+    }
+    if (!(*d)->supports(resv_type_for(c.o.mode))) {
+        c.error(path + ": the namespace does not support reservation type " + resv_type_name(resv_type_for(c.o.mode)) +
+                " (reservation_type=" + mode_name(c.o.mode) + ")");
+        return nullptr;
+    }
+    return std::move(*d);
+}
+
+bool need_devices(const Ctx& c) {
+    if (c.o.devices.empty()) {
+        c.error("no devices given (devices=/dev/nvme1n1,... or -d)");
+        return false;
+    }
+    return true;
+}
+
+bool need_target(const Ctx& c) {
+    if (c.o.target().empty() && !c.o.key_node) {
+        c.error("the node to act on is missing (plug, port or nodename; -n on the command line)");
+        return false;
+    }
+    return true;
+}
+
+std::optional<std::string> agent_for(const Ctx& c, const Device& d) {
+    if (!c.host.find_agent || !c.host.control) return std::nullopt;
+    return c.host.find_agent(d);
+}
+
+Result<ControlReply> ask_agent(const Ctx& c, const std::string& sock, ControlOp op, uint64_t victim = 0) {
+    ControlRequest req;
+    req.op = op;
+    req.victim = victim;
+    req.id = 0x6e76;  // any id: the reply echoes it
+    auto r = c.host.control(sock, req);
+    if (!r) return r.error();
+    if (r->exit_code != 0) {
+        c.log(Level::warning, "nvfenced at " + sock + ": " + control_op_name(op) + ": " + r->message);
+    } else {
+        c.debug("nvfenced at " + sock + ": " + control_op_name(op) + ": " + r->message);
+    }
+    return r;
+}
+
+// ---- on --------------------------------------------------------------------
+
+bool on_device(const Ctx& c, Device& d, uint8_t node) {
+    const ResvType type = resv_type_for(c.o.mode);
+    if (auto sock = agent_for(c, d)) {
+        // nvfenced holds this host's registration: re-keying behind its
+        // back would look to it like another host using this host's id.
+        auto st = ask_agent(c, *sock, ControlOp::status);
+        if (!st) {
+            c.error(d.path() + ": nvfenced at " + *sock + " does not answer: " + st.error().message());
+            return false;
+        }
+        if (st->node != node || st->tag != c.o.tag) {
+            c.error(d.path() + ": nvfenced on this host is node " + std::to_string(st->node) + " (cluster tag " +
+                    std::to_string(st->tag) + ") but this node is node " + std::to_string(node) + " (cluster tag " +
+                    std::to_string(c.o.tag) + "): fix node_ids/cluster_tag or the agent's configuration");
+            return false;
+        }
+        if (st->state == AgentState::fenced) {
+            auto r = ask_agent(c, *sock, ControlOp::rejoin);
+            if (!r || r->exit_code != 0) {
+                c.error(d.path() + ": nvfenced could not rejoin: " + (r ? r->message : r.error().message()));
+                return false;
+            }
+            c.info(d.path() + ": unfenced through nvfenced: " + r->message);
+        }
+    } else {
+        EpochStore store(c.o.state_dir, d.volume());
+        FenceOptions fo;
+        fo.tag = c.o.tag;
+        fo.node = node;
+        fo.type = type;
+        Fence f(d.resv(), d.host_id(), fo, &store);
+        auto j = f.join(std::nullopt, false);
+        if (!j) {
+            if (j.error() == Errc::host_id_conflict && f.last_report()) {
+                const Registrant* me = f.mine(*f.last_report());
+                c.error(d.path() + ": this host is registered with " + (me ? key_words(me->key) : "another key") +
+                        ", not node " + std::to_string(node) + "'s: another host shares this host id, or the "
+                        "node map changed (unregister it with 'nvfence unregister')");
+            } else {
+                c.error(d.path() + ": registering node " + std::to_string(node) + " failed: " + j.error().message());
+            }
+            return false;
+        }
+        if (j->changed) c.info(d.path() + ": registered " + key_words(j->key));
+        else c.debug(d.path() + ": already registered with " + key_words(j->key));
+        if (j->after.type == ResvType::none) {
+            auto a = f.acquire();
+            if (a) c.info(d.path() + ": took the " + resv_type_name(type) + " reservation");
+            else if (a.error() != Errc::held_by_other)
+                c.log(Level::warning, d.path() + ": acquiring the reservation failed: " + a.error().message());
+        }
+    }
+    auto st = d.resv().report();
+    if (!st) {
+        c.error(d.path() + ": reading the reservation failed: " + st.error().message());
+        return false;
+    }
+    const Registrant* me = st->find_host(d.host_id());
+    auto f = me ? decode_key(me->key) : std::nullopt;
+    if (!f || f->node != node || f->tag != c.o.tag) {
+        c.error(d.path() + ": verification failed: this host is not registered as node " + std::to_string(node));
+        return false;
+    }
+    if (st->type == ResvType::none)
+        c.log(Level::warning, d.path() + ": registered, but no reservation is held: unregistered hosts can still write");
+    return true;
+}
+
+int action_on(const Ctx& c) {
+    if (!need_target(c) || !need_devices(c)) return kExitError;
+    std::string why;
+    auto node = node_id_of(c, c.o.target(), why);
+    if (!node) {
+        c.error("cannot tell the node id of '" + target_name(c) + "': " + why);
+        return kExitError;
+    }
+    std::string lwhy;
+    if (auto local = local_node_id(c, lwhy); local && *local != *node) {
+        c.error("'on' registers the node it runs on, but this node is node " + std::to_string(*local) + " and '" +
+                target_name(c) + "' is node " + std::to_string(*node) + " (unfencing runs on the target: on_target)");
+        return kExitError;
+    }
+    int failed = 0;
+    for (const auto& path : c.o.devices) {
+        auto d = open_device(c, path);
+        if (!d || !on_device(c, *d, *node)) ++failed;
+    }
+    if (failed) {
+        c.error("failed on " + std::to_string(failed) + " of " + std::to_string(c.o.devices.size()) + " device(s)");
+        return kExitError;
+    }
+    c.out += "Success: Powered ON\n";
+    return kExitOk;
+}
+
+// ---- off -------------------------------------------------------------------
+
+enum class OffResult { already_off, fenced, refused, failed };
+
+OffResult off_device(const Ctx& c, Device& d, uint8_t victim, std::optional<uint8_t> local) {
+    const ResvType type = resv_type_for(c.o.mode);
+    std::optional<std::string> sock;
+    bool looked_for_agent = false;
+    bool changed = false;
+    std::string last_problem;
+    for (int round = 0; round < kOffRounds; ++round) {
+        auto st = d.resv().report();
+        if (!st) {
+            c.error(d.path() + ": reading the reservation failed: " + st.error().message());
+            return OffResult::failed;
+        }
+        const Registrant* me = st->find_host(d.host_id());
+        if (me) {
+            auto f = decode_key(me->key);
+            if (f && f->tag == c.o.tag && f->node == victim) {
+                c.error(d.path() + ": refusing to fence node " + std::to_string(victim) +
+                        ": this host is registered with its key " + key_words(me->key) + " (it is the local node)");
+                return OffResult::refused;
+            }
+        }
+        const auto victims = node_keys(*st, c.o.tag, victim);
+        if (victims.empty() && st->type != ResvType::none) {
+            if (round > 0) {
+                c.info(d.path() + ": node " + std::to_string(victim) + " fenced (verified: no key of it registered, " +
+                       resv_type_name(st->type) + " held)");
+                return OffResult::fenced;
+            }
+            c.debug(d.path() + ": node " + std::to_string(victim) + " is not registered: already off");
+            return changed ? OffResult::fenced : OffResult::already_off;
+        }
+        if (!looked_for_agent) {
+            sock = agent_for(c, d);
+            looked_for_agent = true;
+        }
+        if (sock) {
+            // The agent does the verified preempt-and-abort with its own key.
+            for (uint64_t k : victims.empty() ? std::vector<uint64_t>{0} : victims) {
+                auto r = ask_agent(c, *sock, ControlOp::takeover, k);
+                if (!r) last_problem = "nvfenced at " + *sock + ": " + r.error().message();
+                else if (r->exit_code) last_problem = "nvfenced: " + r->message;
+                changed = true;
+            }
+        } else {
+            uint64_t mykey = me ? me->key : 0;
+            if (!me) {
+                // Preempting needs a registration of our own.
+                if (!local) {
+                    c.error(d.path() + ": this host is not registered and its node id is unknown, so it cannot "
+                            "preempt (give node_ids with this node, or run corosync)");
+                    return OffResult::failed;
+                }
+                EpochStore store(c.o.state_dir, d.volume());
+                FenceOptions fo;
+                fo.tag = c.o.tag;
+                fo.node = *local;
+                fo.type = type;
+                Fence f(d.resv(), d.host_id(), fo, &store);
+                auto j = f.join(std::nullopt, false);
+                if (!j) {
+                    c.error(d.path() + ": registering this host (node " + std::to_string(*local) +
+                            ") to preempt failed: " + j.error().message());
+                    return OffResult::failed;
+                }
+                mykey = j->key;
+                c.info(d.path() + ": registered this host with " + key_words(mykey) + " to preempt");
+            }
+            for (uint64_t k : victims) {
+                AcquireArgs a;
+                a.action = AcquireAction::preempt_and_abort;
+                a.type = type;
+                a.crkey = mykey;
+                a.prkey = k;
+                if (auto s = d.resv().acquire(a); !s) {
+                    // A conflict is also what a fencer that lost the race to
+                    // another fencer gets: the Report below decides.
+                    last_problem = "preempt-and-abort of " + key_words(k) + " failed: " + s.error().message();
+                    c.log(Level::warning, d.path() + ": " + last_problem);
+                } else {
+                    c.info(d.path() + ": preempted-and-aborted " + key_words(k));
+                }
+                changed = true;
+            }
+            auto now = d.resv().report();
+            if (now && now->type == ResvType::none) {
+                // Without a reservation an unregistered host still writes.
+                AcquireArgs a;
+                a.action = AcquireAction::acquire;
+                a.type = type;
+                a.crkey = mykey;
+                if (auto s = d.resv().acquire(a); !s)
+                    last_problem = "acquiring the reservation failed: " + s.error().message();
+                else
+                    c.info(d.path() + ": took the " + std::string(resv_type_name(type)) + " reservation");
+                changed = true;
+            }
+        }
+    }
+    auto st = d.resv().report();
+    if (st && node_keys(*st, c.o.tag, victim).empty() && st->type != ResvType::none) return OffResult::fenced;
+    std::string left;
+    if (st)
+        for (uint64_t k : node_keys(*st, c.o.tag, victim)) left += " " + key_words(k);
+    c.error(d.path() + ": node " + std::to_string(victim) + " could not be fenced after " + std::to_string(kOffRounds) +
+            " rounds" + (left.empty() ? std::string(": no reservation is held") : ": still registered:" + left) +
+            (last_problem.empty() ? "" : " (last: " + last_problem + ")"));
+    return OffResult::failed;
+}
+
+int action_off(const Ctx& c) {
+    if (!need_target(c) || !need_devices(c)) return kExitError;
+    std::string why;
+    auto victim = node_id_of(c, c.o.target(), why);
+    if (!victim) {
+        c.error("cannot tell the node id of '" + target_name(c) + "': " + why);
+        return kExitError;
+    }
+    std::string lwhy;
+    auto local_r = local_node_id(c, lwhy);
+    std::optional<uint8_t> local;
+    if (local_r) local = *local_r;
+    else c.debug("this node's id is unknown: " + lwhy);
+    if (local && *local == *victim) {
+        c.error("refusing to fence the local node '" + target_name(c) + "' (node " + std::to_string(*victim) + ")");
+        return kExitError;
+    }
+    if (c.o.delay_s > 0) {
+        c.info("delay " + std::to_string(c.o.delay_s) + " s before fencing");
+        if (c.host.sleep) c.host.sleep(c.o.delay_s);
+    }
+    int failed = 0;
+    bool any_change = false;
+    for (const auto& path : c.o.devices) {
+        auto d = open_device(c, path);
+        if (!d) {
+            ++failed;
+            continue;
+        }
+        switch (off_device(c, *d, *victim, local)) {
+        case OffResult::already_off: break;
+        case OffResult::fenced: any_change = true; break;
+        case OffResult::refused: return kExitError;
+        case OffResult::failed: ++failed; break;
+        }
+    }
+    if (failed) {
+        c.error("failed to verify " + std::to_string(failed) + " of " + std::to_string(c.o.devices.size()) +
+                " device(s)");
+        return kExitError;
+    }
+    c.out += any_change ? "Success: Powered OFF\n" : "Success: Already OFF\n";
+    return kExitOk;
+}
+
+// ---- status, monitor, validate-all, list -------------------------------------
+
+int action_status(const Ctx& c) {
+    if (!need_target(c) || !need_devices(c)) return kExitError;
+    std::string why;
+    auto node = node_id_of(c, c.o.target(), why);
+    if (!node) {
+        c.error("cannot tell the node id of '" + target_name(c) + "': " + why);
+        return kExitError;
+    }
+    bool on = false;
+    for (const auto& path : c.o.devices) {
+        auto d = open_device(c, path);
+        if (!d) return kExitError;
+        auto st = d->resv().report();
+        if (!st) {
+            c.error(path + ": reading the reservation failed: " + st.error().message());
+            return kExitError;
+        }
+        auto keys = node_keys(*st, c.o.tag, *node);
+        if (!keys.empty()) {
+            on = true;
+            c.debug(path + ": node " + std::to_string(*node) + " registered with " + key_words(keys.front()));
+        } else {
+            c.debug(path + ": node " + std::to_string(*node) + " not registered");
+        }
+    }
+    c.out += on ? "Status: ON\n" : "Status: OFF\n";
+    return on ? kExitOk : kExitOff;
+}
+
+// Checks the map against what the device shows: every key of our tag must
+// belong to a node of the map, and this host's key to this node.
+bool check_map_against(const Ctx& c, const Device& d, const ReservationStatus& st, std::optional<uint8_t> local) {
+    bool ok = true;
+    std::set<uint8_t> ids;
+    if (!c.o.node_ids.empty()) {
+        std::string why;
+        if (auto m = parse_node_map(c.o.node_ids, why))
+            for (const auto& [n, id] : *m) ids.insert(id);
+    }
+    for (const auto& r : st.registrants) {
+        auto f = decode_key(r.key);
+        if (!f || f->tag != c.o.tag) continue;
+        if (r.host_id == d.host_id() && local && f->node != *local) {
+            c.error(d.path() + ": this host is registered as node " + std::to_string(f->node) + " (" +
+                    format_key(r.key) + ") but the node map makes it node " + std::to_string(*local));
+            ok = false;
+        }
+        if (!ids.empty() && !ids.count(f->node)) {
+            c.error(d.path() + ": key " + format_key(r.key) + " belongs to node id " + std::to_string(f->node) +
+                    ", which no node_ids entry has: the map does not describe this cluster");
+            ok = false;
+        }
+    }
+    return ok;
+}
+
+int action_monitor(const Ctx& c) {
+    if (!need_devices(c)) return kExitError;
+    std::string why;
+    auto local = local_node_id(c, why);
+    bool ok = true;
+    if (!local) {
+        c.error("this node's id is unknown: " + why);
+        ok = false;
+    }
+    for (const auto& path : c.o.devices) {
+        auto d = open_device(c, path);
+        if (!d) {
+            ok = false;
+            continue;
+        }
+        auto st = d->resv().report();
+        if (!st) {
+            c.error(path + ": reading the reservation failed: " + st.error().message());
+            ok = false;
+            continue;
+        }
+        if (!check_map_against(c, *d, *st, local ? std::optional<uint8_t>(*local) : std::nullopt)) ok = false;
+        c.debug(path + ": readable, " + std::to_string(st->registrants.size()) + " registrant(s)");
+    }
+    return ok ? kExitOk : kExitError;
+}
+
+int action_validate(const Ctx& c) {
+    bool ok = need_devices(c);
+    if (!c.o.node_ids.empty()) {
+        std::string why;
+        if (auto l = local_node_id(c, why); !l) {
+            c.error(why);
+            ok = false;
+        }
+    }
+    if (!c.o.target().empty()) {
+        std::string why;
+        if (auto n = node_id_of(c, c.o.target(), why); !n) {
+            c.error("cannot tell the node id of '" + target_name(c) + "': " + why);
+            ok = false;
+        }
+    }
+    for (const auto& path : c.o.devices)
+        if (!open_device(c, path)) ok = false;
+    return ok ? kExitOk : kExitError;
+}
+
+int action_list(const Ctx& c) {
+    std::vector<std::pair<uint32_t, std::string>> nodes;
+    if (!c.o.node_ids.empty()) {
+        std::string why;
+        auto m = parse_node_map(c.o.node_ids, why);
+        if (!m) {
+            c.error("node_ids: " + why);
+            return kExitError;
+        }
+        for (const auto& [n, id] : *m) nodes.emplace_back(id, n);
+    } else {
+        auto text = c.host.cmapctl ? c.host.cmapctl(c.o.corosync_cmap_path, {"nodelist"})
+                                   : Result<std::string>(make_error_code(Errc::not_found));
+        if (!text) {
+            c.error("no node_ids, and " + c.o.corosync_cmap_path + " nodelist failed: " + text.error().message());
+            return kExitError;
+        }
+        for (const auto& [n, id] : parse_cmap_nodelist(*text)) nodes.emplace_back(id, n);
+    }
+    std::sort(nodes.begin(), nodes.end());
+    for (const auto& [id, n] : nodes) c.out += n + "," + std::to_string(id) + "\n";
+    return kExitOk;
+}
+
+}  // namespace
+
+ResvType resv_type_for(Mode m) {
+    return m == Mode::exclusive ? ResvType::write_exclusive : ResvType::write_exclusive_reg_only;
+}
+
+int run(const Parsed& parsed, Host& host, std::string& out) {
+    const Options& o = parsed.opts;
+    Ctx c{o, host, out};
+    for (const auto& w : parsed.warnings) c.log(Level::warning, "Parse error: " + w);
+    if (o.help) {
+        out += usage_text();
+        return kExitOk;
+    }
+    if (o.version) {
+        out += "fence_nvfence " NVFENCE_VERSION_STRING "\n";
+        return kExitOk;
+    }
+    if (o.action == Action::metadata) {
+        out += metadata_xml();
+        return kExitOk;
+    }
+    if (!parsed.ok()) {
+        for (const auto& e : parsed.errors) c.error("Failed: " + e);
+        c.error("Please use '-h' for usage");
+        return kExitError;
+    }
+    c.debug(std::string("action ") + action_name(o.action) + ", reservation_type " + mode_name(o.mode));
+    switch (o.action) {
+    case Action::on: return action_on(c);
+    case Action::off: return action_off(c);
+    case Action::status: return action_status(c);
+    case Action::monitor: return action_monitor(c);
+    case Action::list: return action_list(c);
+    case Action::validate_all: return action_validate(c);
+    case Action::metadata: break;
+    }
+    return kExitOk;
+}
+
+}  // namespace nvfence::fence_agent

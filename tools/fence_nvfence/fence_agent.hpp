@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// @file fence_agent.hpp
+/// fence_nvfence's actions (fence-agents API) on top of libnvfence, with
+/// everything that touches the host behind the Host hooks so unit tests can
+/// run every action against the in-memory device model.
+///
+/// Exit codes (fence-agents): 0 success (status: the node is ON), 1 any
+/// failure (bad options included, as fence-agents' fail_usage), 2 status:
+/// the node is OFF.
+///
+/// Keys: a node's key is nvfence's `nf:TAG:NODE:EPOCH`; a node is ON on a
+/// device while any key of its tag and node id is registered there,
+/// whatever the epoch.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "nvfence/control.hpp"
+#include "nvfence/reservation.hpp"
+#include "options.hpp"
+
+namespace nvfence::fence_agent {
+
+/// Exit codes of the fence-agents API.
+inline constexpr int kExitOk = 0;     ///< Success; status: ON.
+inline constexpr int kExitError = 1;  ///< Failure.
+inline constexpr int kExitOff = 2;    ///< status: OFF.
+
+/// Rounds of preempt-and-verify per device in `off` before giving up (a
+/// victim that re-registers between the Report and the preempt is
+/// preempted again, at most this often).
+inline constexpr int kOffRounds = 3;
+
+/// One opened shared namespace.
+class Device {
+public:
+    virtual ~Device() = default;
+    /// The path it was opened by.
+    virtual const std::string& path() const = 0;
+    /// The volume name (epoch file, nvfenced instance).
+    virtual const std::string& volume() const = 0;
+    /// This host's NVMe host identifier.
+    virtual const HostId& host_id() const = 0;
+    /// True when the namespace supports reservation type @p t.
+    virtual bool supports(ResvType t) const = 0;
+    /// Reservation commands to the namespace.
+    virtual Reservations& resv() = 0;
+};
+
+/// Severity of a log line.
+enum class Level { debug, info, warning, error };
+
+/// What the actions need from the machine; tests replace each hook.
+struct Host {
+    /// Opens and identifies @p path; on failure @p why says what is wrong.
+    std::function<Result<std::unique_ptr<Device>>(const std::string& path, std::string& why)> open;
+    /// Runs `<cmapctl> args...`, returning its stdout (bounded in time).
+    std::function<Result<std::string>(const std::string& cmapctl, const std::vector<std::string>& args)> cmapctl;
+    /// The nvfenced control socket serving @p dev on this host, if one runs.
+    std::function<std::optional<std::string>(const Device& dev)> find_agent;
+    /// Sends one control request to the agent at @p socket.
+    std::function<Result<ControlReply>(const std::string& socket, const ControlRequest& req)> control;
+    /// Sleeps @p seconds (the `delay` option).
+    std::function<void(uint32_t seconds)> sleep;
+    /// Receives every log line (after the verbose filter).
+    std::function<void(Level, const std::string&)> log;
+    /// This node's name (uname -n).
+    std::string local_name;
+};
+
+/// Runs the action of @p parsed and returns its exit code; what the agent
+/// prints on stdout (metadata, list, "Status: ON", ...) is appended to
+/// @p out. Warnings and errors of parsing are logged first; any parse
+/// error ends with kExitError before anything touches a device.
+int run(const Parsed& parsed, Host& host, std::string& out);
+
+/// The metadata XML (fence-agents' resource-agent format, valid against
+/// its metadata.rng).
+std::string metadata_xml();
+
+/// The usage text of -h/--help.
+std::string usage_text();
+
+/// The NVMe reservation type of @p m.
+ResvType resv_type_for(Mode m);
+
+}  // namespace nvfence::fence_agent

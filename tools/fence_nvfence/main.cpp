@@ -1,0 +1,235 @@
+// SPDX-License-Identifier: MIT
+// fence_nvfence: the Pacemaker fence agent for NVMe reservations. The
+// actions live in fence_agent.cpp; this file connects them to the machine.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "fence_agent.hpp"
+#include "nvfence/agent_config.hpp"
+#include "nvfence/error.hpp"
+#include "nvfence/namespace.hpp"
+
+extern char** environ;
+
+namespace nvfence::fence_agent {
+namespace {
+
+constexpr size_t kMaxStdinBytes = 1 << 20;
+constexpr int kCmapTimeoutMs = 10000;
+constexpr size_t kMaxCmapBytes = 1 << 20;
+constexpr uint32_t kAgentStatusTimeoutMs = 3000;
+// A takeover waits for a preempt-and-abort (bounded by the library at 30 s).
+constexpr uint32_t kAgentChangeTimeoutMs = 60000;
+constexpr size_t kMaxAgentSockets = 16;
+constexpr uint32_t kDeviceTimeoutMs = 30000;
+
+class RealDevice final : public Device {
+public:
+    RealDevice(std::string path, std::unique_ptr<Namespace> ns)
+        : path_(std::move(path)), ns_(std::move(ns)), volume_(agent_volume_name(ns_->info())),
+          resv_(ns_->passthru(), ns_->info().nsid) {}
+    const std::string& path() const override { return path_; }
+    const std::string& volume() const override { return volume_; }
+    const HostId& host_id() const override { return *ns_->info().host_id; }
+    bool supports(ResvType t) const override { return ns_->info().ns.rescap.supports(t); }
+    Reservations& resv() override { return resv_; }
+    const Namespace& ns() const { return *ns_; }
+
+private:
+    std::string path_;
+    std::unique_ptr<Namespace> ns_;
+    std::string volume_;
+    Reservations resv_;
+};
+
+Result<std::unique_ptr<Device>> open_real(const std::string& path, std::string& why) {
+    OpenOptions oo;
+    oo.timeout_ms = kDeviceTimeoutMs;
+    auto ns = Namespace::open(path, oo);
+    if (!ns) {
+        const auto ec = ns.error();
+        if (ec == Errc::not_found) why = "no such device";
+        else if (ec == Errc::not_nvme) why = "not an NVMe namespace";
+        else if (ec == Errc::controller_node) why = "an NVMe controller node, not a namespace (use /dev/nvmeXnY)";
+        else if (ec.category() == std::system_category() && (ec.value() == EACCES || ec.value() == EPERM))
+            why = "permission denied (NVMe passthrough needs root)";
+        else why = "cannot open: " + ec.message();
+        return ec;
+    }
+    if (auto s = (*ns)->require_reservations(&why); !s) return s.error();
+    if (!(*ns)->info().host_id) {
+        why = "cannot read this host's NVMe host identifier";
+        return make_error_code(Errc::host_id_unknown);
+    }
+    return std::unique_ptr<Device>(std::make_unique<RealDevice>(path, std::move(*ns)));
+}
+
+// Runs a program without a shell, its stdout captured, within a bound.
+Result<std::string> run_bounded(const std::string& prog, const std::vector<std::string>& args) {
+    int pipefd[2];
+    if (::pipe2(pipefd, O_CLOEXEC) != 0) return errno_error(errno);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    std::vector<char*> argv;
+    argv.push_back(const_cast<char*>(prog.c_str()));
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    pid_t pid = -1;
+    const int rc = ::posix_spawn(&pid, prog.c_str(), &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(pipefd[1]);
+    if (rc != 0) {
+        ::close(pipefd[0]);
+        return errno_error(rc);
+    }
+    std::string out;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kCmapTimeoutMs);
+    bool timed_out = false;
+    for (;;) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+        if (left <= 0) {
+            timed_out = true;
+            break;
+        }
+        pollfd p{pipefd[0], POLLIN, 0};
+        const int n = ::poll(&p, 1, static_cast<int>(left));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) continue;
+        char buf[4096];
+        const ssize_t r = ::read(pipefd[0], buf, sizeof buf);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        if (out.size() < kMaxCmapBytes) out.append(buf, static_cast<size_t>(r));
+    }
+    ::close(pipefd[0]);
+    if (timed_out) ::kill(pid, SIGKILL);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (timed_out) return make_error_code(Errc::timeout);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return errno_error(EIO);
+    return out;
+}
+
+bool same_namespace(const std::string& a, const std::string& b) {
+    auto pa = resolve_namespace(a);
+    auto pb = resolve_namespace(b);
+    return pa && pb && pa->name == pb->name;
+}
+
+std::optional<std::string> find_agent_real(const Options& o, const Device& d) {
+    std::vector<std::string> candidates;
+    if (!o.agent_socket.empty()) {
+        candidates.push_back(o.agent_socket);
+    } else {
+        std::error_code ec;
+        const std::string def = default_socket_path(d.volume());
+        if (std::filesystem::exists(def, ec)) candidates.push_back(def);
+        for (const auto& e : std::filesystem::directory_iterator("/run/nvfence", ec)) {
+            if (candidates.size() >= kMaxAgentSockets) break;
+            if (e.path().extension() == ".sock" && e.path().string() != def) candidates.push_back(e.path().string());
+        }
+    }
+    for (const auto& sock : candidates) {
+        ControlRequest req;
+        req.op = ControlOp::status;
+        auto r = control_request(sock, req, kAgentStatusTimeoutMs);
+        if (!r) continue;
+        if (r->volume == d.volume() || same_namespace(r->device, d.path())) return sock;
+    }
+    return std::nullopt;
+}
+
+std::string local_node_name() {
+    utsname u{};
+    if (::uname(&u) != 0) return {};
+    return u.nodename;
+}
+
+const char* level_word(Level l) {
+    switch (l) {
+    case Level::debug: return "DEBUG";
+    case Level::info: return "INFO";
+    case Level::warning: return "WARNING";
+    case Level::error: return "ERROR";
+    }
+    return "?";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    Parsed parsed;
+    if (argc > 1) {
+        std::vector<std::string> args(argv + 1, argv + argc);
+        parsed = parse_argv(args);
+    } else {
+        std::string text;
+        char buf[4096];
+        size_t n;
+        while ((n = std::fread(buf, 1, sizeof buf, stdin)) > 0) {
+            text.append(buf, n);
+            if (text.size() > kMaxStdinBytes) {
+                std::fprintf(stderr, "ERROR: Failed: more than %zu bytes of options on stdin\n", kMaxStdinBytes);
+                return kExitError;
+            }
+        }
+        parsed = parse_stdin(text);
+    }
+    const Options& o = parsed.opts;
+    std::ofstream debug_file;
+    if (!o.debug_file.empty()) debug_file.open(o.debug_file, std::ios::app);
+    ::openlog("fence_nvfence", LOG_PID, LOG_DAEMON);
+
+    Host host;
+    host.local_name = local_node_name();
+    host.open = open_real;
+    host.cmapctl = run_bounded;
+    host.find_agent = [&o](const Device& d) { return find_agent_real(o, d); };
+    host.control = [](const std::string& sock, const ControlRequest& req) {
+        return control_request(sock, req, req.op == ControlOp::status ? kAgentStatusTimeoutMs : kAgentChangeTimeoutMs);
+    };
+    host.sleep = [](uint32_t s) { std::this_thread::sleep_for(std::chrono::seconds(s)); };
+    host.log = [&](Level l, const std::string& msg) {
+        if (l == Level::debug && o.verbose == 0) return;
+        const std::string line = std::string(level_word(l)) + ": " + msg;
+        if (!o.quiet) std::fprintf(stderr, "%s\n", line.c_str());
+        if (debug_file) {
+            const std::time_t t = std::time(nullptr);
+            char ts[32];
+            std::strftime(ts, sizeof ts, "%Y-%m-%d %H:%M:%S", std::localtime(&t));
+            debug_file << ts << " " << line << "\n";
+            debug_file.flush();
+        }
+        if (l != Level::debug)
+            ::syslog(l == Level::error ? LOG_ERR : l == Level::warning ? LOG_WARNING : LOG_INFO, "%s", msg.c_str());
+    };
+    if (!o.debug_file.empty() && !debug_file) host.log(Level::warning, "cannot open debug file " + o.debug_file);
+
+    std::string out;
+    const int rc = run(parsed, host, out);
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    std::fflush(stdout);
+    ::closelog();
+    return rc;
+}
+
+}  // namespace nvfence::fence_agent
+
+int main(int argc, char** argv) { return nvfence::fence_agent::main(argc, argv); }

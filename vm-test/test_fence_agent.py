@@ -1,0 +1,187 @@
+"""fence_nvfence against real nvmet reservations, three host VMs (a, b, c)
+on one fabric target, options on stdin as Pacemaker's fencer passes them.
+
+Unfencing registers each node's key and one of them takes the Write
+Exclusive - Registrants Only reservation; `off` removes the victim's key
+with a verified preempt-and-abort and the device then refuses the victim's
+writes while the other registrants keep writing; already off is success;
+the local node is refused; off of the holder moves the reservation to the
+fencer; `on` brings a fenced node back with a newer epoch; `monitor` and
+`validate-all` catch a wrong device and a bad node map. Also `nvfence
+preempt --victim-node N` (the node's key whatever its epoch)."""
+import pytest
+
+import nvlab
+from nvtest import CONFLICT, LOST_RACE, OK, USAGE, nvf, report, reset
+
+MAP = "a:1;b:2;c:3"
+
+
+@pytest.fixture(scope="module")
+def lab():
+    with nvlab.Lab(hosts=3, topology="fabric") as lab:
+        yield lab
+
+
+def fa(host, *lines, devices='$NVFENCE_DEV', node_ids=MAP):
+    """fence_nvfence on host, options on stdin (a here-document, so
+    $NVFENCE_DEV expands)."""
+    opts = []
+    if devices is not None:
+        opts.append(f"devices={devices}")
+    if node_ids is not None:
+        opts.append(f"node_ids={node_ids}")
+    text = "\n".join(opts + list(lines))
+    return host.run(f"fence_nvfence <<EOF\n{text}\nEOF", timeout_s=90)
+
+
+def node_keys(st):
+    """{node: [epochs]} of the registrants in an nvfence report."""
+    out = {}
+    for r in st["registrants"]:
+        if not r["foreign"]:
+            out.setdefault(r["node"], []).append(r["epoch"])
+    return out
+
+
+def holder_node(st):
+    for r in st["registrants"]:
+        if r["holder"]:
+            return r["node"]
+    return None
+
+
+def write(host, lba):
+    return nvf(host, "write", "--lba", str(lba))
+
+
+def test_unfence_fence_and_refuse(lab):
+    reset(lab)
+    a, b, c = lab.hosts
+    for h, name in ((a, "a"), (b, "b"), (c, "c")):
+        r = fa(h, "action=on", f"nodename={name}")
+        assert r.rc == 0 and "Success: Powered ON" in r.out, r
+    st = report(a)
+    assert sorted(node_keys(st)) == [1, 2, 3], st
+    assert st["type"] == "WERO" and holder_node(st) == 1, st
+    # Every registrant writes under Registrants Only.
+    for i, h in enumerate((a, b, c)):
+        w = write(h, 100 + i)
+        assert w.rc == OK, (h.name, w)
+
+    r = fa(a, "action=status", "plug=b")
+    assert r.rc == 0 and "Status: ON" in r.out, r
+    r = fa(a, "action=list", devices=None)
+    assert r.rc == 0 and r.out.split() == ["a,1", "b,2", "c,3"], r
+    for h in (a, b, c):
+        assert fa(h, "action=monitor").rc == 0, h.name
+        assert fa(h, "action=validate-all").rc == 0, h.name
+
+    # Fence b from a: b's key is gone and the device refuses b's writes,
+    # in both I/O paths; a and c still write.
+    r = fa(a, "action=off", "port=b")
+    assert r.rc == 0 and "Success: Powered OFF" in r.out, r
+    st = report(a)
+    assert sorted(node_keys(st)) == [1, 3] and holder_node(st) == 1, st
+    for mode in ([], ["--passthrough"]):
+        w = nvf(b, "write", "--lba", "110", *mode)
+        assert w.rc == CONFLICT and w.json["result"] == "fenced", (mode, w)
+    dd = b.run('dd if=/dev/zero of="$NVFENCE_DEV" bs=4096 count=1 seek=30 oflag=direct')
+    assert dd.rc != 0 and "Invalid exchange" in dd.err, dd
+    assert write(a, 111).rc == OK and write(c, 112).rc == OK
+    r = fa(c, "action=status", "plug=b")
+    assert r.rc == 2 and "Status: OFF" in r.out, r
+
+    # Already off: success, nothing changes.
+    gen = report(a)["generation"]
+    r = fa(c, "action=off", "nodename=b")
+    assert r.rc == 0 and "Success: Already OFF" in r.out, r
+    assert report(a)["generation"] == gen
+
+    # The local node is refused, and nothing is sent.
+    r = fa(a, "action=off", "plug=a")
+    assert r.rc == 1 and "refusing to fence the local node" in r.err, r
+    assert sorted(node_keys(report(a))) == [1, 3]
+    # reboot is not an action of a fabric fencing agent.
+    r = fa(a, "action=reboot", "plug=c")
+    assert r.rc == 1 and "not supported" in r.err, r
+
+    # Off of the holder: the fencer takes the reservation over.
+    r = fa(c, "action=off", "plug=a")
+    assert r.rc == 0 and "Success: Powered OFF" in r.out, r
+    st = report(c)
+    assert sorted(node_keys(st)) == [3] and holder_node(st) == 3 and st["type"] == "WERO", st
+    assert write(a, 113).rc == CONFLICT
+
+    # b reboots and is unfenced again: a newer epoch, its writes accepted.
+    old_b = 1
+    r = fa(b, "action=on", "nodename=b")
+    assert r.rc == 0, r
+    st = report(b)
+    assert node_keys(st)[2][0] > old_b, st
+    assert write(b, 114).rc == OK
+    r = fa(a, "action=on", "nodename=a")
+    assert r.rc == 0, r
+    assert sorted(node_keys(report(a))) == [1, 2, 3]
+
+
+def test_monitor_and_validate_catch_wrong_device_and_bad_map(lab):
+    a, b, c = lab.hosts
+    reset(lab)
+    for h, name in ((a, "a"), (b, "b"), (c, "c")):
+        assert fa(h, "action=on", f"nodename={name}").rc == 0
+    assert fa(a, "action=monitor").rc == 0
+    # Wrong devices: not NVMe, missing, one good plus one bad.
+    for dev, words in (("/dev/null", "not an NVMe namespace"), ("/dev/nvme9n9", "no such device"),
+                       ("$NVFENCE_DEV,/dev/null", "not an NVMe namespace")):
+        for action in ("monitor", "validate-all"):
+            r = fa(a, f"action={action}", devices=dev)
+            assert r.rc == 1 and words in r.err, (dev, action, r)
+    r = fa(a, "action=off", "plug=b", devices="/dev/null")
+    assert r.rc == 1, r
+    assert sorted(node_keys(report(a))) == [1, 2, 3]
+    # Bad maps.
+    r = fa(a, "action=monitor", node_ids="a:1;b:2")  # c's key (node 3) is in no entry
+    assert r.rc == 1 and "no node_ids entry has" in r.err, r
+    r = fa(a, "action=monitor", node_ids="a:2;b:1;c:3")  # a is node 1 on the device
+    assert r.rc == 1 and "registered as node 1" in r.err, r
+    r = fa(a, "action=validate-all", node_ids="b:2;c:3")  # this node missing
+    assert r.rc == 1 and "not in node_ids" in r.err, r
+    r = fa(a, "action=validate-all", node_ids="a:1;b:1;c:3")
+    assert r.rc == 1 and "given to two nodes" in r.err, r
+    r = fa(a, "action=validate-all", "reservation_type=5")
+    assert r.rc == 1 and "NVMe type 3" in r.err, r
+    # Nothing above changed the reservation.
+    assert sorted(node_keys(report(a))) == [1, 2, 3]
+
+
+def test_cli_preempt_victim_node(lab):
+    a, b, c = lab.hosts
+    reset(lab)
+    assert nvf(a, "register", "--node", "1").rc == OK
+    assert nvf(a, "acquire").rc == OK
+    assert nvf(b, "register", "--node", "2").rc == OK
+    # Re-key b twice: its epoch is no longer 1; the node id still finds it.
+    assert nvf(b, "register", "--node", "2", "--replace").rc == OK
+    kb = [x["key"] for x in report(b)["registrants"] if x["node"] == 2]
+    assert len(kb) == 1 and node_keys(report(b))[2][0] > 1
+    r = nvf(c, "preempt", "--node", "3", "--victim-node", "2")
+    assert r.rc == OK, r
+    assert r.json["removed"] == kb, r
+    st = report(c)
+    assert 2 not in node_keys(st) and holder_node(st) == 1, st  # b was not the holder: a keeps it
+    assert write(b, 120).rc == CONFLICT
+    # The holder as the victim: c takes over.
+    r = nvf(c, "preempt", "--victim-node", "1")
+    assert r.rc == OK and holder_node(report(c)) == 3, r
+    assert write(a, 121).rc == CONFLICT
+    # Node 2 has no key now: c holds, so nothing to do; from a host that
+    # does not hold, the holder is named (exit 6).
+    r = nvf(c, "preempt", "--victim-node", "2")
+    assert r.rc == OK and r.json["changed"] is False, r
+    r = nvf(b, "preempt", "--node", "2", "--victim-node", "1")
+    assert r.rc == LOST_RACE and "holds the reservation" in r.err, r
+    # A host's own node is refused.
+    r = nvf(c, "preempt", "--victim-node", "3")
+    assert r.rc == USAGE and "own node" in r.err, r
+    assert holder_node(report(a)) == 3
