@@ -14,6 +14,8 @@ packages=(
   qemu-system-x86 busybox-static nvme-cli fio xz-utils cpio zstd
   # lab tests
   python3-pytest
+  # packaging tests: cpack's dpkg-shlibdeps, dpkg-deb; man pages rendered by man(1)
+  dpkg-dev man-db groff-base bsdextrautils
 )
 
 missing=()
