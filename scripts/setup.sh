@@ -18,6 +18,8 @@ packages=(
   libcurl4-openssl-dev nlohmann-json3-dev etcd-server etcd-client
   # fence_nvfence: its metadata is checked with xmllint against fence-agents' metadata.rng
   libxml2-utils
+  # packaging tests: cpack's dpkg-shlibdeps, dpkg-deb; man pages rendered by man(1)
+  dpkg-dev man-db groff-base bsdextrautils
 )
 
 missing=()

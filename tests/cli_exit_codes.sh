@@ -53,5 +53,37 @@ n=$((n + 1))
 # --help lists the exit codes.
 "$nvf" --help | grep -q "6  lost a takeover race" || { echo "FAIL: --help lacks exit codes"; fails=$((fails + 1)); }
 n=$((n + 1))
+# Conventions (issue 17): --version, blkpr's type names, decimal keys as
+# nvme-cli takes them, an example in every subcommand's help, and a schema
+# version in every JSON document.
+check() {  # check DESCRIPTION COMMAND...: the command must succeed
+  local what=$1; shift
+  n=$((n + 1))
+  if ! "$@" >/dev/null 2>&1; then echo "FAIL: $what"; fails=$((fails + 1)); fi
+}
+check "--version prints nvfence and a version" sh -c '"$0" --version | grep -Eq "^nvfence [0-9]+\.[0-9]+\.[0-9]+$"' "$nvf"
+for t in write-exclusive exclusive-access write-exclusive-registrants-only exclusive-access-registrants-only \
+         write-exclusive-all-registrants exclusive-access-all-registrants write_exclusive WRITE-EXCLUSIVE-REG-ONLY \
+         exclusive-access-all-regs we WERO shared exclusive; do
+  expect 4 acquire /dev/null --type "$t"     # the name is accepted: the device is what fails
+done
+expect 2 acquire /dev/null --type write-exclusive-bogus
+expect 2 acquire /dev/null --type 1
+expect 4 preempt /dev/null --node 1 --victim 17654223897458606089   # decimal, as nvme-cli
+expect 4 preempt /dev/null --node 1 --victim 1
+expect 2 preempt /dev/null --node 1 --victim 18446744073709551616  # 2^64
+expect 2 preempt /dev/null --node 1 --victim 0
+expect 2 preempt /dev/null --node 1 --victim +5
+expect 2 takeover --victim 12abc
+for sub in info report register unregister acquire preempt release clear write read notifications \
+           status takeover handoff rejoin udev-probe; do
+  check "'$sub --help' has an example" sh -c '"$0" "$1" --help | grep -q "^Example: nvfence $1 "' "$nvf" "$sub"
+done
+"$nvf" report /dev/null --json >"$tmp/out" 2>/dev/null
+n=$((n + 1))
+grep -q '^{"schema_version":1,' "$tmp/out" || { echo "FAIL: JSON lacks schema_version first: $(cat "$tmp/out")"; fails=$((fails + 1)); }
+"$nvf" frobnicate --json >"$tmp/out" 2>/dev/null
+n=$((n + 1))
+grep -q '^{"schema_version":1,' "$tmp/out" || { echo "FAIL: usage-error JSON lacks schema_version: $(cat "$tmp/out")"; fails=$((fails + 1)); }
 echo "cli exit codes: $((n - fails)) passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -190,6 +190,15 @@ void print_status(const ControlReply& r) {
 
 }  // namespace
 
+Result<uint64_t> parse_cli_key(std::string_view text) {
+    if (!text.empty() && text.find_first_not_of("0123456789") == std::string_view::npos) {
+        auto v = parse_uint(text, 1, UINT64_MAX);
+        if (!v) return make_error_code(Errc::invalid_key);
+        return *v;
+    }
+    return parse_key(text);
+}
+
 void add_agent_commands(CLI::App& app, AgentCli& st) {
     auto common = [&](CLI::App* sub) {
         auto* vol = sub->add_option("volume", st.volume,
@@ -202,16 +211,20 @@ void add_agent_commands(CLI::App& app, AgentCli& st) {
     };
     st.status = app.add_subcommand("status", "the agent's state: key, epoch, holder, generation, last check, time fenced");
     common(st.status);
+    st.status->footer("\nExample: nvfence status vol-0123456789abcdef0 --json");
     st.takeover = app.add_subcommand(
         "takeover", "ask the agent to take the reservation (verified preempt-and-abort, as 'nvfence preempt')");
     common(st.takeover);
+    st.takeover->footer("\nExample: nvfence takeover vol-0123456789abcdef0 --victim nf:0:1:7");
     st.takeover->add_option("--victim", st.victim, "key to preempt (default: the current holder)");
     st.handoff = app.add_subcommand(
         "handoff", "ask the agent to release the reservation and stay registered (another host can then take it without preempting)");
     common(st.handoff);
+    st.handoff->footer("\nExample: nvfence handoff vol-0123456789abcdef0");
     st.rejoin = app.add_subcommand(
         "rejoin", "operator: bring a FENCED agent back as a standby with a new epoch (never acquires)");
     common(st.rejoin);
+    st.rejoin->footer("\nExample: nvfence rejoin vol-0123456789abcdef0");
 }
 
 std::optional<int> run_agent_commands(const AgentCli& st) {
@@ -222,10 +235,10 @@ std::optional<int> run_agent_commands(const AgentCli& st) {
     else if (st.rejoin && st.rejoin->parsed()) req.op = ControlOp::rejoin;
     else return std::nullopt;
     if (req.op == ControlOp::takeover && !st.victim.empty()) {
-        auto k = parse_key(st.victim);
+        auto k = parse_cli_key(st.victim);
         if (!k)
             return fail(st, "--victim \"" + st.victim + "\" is not a reservation key", code(ExitCode::usage),
-                        "use nf:TAG:NODE:EPOCH or 0x followed by 1-16 hex digits");
+                        "use nf:TAG:NODE:EPOCH, 0x followed by 1-16 hex digits, or a decimal number");
         req.victim = *k;
     }
     int rc = 0;

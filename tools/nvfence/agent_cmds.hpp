@@ -13,6 +13,9 @@
 ///   if (auto rc = nvfence::cli::run_agent_commands(agent)) return *rc;  // after parse
 /// @endcode
 
+#include <cstdint>
+#include <string_view>
+#include "nvfence/result.hpp"
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <optional>
@@ -43,5 +46,10 @@ void add_agent_commands(CLI::App& app, AgentCli& st);
 /// 4 unsupported, 5 permission, 6 lost race), or std::nullopt when none of
 /// them was given on the command line.
 std::optional<int> run_agent_commands(const AgentCli& st);
+
+/// A key as the CLI takes it: nf:TAG:NODE:EPOCH, 0x and 1-16 hex digits,
+/// or a plain decimal number 1..2^64-1 as nvme-cli's --crkey/--prkey take
+/// it (Errc::invalid_key otherwise).
+Result<uint64_t> parse_cli_key(std::string_view text);
 
 }  // namespace nvfence::cli

@@ -40,9 +40,11 @@ void Json::value_prefix() {
 }
 
 Json& Json::begin_object() {
+    const bool outermost = first_.empty() && out_.empty();
     value_prefix();
     out_ += '{';
     first_.push_back(true);
+    if (outermost) key("schema_version").num(kJsonSchemaVersion);
     return *this;
 }
 Json& Json::end_object() {

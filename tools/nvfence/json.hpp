@@ -11,7 +11,13 @@
 
 namespace nvfence::cli {
 
-/// Builds one JSON document in order; commas and nesting are tracked.
+/// Version of the --json output's shape, written first in every document as
+/// "schema_version". Raised when a member is removed, renamed or changes
+/// meaning; adding members does not raise it.
+inline constexpr uint64_t kJsonSchemaVersion = 1;
+
+/// Builds one JSON document in order; commas and nesting are tracked. The
+/// outermost object starts with "schema_version" (kJsonSchemaVersion).
 class Json {
 public:
     /// Opens an object (as a value or, after key(), as a member).

@@ -26,6 +26,7 @@ extern "C" {
 #include "nvfence/fence.hpp"
 #include "nvfence/key.hpp"
 #include "nvfence/namespace.hpp"
+#include "nvfence/nvfence.h"
 #include "nvfence/reservation.hpp"
 #include "nvfence/stamp.hpp"
 #include "nvfence/writer.hpp"
@@ -452,15 +453,23 @@ int print_outcome(const Common& c, const FenceCtx& x, const Outcome& o, const st
 // Type names, in any case (so the "WE", "WERO"... that report prints are
 // accepted back). Numbers are not: RTYPE 0 and 7+ are no types, and a name
 // cannot be mistaken for another.
+// The long names are blkpr's (util-linux) and the NVMe specification's,
+// with '_' or '-' between words.
 Result<ResvType> parse_type(std::string s) {
-    for (char& ch : s)
+    for (char& ch : s) {
         if (ch >= 'A' && ch <= 'Z') ch = static_cast<char>(ch - 'A' + 'a');
-    if (s == "exclusive" || s == "we") return ResvType::write_exclusive;
-    if (s == "shared" || s == "wero") return ResvType::write_exclusive_reg_only;
-    if (s == "ea") return ResvType::exclusive_access;
-    if (s == "earo") return ResvType::exclusive_access_reg_only;
-    if (s == "wear") return ResvType::write_exclusive_all_regs;
-    if (s == "eaar") return ResvType::exclusive_access_all_regs;
+        if (ch == '_') ch = '-';
+    }
+    if (s == "exclusive" || s == "we" || s == "write-exclusive") return ResvType::write_exclusive;
+    if (s == "shared" || s == "wero" || s == "write-exclusive-reg-only" || s == "write-exclusive-registrants-only")
+        return ResvType::write_exclusive_reg_only;
+    if (s == "ea" || s == "exclusive-access") return ResvType::exclusive_access;
+    if (s == "earo" || s == "exclusive-access-reg-only" || s == "exclusive-access-registrants-only")
+        return ResvType::exclusive_access_reg_only;
+    if (s == "wear" || s == "write-exclusive-all-regs" || s == "write-exclusive-all-registrants")
+        return ResvType::write_exclusive_all_regs;
+    if (s == "eaar" || s == "exclusive-access-all-regs" || s == "exclusive-access-all-registrants")
+        return ResvType::exclusive_access_all_regs;
     return make_error_code(Errc::invalid_argument);
 }
 
@@ -920,7 +929,7 @@ CLI::Validator uint_in(uint64_t lo, uint64_t hi) {
 CLI::Validator key_text() {
     return CLI::Validator(
         [](std::string& s) -> std::string {
-            if (!parse_key(s)) return "not a reservation key: use nf:TAG:NODE:EPOCH or 0x followed by 1-16 hex digits (not 0)";
+            if (!parse_cli_key(s)) return "not a reservation key: use nf:TAG:NODE:EPOCH, 0x followed by 1-16 hex digits, or a decimal number (not 0)";
             return {};
         },
         "KEY");
@@ -929,7 +938,7 @@ CLI::Validator key_text() {
 CLI::Validator type_text() {
     return CLI::Validator(
         [](std::string& s) -> std::string {
-            if (!parse_type(s)) return "unknown reservation type: use a name, exclusive|shared|we|ea|wero|earo|wear|eaar (any case; RTYPE numbers are not accepted)";
+            if (!parse_type(s)) return "unknown reservation type: use a name, exclusive|shared|we|ea|wero|earo|wear|eaar or write-exclusive, exclusive-access, write-exclusive-registrants-only, ... as blkpr names them (any case; RTYPE numbers are not accepted)";
             return {};
         },
         "TYPE");
@@ -951,6 +960,7 @@ int main(int argc, char** argv) {
     CLI::App app{"nvfence: storage-level fencing with NVMe reservations"};
     app.footer(std::string("\nKeys: nf:TAG:NODE:EPOCH (nvfence's own) or 0x<hex> (any key); foreign keys are never decoded.\n\n") +
                kExitCodes);
+    app.set_version_flag("--version", std::string("nvfence ") + nvf_version());
     app.require_subcommand(1);
     Common c;
     c.state_dir = env_or("NVFENCE_STATE_DIR", c.state_dir);
@@ -961,8 +971,10 @@ int main(int argc, char** argv) {
 
     auto* info = app.add_subcommand("info", "identity, reservation capabilities and host id of a namespace");
     add_common(info, c);
+    info->footer("\nExample: nvfence info /dev/nvme1n1 --json");
     auto* report = app.add_subcommand("report", "the reservation: generation, type, holder, every registrant");
     add_common(report, c);
+    report->footer("\nExample: nvfence report /dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_vol0123456789abcdef0");
     std::string initial_s;
     report->add_option("--initial-bytes", initial_s,
                        "diagnostic: size of the first Report read (64-1048576); a size too small for every "
@@ -970,17 +982,21 @@ int main(int argc, char** argv) {
         ->check(uint_in(64, 1u << 20));
     auto* reg = app.add_subcommand("register", "register this host with a fresh key (epoch above all seen)");
     add_common(reg, c);
+    reg->footer("\nExample: nvfence register /dev/nvme1n1 --node 2");
     reg->add_option("--node", node, "this host's node id (env NVFENCE_NODE)")->check(uint_in(1, 255))->envname("NVFENCE_NODE")->required();
     reg->add_option("--epoch", epoch_s, "use this epoch instead of a fresh one")->check(uint_in(1, kMaxEpoch));
     reg->add_flag("--replace", replace, "replace the key this host is registered with");
     reg->add_flag("--ptpl", ptpl, "ask the device to persist the registration through power loss");
     auto* unreg = app.add_subcommand("unregister", "remove this host's registration (releases if holder)");
     add_common(unreg, c);
+    unreg->footer("\nExample: nvfence unregister /dev/nvme1n1");
     auto* acq = app.add_subcommand("acquire", "acquire the reservation with this host's key");
     add_common(acq, c);
+    acq->footer("\nExample: nvfence acquire /dev/nvme1n1 --type write-exclusive");
     acq->add_option("--type", type_s, "exclusive (=we, Write Exclusive), shared (=wero), ea, earo, wear, eaar")->check(type_text());
     auto* pre = app.add_subcommand("preempt", "failover: take the reservation, preempt-and-abort the holder, verify");
     add_common(pre, c);
+    pre->footer("\nExample: nvfence preempt /dev/nvme1n1 --node 2 --victim nf:0:1:7");
     pre->add_option("--node", node, "this host's node id (env NVFENCE_NODE; default: from its current key)")
         ->check(uint_in(1, 255))->envname("NVFENCE_NODE");
     auto* vopt = pre->add_option("--victim", victim_s, "key to preempt (default: the current holder)")->check(key_text());
@@ -993,25 +1009,31 @@ int main(int argc, char** argv) {
     pre->add_option("--type", type_s, "type to take: exclusive (default), shared, we, ea, wero, earo, wear, eaar")->check(type_text());
     auto* rel = app.add_subcommand("release", "release the reservation this host holds");
     add_common(rel, c);
+    rel->footer("\nExample: nvfence release /dev/nvme1n1");
     auto* clr = app.add_subcommand("clear", "clear the reservation and ALL registrations (needs --force)");
     add_common(clr, c);
+    clr->footer("\nExample: nvfence clear /dev/nvme1n1 --force");
     clr->add_flag("--force", force, "really remove every host's registration");
     auto* wr = app.add_subcommand("write", "diagnostic write of stamped blocks: accepted or fenced?");
     add_common(wr, c);
+    wr->footer("\nExample: nvfence write /dev/nvme1n1 --lba 8 --blocks 4");
     wr->add_option("--lba", lba, "first block")->required()->check(uint_in(0, (1ull << 48)));
     wr->add_option("--blocks", blocks, "number of blocks (1-256)")->check(uint_in(1, 256));
     wr->add_flag("--passthrough", passthrough, "NVMe passthrough on /dev/ngXnY instead of the block device");
     auto* rd = app.add_subcommand("read", "read blocks back and show their stamps (who wrote, which epoch)");
     add_common(rd, c);
+    rd->footer("\nExample: nvfence read /dev/nvme1n1 --lba 8 --blocks 4");
     rd->add_option("--lba", lba, "first block")->required()->check(uint_in(0, (1ull << 48)));
     rd->add_option("--blocks", blocks, "number of blocks (1-4096)")->check(uint_in(1, 4096));
     rd->add_flag("--passthrough", passthrough, "NVMe passthrough on /dev/ngXnY instead of the block device");
     auto* notif = app.add_subcommand("notifications", "read (and consume) the Reservation Notification log");
     add_common(notif, c);
+    notif->footer("\nExample: nvfence notifications /dev/nvme1n1");
     notif->add_option("--max", max_pages, "most pages to read (1-1024)")->check(uint_in(1, 1024));
 
     std::string probe_dev;
     auto* probe = app.add_subcommand("udev-probe", "print udev properties of a namespace (silent for non-NVMe)");
+    probe->footer("\nExample: nvfence udev-probe /dev/nvme1n1   (udev runs it: IMPORT{program})");
     probe->add_option("devnode", probe_dev, "device node, e.g. /dev/nvme1n1")->required();
 
     AgentCli agent;
@@ -1022,6 +1044,8 @@ int main(int argc, char** argv) {
     } catch (const CLI::CallForHelp& e) {
         return app.exit(e);
     } catch (const CLI::CallForAllHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForVersion& e) {
         return app.exit(e);
     } catch (const CLI::ParseError& e) {
         std::cerr << "nvfence: " << e.what() << "\n       run 'nvfence --help' for usage\n";
@@ -1062,7 +1086,7 @@ int main(int argc, char** argv) {
     }
     if (pre->parsed()) {
         std::optional<uint64_t> victim;
-        if (!victim_s.empty()) victim = *parse_key(victim_s);
+        if (!victim_s.empty()) victim = *parse_cli_key(victim_s);
         if (victim_node) return cmd_preempt_node(c, node, *type, victim_node, !no_abort);
         return cmd_preempt(c, node, *type, victim, !no_abort);
     }

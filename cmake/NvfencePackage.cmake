@@ -1,0 +1,32 @@
+# `cpack -G DEB` in the build directory: one nvfence package with the
+# library, headers, CMake/pkg-config files, tools, udev rules, unit, docs and
+# man pages, exactly what `cmake --install` lays out (under the build's
+# CMAKE_INSTALL_PREFIX: configure with -DCMAKE_INSTALL_PREFIX=/usr for a
+# distribution package). Depends come from dpkg-shlibdeps; the maintainer
+# scripts (packaging/deb/) reload udev and systemd.
+set(CPACK_PACKAGE_NAME nvfence)
+set(CPACK_PACKAGE_VENDOR "nvfence")
+set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "storage-level fencing with NVMe reservations")
+set(CPACK_PACKAGE_DESCRIPTION "libnvfence (C++20 and C API), the nvfence CLI, the nvfenced host agent,
+ udev rules and the nvfenced@.service template: a host that was preempted is
+ refused by the shared NVMe namespace itself (Reservation Conflict).")
+set(CPACK_PACKAGING_INSTALL_PREFIX ${CMAKE_INSTALL_PREFIX})
+# The udev and systemd directories are absolute (udev/CMakeLists.txt).
+set(CPACK_SET_DESTDIR ON)
+# Debug info stays in the build tree; the package ships stripped binaries.
+set(CPACK_STRIP_FILES TRUE)
+set(CPACK_DEBIAN_PACKAGE_MAINTAINER "nvfence maintainers <root@localhost>")
+set(CPACK_DEBIAN_PACKAGE_SECTION admin)
+set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
+set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS_POLICY ">=")
+# nvme-cli is what an operator cross-checks with; udev runs our rules.
+set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "udev, nvme-cli")
+set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
+    ${PROJECT_SOURCE_DIR}/packaging/deb/postinst ${PROJECT_SOURCE_DIR}/packaging/deb/postrm
+    ${PROJECT_SOURCE_DIR}/packaging/deb/triggers)
+set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION TRUE)
+include(CPack)

@@ -1,0 +1,456 @@
+// SPDX-License-Identifier: MIT
+// nvfence-logengine: a small storage engine that embeds libnvfence. An
+// append-only log on the raw shared namespace; the primary holds the
+// reservation through nvfence::Fence and appends with nvfence::FencedWriter.
+// The device, not this process, decides who may write: a primary that was
+// frozen and preempted gets its appends refused (fenced) and stops.
+//
+// On-disk layout, from block --base-lba, one record per logical block:
+//   block 0      superblock: "NVFLOGSB", log id (u64), block bytes, crc32c
+//   block 1 + n  record n:   "NVFLOGRC", log id, seq n (u64), epoch (u32),
+//                node (u8), payload length (u32), crc32c, payload
+// A record is one block, so it is written whole or not at all; a torn or
+// foreign block fails its crc. Recovery scans from record 0 and stops at
+// the first block that is not a valid record of this log with seq == n and
+// an epoch no lower than its predecessor's: records a fenced primary left
+// behind a newer primary's are never read as part of the log.
+//
+// Commands:
+//   format DEV --node N          take the reservation, write a superblock
+//   serve DEV --node N [--takeover] [--appends K] [--ack-log FILE]
+//                                takeover (preempt-and-abort the holder) if
+//                                asked, recover, then append client records
+//                                "<node>-<i>" with up to --depth in flight;
+//                                every acknowledged append is logged as
+//                                "A <seq> <epoch> <payload>" (flushed). On a
+//                                fenced completion it stops appending and
+//                                exits 3; other I/O errors exit 1.
+//   check DEV                    scan the log, print "R <seq> <epoch> <payload>"
+//                                per record and a summary.
+// Time to useful (serve prints): takeover_ms, recovery_ms (scan), records
+// recovered, recovery MiB/s, first_append_ms.
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "nvfence/epoch_store.hpp"
+#include "nvfence/error.hpp"
+#include "nvfence/fence.hpp"
+#include "nvfence/key.hpp"
+#include "nvfence/namespace.hpp"
+#include "nvfence/reservation.hpp"
+#include "nvfence/stamp.hpp"
+#include "nvfence/writer.hpp"
+
+using namespace nvfence;
+
+namespace {
+
+constexpr char kSbMagic[8] = {'N', 'V', 'F', 'L', 'O', 'G', 'S', 'B'};
+constexpr char kRecMagic[8] = {'N', 'V', 'F', 'L', 'O', 'G', 'R', 'C'};
+constexpr size_t kHeader = 48;  // magic 8, log id 8, seq 8, epoch 4, node 1, pad 3, len 4, crc 4, pad 8
+constexpr uint32_t kScanBatchBlocks = 256;
+constexpr int kExitFenced = 3;
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+template <class T>
+void put(uint8_t* p, T v) { std::memcpy(p, &v, sizeof v); }
+template <class T>
+T get(const uint8_t* p) { T v; std::memcpy(&v, p, sizeof v); return v; }
+
+struct Record {
+    uint64_t seq = 0;
+    uint32_t epoch = 0;
+    uint8_t node = 0;
+    std::string payload;
+};
+
+uint32_t block_crc(std::span<const uint8_t> b) {
+    std::vector<uint8_t> tmp(b.begin(), b.end());
+    std::memset(tmp.data() + 36, 0, 4);
+    return crc32c(tmp);
+}
+
+void encode_record(std::span<uint8_t> b, uint64_t log_id, const Record& r) {
+    std::memset(b.data(), 0, b.size());
+    std::memcpy(b.data(), kRecMagic, 8);
+    put(b.data() + 8, log_id);
+    put(b.data() + 16, r.seq);
+    put(b.data() + 24, r.epoch);
+    b[28] = r.node;
+    const auto len = static_cast<uint32_t>(std::min(r.payload.size(), b.size() - kHeader));
+    put(b.data() + 32, len);
+    std::memcpy(b.data() + kHeader, r.payload.data(), len);
+    put(b.data() + 36, block_crc(b));
+}
+
+std::optional<Record> decode_record(std::span<const uint8_t> b, uint64_t log_id) {
+    if (std::memcmp(b.data(), kRecMagic, 8) != 0 || get<uint64_t>(b.data() + 8) != log_id) return std::nullopt;
+    const auto len = get<uint32_t>(b.data() + 32);
+    if (len > b.size() - kHeader || get<uint32_t>(b.data() + 36) != block_crc(b)) return std::nullopt;
+    Record r;
+    r.seq = get<uint64_t>(b.data() + 16);
+    r.epoch = get<uint32_t>(b.data() + 24);
+    r.node = b[28];
+    r.payload.assign(reinterpret_cast<const char*>(b.data() + kHeader), len);
+    return r;
+}
+
+int fail(const std::string& what, std::error_code ec) {
+    std::fprintf(stderr, "logengine: %s: %s\n", what.c_str(), ec.message().c_str());
+    std::fflush(stdout);
+    return static_cast<int>(exit_code_for(ec));
+}
+
+struct Opts {
+    std::string dev;
+    unsigned node = 0;
+    uint64_t base = 0;
+    bool takeover = false;
+    uint64_t appends = 0;  // 0: until fenced or the log is full
+    unsigned depth = 8;
+    std::string ack_log;
+    std::string state_dir = "/var/lib/nvfence";
+    uint32_t timeout_ms = 10000;
+};
+
+// The reservation, taken through the library: fresh epoch, preempt-and-abort
+// of the holder, verified by a Report.
+Result<uint32_t> take(const Opts& o, bool takeover) {
+    auto ns = Namespace::open(o.dev);
+    if (!ns) return ns.error();
+    if (Status s = (*ns)->require_reservations(); !s) return s.error();
+    if (!(*ns)->info().host_id) return make_error_code(Errc::host_id_unknown);
+    Reservations resv((*ns)->passthru(), (*ns)->info().nsid);
+    EpochStore store(o.state_dir, (*ns)->info().volume);
+    FenceOptions fo;
+    fo.node = static_cast<uint8_t>(o.node);
+    Fence fence(resv, *(*ns)->info().host_id, fo, &store);
+    Result<Outcome> out = make_error_code(Errc::invalid_argument);
+    if (takeover) {
+        out = fence.takeover(std::nullopt);
+    } else {
+        auto j = fence.join(std::nullopt, false);
+        if (!j) return j.error();
+        out = fence.acquire();
+    }
+    if (!out) return out.error();
+    auto k = decode_key(out->key);
+    if (!k) return make_error_code(Errc::verify_failed);
+    return k->epoch;
+}
+
+// The holder's key as the device reports it now (0: nobody holds).
+Result<uint64_t> holder_key(const Opts& o) {
+    auto ns = Namespace::open(o.dev);
+    if (!ns) return ns.error();
+    Reservations resv((*ns)->passthru(), (*ns)->info().nsid);
+    auto st = resv.report();
+    if (!st) return st.error();
+    const Registrant* h = st->holder();
+    return h ? h->key : uint64_t{0};
+}
+
+uint64_t own_key(const Opts& o, uint32_t epoch) {
+    auto k = make_key({0, static_cast<uint8_t>(o.node), epoch});
+    return k ? *k : 0;
+}
+
+struct Log {
+    std::unique_ptr<FencedWriter> w;
+    uint64_t base = 0;
+    uint64_t log_id = 0;
+    uint32_t bs = 0;
+};
+
+Result<Log> open_log(const Opts& o, uint32_t epoch) {
+    WriterOptions wo;
+    wo.epoch = epoch;
+    wo.queue_depth = std::max(o.depth, kScanBatchBlocks / 8);
+    wo.timeout_ms = o.timeout_ms;
+    auto w = FencedWriter::open(o.dev, wo);
+    if (!w) return w.error();
+    Log l{std::move(*w), o.base, 0, 0};
+    l.bs = l.w->block_bytes();
+    if (l.bs < 512 || l.base + 2 > l.w->size_blocks()) return make_error_code(Errc::out_of_bounds);
+    return l;
+}
+
+Result<uint64_t> read_superblock(Log& l) {
+    AlignedBuffer b(l.bs, 4096);
+    Completion c = l.w->read(l.base, b.span());
+    if (c.status != IoStatus::ok) return c.error;
+    if (std::memcmp(b.data(), kSbMagic, 8) != 0 ||
+        get<uint32_t>(b.data() + 20) != crc32c(std::span<const uint8_t>(b.data(), 20)))
+        return make_error_code(Errc::malformed_data);
+    return get<uint64_t>(b.data() + 8);
+}
+
+// Recovery: batched sequential reads (several in flight), stop at the first
+// block that does not continue the log.
+Result<std::vector<Record>> scan(Log& l, double* mib_s) {
+    const auto t0 = Clock::now();
+    std::vector<Record> out;
+    const uint64_t first = l.base + 1, end = l.w->size_blocks();
+    const uint32_t batch = std::min<uint32_t>(kScanBatchBlocks, l.w->max_io_bytes() / l.bs);
+    const uint32_t inflight = 4;
+    std::vector<AlignedBuffer> bufs;
+    for (uint32_t i = 0; i < inflight; ++i) bufs.emplace_back(size_t{batch} * l.bs, 4096);
+    std::vector<uint64_t> at(inflight);
+    uint64_t next = first, bytes = 0;
+    std::deque<uint32_t> order;  // buffers in submission order
+    auto issue = [&](uint32_t i) -> Status {
+        if (next >= end) return Ok{};
+        const auto n = static_cast<uint32_t>(std::min<uint64_t>(batch, end - next));
+        at[i] = next;
+        if (auto s = l.w->queue_read(next, bufs[i].span().first(size_t{n} * l.bs), i); !s) return s;
+        next += n;
+        order.push_back(i);
+        return Ok{};
+    };
+    for (uint32_t i = 0; i < inflight; ++i)
+        if (auto s = issue(i); !s) return s.error();
+    if (auto s = l.w->submit(); !s) return s.error();
+    std::vector<bool> done(inflight, false);
+    std::vector<uint32_t> len(inflight, 0);
+    bool stop = false;
+    while (!order.empty()) {
+        Completion cs[8];
+        auto r = l.w->reap(cs, 1);
+        if (!r) return r.error();
+        for (size_t k = 0; k < *r; ++k) {
+            if (cs[k].status != IoStatus::ok) return cs[k].error;
+            done[cs[k].user_data] = true;
+            len[cs[k].user_data] = cs[k].bytes;
+        }
+        while (!order.empty() && done[order.front()]) {
+            const uint32_t i = order.front();
+            order.pop_front();
+            done[i] = false;
+            bytes += len[i];
+            for (uint32_t b = 0; !stop && b < len[i] / l.bs; ++b) {
+                auto rec = decode_record(bufs[i].span().subspan(size_t{b} * l.bs, l.bs), l.log_id);
+                const uint64_t want = at[i] + b - first;
+                if (!rec || rec->seq != want || (!out.empty() && rec->epoch < out.back().epoch)) stop = true;
+                else out.push_back(std::move(*rec));
+            }
+            if (!stop) {
+                if (auto s = issue(i); !s) return s.error();
+                if (auto s = l.w->submit(); !s) return s.error();
+            }
+        }
+        if (stop && !order.empty()) {
+            // Drain what is still in flight before the buffers go away.
+            while (l.w->in_flight() > 0) {
+                auto d = l.w->reap(cs, 1);
+                if (!d) return d.error();
+            }
+            order.clear();
+        }
+    }
+    const double s = std::max(ms_since(t0), 0.001) / 1000.0;
+    if (mib_s) *mib_s = static_cast<double>(bytes) / (1024.0 * 1024.0) / s;
+    return out;
+}
+
+int cmd_format(const Opts& o) {
+    auto epoch = take(o, true);
+    if (!epoch) return fail("take the reservation", epoch.error());
+    auto l = open_log(o, *epoch);
+    if (!l) return fail("open " + o.dev, l.error());
+    std::random_device rd;
+    const uint64_t id = (uint64_t{rd()} << 32) | rd();
+    AlignedBuffer sb(l->bs, 4096);
+    std::memcpy(sb.data(), kSbMagic, 8);
+    put(sb.data() + 8, id);
+    put(sb.data() + 16, l->bs);
+    put(sb.data() + 20, crc32c(std::span<const uint8_t>(sb.data(), 20)));
+    // Record 0's block is cleared too, so an older log never continues this one.
+    AlignedBuffer zero(l->bs, 4096);
+    for (auto [lba, buf] : {std::pair{l->base + 1, &zero}, std::pair{l->base, &sb}}) {
+        Completion c = l->w->write(lba, buf->span());
+        if (c.status != IoStatus::ok) return fail("format", c.error);
+    }
+    if (Completion c = l->w->flush(); c.status != IoStatus::ok) return fail("flush", c.error);
+    std::printf("formatted log %016llx at lba %llu, block %u, epoch %u\n", static_cast<unsigned long long>(id),
+                static_cast<unsigned long long>(o.base), l->bs, *epoch);
+    return 0;
+}
+
+int cmd_serve(const Opts& o) {
+    const auto t0 = Clock::now();
+    auto epoch = take(o, o.takeover);
+    if (!epoch) return fail(o.takeover ? "takeover" : "acquire", epoch.error());
+    const double takeover_ms = ms_since(t0);
+    auto l = open_log(o, *epoch);
+    if (!l) return fail("open " + o.dev, l.error());
+    auto id = read_superblock(*l);
+    if (!id) return fail("superblock", id.error());
+    l->log_id = *id;
+    const auto t1 = Clock::now();
+    double mib_s = 0;
+    auto recs = scan(*l, &mib_s);
+    if (!recs) return fail("recovery", recs.error());
+    const double recovery_ms = ms_since(t1);
+    uint64_t seq = recs->size();
+    std::printf("serving: epoch %u node %u, recovered %llu records, takeover_ms %.1f recovery_ms %.1f "
+                "recovery_mib_s %.1f\n",
+                *epoch, o.node, static_cast<unsigned long long>(seq), takeover_ms, recovery_ms, mib_s);
+    std::fflush(stdout);
+
+    FILE* acks = o.ack_log.empty() ? stdout : std::fopen(o.ack_log.c_str(), "a");
+    if (!acks) return fail("open " + o.ack_log, errno_error(errno));
+    const uint64_t cap = l->w->size_blocks() - l->base - 1;
+    std::vector<AlignedBuffer> bufs;
+    for (unsigned i = 0; i < o.depth; ++i) bufs.emplace_back(l->bs, 4096);
+    std::vector<Record> pending(o.depth);
+    std::vector<bool> busy(o.depth, false);
+    uint64_t issued = 0, acked = 0;
+    bool first_logged = false, stopping = false;
+    int stalled_waits = 0;
+    bool failed = false;               // an append failed: nothing after it is acknowledged
+    uint64_t next_ack = seq;            // the next sequence number to acknowledge
+    std::map<uint64_t, Record> done;    // completed, waiting for the ones before them
+    int rc = 0;
+    const auto t2 = Clock::now();
+    while (true) {
+        // Queue new appends while there is room, the client wants more and
+        // nothing has gone wrong.
+        for (unsigned i = 0; !stopping && i < o.depth; ++i) {
+            if (busy[i] || (o.appends && issued >= o.appends) || seq >= cap) continue;
+            Record r{seq, *epoch, static_cast<uint8_t>(o.node),
+                     std::to_string(o.node) + "-" + std::to_string(issued)};
+            encode_record(bufs[i].span(), l->log_id, r);
+            Status s = l->w->queue_write(l->base + 1 + seq, bufs[i].span(), i);
+            if (!s) {
+                std::printf("stopping: append %llu refused: %s\n", static_cast<unsigned long long>(seq),
+                            s.error().message().c_str());
+                rc = is_fenced(s.error()) ? kExitFenced : 1;
+                stopping = true;
+                break;
+            }
+            pending[i] = std::move(r);
+            busy[i] = true;
+            ++seq;
+            ++issued;
+        }
+        if (l->w->in_flight() == 0) break;
+        Completion cs[64];
+        // Once stopping, nothing new is sent: only what is in flight is
+        // collected (queued I/Os of a latched writer come back as fenced).
+        auto r = stopping ? l->w->reap(cs, 1) : l->w->submit_and_reap(cs, 1);
+        if (!r) {
+            if (stopping) {
+                if (++stalled_waits > 3) break;  // bounded: each wait is the writer's timeout
+                continue;
+            }
+            std::printf("stopping: %s\n", r.error().message().c_str());
+            rc = is_fenced(r.error()) ? kExitFenced : 1;
+            stopping = true;
+            continue;
+        }
+        for (size_t k = 0; k < *r; ++k) {
+            const auto i = static_cast<unsigned>(cs[k].user_data);
+            busy[i] = false;
+            const Record& p = pending[i];
+            if (cs[k].status == IoStatus::ok) {
+                done.emplace(p.seq, p);
+                // Acknowledged to the client only now, and in log order: a
+                // record is durable only if every record before it is too
+                // (recovery stops at the first hole).
+                while (!done.empty() && done.begin()->first == next_ack && !failed) {
+                    const Record& d = done.begin()->second;
+                    std::fprintf(acks, "A %llu %u %s\n", static_cast<unsigned long long>(d.seq), d.epoch,
+                                 d.payload.c_str());
+                    std::fflush(acks);
+                    done.erase(done.begin());
+                    ++next_ack;
+                    ++acked;
+                    if (!first_logged) {
+                        first_logged = true;
+                        std::printf("first_append_ms %.1f\n", ms_since(t2));
+                        std::fflush(stdout);
+                    }
+                }
+            } else {
+                failed = true;
+                std::printf("%s: append %llu epoch %u: %s\n",
+                            cs[k].status == IoStatus::fenced ? "fenced" : "error",
+                            static_cast<unsigned long long>(p.seq), p.epoch, cs[k].error.message().c_str());
+                if (!stopping) rc = cs[k].status == IoStatus::fenced ? kExitFenced : 1;
+                if (cs[k].status == IoStatus::fenced) rc = kExitFenced;
+                stopping = true;
+            }
+        }
+    }
+    if (acks != stdout) std::fclose(acks);
+    if (rc == 1) {
+        // An I/O error that is not a refusal (e.g. a write aborted by the
+        // new holder's preempt-and-abort): ask the device who holds now.
+        if (auto h = holder_key(o); h && *h != own_key(o, *epoch)) {
+            std::printf("preempted: this host no longer holds the reservation (holder %s)\n",
+                        *h ? format_key(*h).c_str() : "none");
+            rc = kExitFenced;
+        }
+    }
+    std::printf("stopped: %s, %llu appends acknowledged, %llu issued, log tail %llu\n",
+                rc == kExitFenced ? "fenced (another primary took over)" : rc ? "I/O error" : "done",
+                static_cast<unsigned long long>(acked), static_cast<unsigned long long>(issued),
+                static_cast<unsigned long long>(seq));
+    return rc;
+}
+
+int cmd_check(const Opts& o) {
+    auto l = open_log(o, 0);
+    if (!l) return fail("open " + o.dev, l.error());
+    auto id = read_superblock(*l);
+    if (!id) return fail("superblock", id.error());
+    l->log_id = *id;
+    double mib_s = 0;
+    const auto t0 = Clock::now();
+    auto recs = scan(*l, &mib_s);
+    if (!recs) return fail("scan", recs.error());
+    for (const Record& r : *recs)
+        std::printf("R %llu %u %s\n", static_cast<unsigned long long>(r.seq), r.epoch, r.payload.c_str());
+    std::printf("records %zu scan_ms %.1f mib_s %.1f\n", recs->size(), ms_since(t0), mib_s);
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"nvfence-logengine: an append-only log on a shared NVMe namespace, fenced by the device"};
+    app.require_subcommand(1);
+    Opts o;
+    auto dev = [&](CLI::App* s) {
+        s->add_option("device", o.dev, "the shared namespace")->required();
+        s->add_option("--base-lba", o.base, "first block of the log (superblock)");
+    };
+    auto* fmt = app.add_subcommand("format", "take the reservation and write an empty log");
+    dev(fmt);
+    fmt->add_option("--node", o.node, "node id 1..255")->required()->check(CLI::Range(1, 255));
+    fmt->add_option("--state-dir", o.state_dir, "where the highest epoch is persisted");
+    auto* srv = app.add_subcommand("serve", "become primary, recover, append client records until fenced");
+    dev(srv);
+    srv->add_option("--node", o.node, "node id 1..255")->required()->check(CLI::Range(1, 255));
+    srv->add_flag("--takeover", o.takeover, "preempt-and-abort the current holder (failover)");
+    srv->add_option("--appends", o.appends, "client appends to make (0: until fenced or full)");
+    srv->add_option("--depth", o.depth, "appends in flight, 1..64")->check(CLI::Range(1, 64));
+    srv->add_option("--ack-log", o.ack_log, "file for acknowledged appends (default stdout)");
+    srv->add_option("--state-dir", o.state_dir, "where the highest epoch is persisted");
+    auto* chk = app.add_subcommand("check", "scan the log and print every record");
+    dev(chk);
+    CLI11_PARSE(app, argc, argv);
+    if (fmt->parsed()) return cmd_format(o);
+    if (srv->parsed()) return cmd_serve(o);
+    return cmd_check(o);
+}

@@ -1,0 +1,369 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef NVFENCE_NVFENCE_H
+#define NVFENCE_NVFENCE_H
+/**
+ * @file nvfence.h
+ * The C API of libnvfence (C11; C++ callers may use it too). For storage
+ * engines written in C, or in any language with a C FFI (Go, Rust, Java).
+ *
+ * Conventions:
+ *  - Every name starts with nvf_ (NVF_ for constants). Handles are opaque
+ *    pointers, created by nvf_*_open / nvf_*_new and freed by the matching
+ *    nvf_*_close / nvf_*_free (NULL is accepted and ignored there).
+ *  - A function that can fail returns int: 0 (NVF_OK) or a positive count
+ *    on success, a negative error code otherwise. nvf_strerror() gives the
+ *    words for any code; nvf_is_fenced() says whether it means the device
+ *    refused this host. No C++ exception crosses this API: every entry
+ *    point catches everything (out of memory is NVF_ERR_NOMEM).
+ *  - Error codes are stable numbers in three ranges:
+ *      -1 .. -99          nvfence's own failures (enum nvf_errc below, the
+ *                         same numbers as nvfence::Errc in error.hpp),
+ *      -0x1000 - status   the device answered with an NVMe status
+ *                         (SCT << 8 | SC, 11 bits): nvf_err_nvme_status(),
+ *      -0x2000 - errno    the kernel returned an errno: nvf_err_errno().
+ *  - Handles are not thread-safe: one thread at a time per handle.
+ *  - The device decides: nothing here grants write access by itself. A
+ *    writer whose completion was fenced is latched and refuses every later
+ *    I/O; a preempted host acquires again only through an explicit new
+ *    join/takeover (never automatically).
+ *
+ * Minimal use (errors elided):
+ * @code
+ *   nvf_ns *ns; nvf_fence *f; nvf_writer *w; nvf_outcome o;
+ *   nvf_fence_options fo = NVF_FENCE_OPTIONS_INIT; fo.node = 2;
+ *   nvf_ns_open("/dev/nvme1n1", 0, &ns);
+ *   nvf_fence_new(ns, &fo, &f);
+ *   nvf_fence_takeover(f, 0, &o);            // preempt-and-abort the holder
+ *   nvf_writer_options wo = NVF_WRITER_OPTIONS_INIT;
+ *   nvf_key_fields k; nvf_key_decode(o.key, &k); wo.epoch = k.epoch;
+ *   nvf_writer_open("/dev/nvme1n1", &wo, &w);
+ *   nvf_writer_queue_write(w, lba, buf, len, 1); nvf_writer_submit(w);
+ *   nvf_completion c; nvf_writer_reap(w, &c, 1, 1);
+ *   if (c.status == NVF_IO_FENCED) { stop serving: another host took over }
+ * @endcode
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Version of this header; nvf_version() gives the library's. */
+#define NVF_VERSION_MAJOR 0
+/** Minor version of this header. */
+#define NVF_VERSION_MINOR 1
+/** Patch version of this header. */
+#define NVF_VERSION_PATCH 0
+/** The version as a string. */
+#define NVF_VERSION_STRING "0.1.0"
+
+/** The library's version string, e.g. "0.1.0". */
+const char *nvf_version(void);
+/** The library's version as MAJOR * 10000 + MINOR * 100 + PATCH. */
+int nvf_version_number(void);
+
+/* ------------------------------------------------------------ errors */
+
+/** Success. */
+#define NVF_OK 0
+
+/** nvfence's own failures, returned negated (e.g. -NVF_ERRC_NOT_NVME). */
+enum nvf_errc {
+    NVF_ERRC_NOT_FOUND = 1,        /**< The path does not exist. */
+    NVF_ERRC_NOT_NVME = 2,         /**< Not an NVMe namespace. */
+    NVF_ERRC_CONTROLLER_NODE = 3,  /**< A controller node, not a namespace. */
+    NVF_ERRC_NO_RESERVATIONS = 4,  /**< The namespace has no reservation support. */
+    NVF_ERRC_TYPE_UNSUPPORTED = 5, /**< The namespace lacks this reservation type. */
+    NVF_ERRC_INVALID_ARGUMENT = 6, /**< A caller-supplied value is out of range (or NULL). */
+    NVF_ERRC_INVALID_KEY = 7,      /**< A key could not be parsed or decoded (foreign). */
+    NVF_ERRC_MALFORMED_DATA = 8,   /**< The device returned data that does not parse. */
+    NVF_ERRC_NOT_REGISTERED = 9,   /**< This host has no registration. */
+    NVF_ERRC_NOT_HOLDER = 10,      /**< This host does not hold the reservation. */
+    NVF_ERRC_HELD_BY_OTHER = 11,   /**< Another host holds the reservation. */
+    NVF_ERRC_LOST_RACE = 12,       /**< Another host won a concurrent takeover. */
+    NVF_ERRC_VERIFY_FAILED = 13,   /**< A Report contradicts what a command claimed. */
+    NVF_ERRC_HOST_ID_CONFLICT = 14,/**< Another registrant shares this host's id. */
+    NVF_ERRC_HOST_ID_UNKNOWN = 15, /**< This host's identifier could not be read. */
+    NVF_ERRC_DEVICE_GONE = 16,     /**< The device disappeared. */
+    NVF_ERRC_FENCED = 17,          /**< The device refused I/O: this host is fenced. */
+    NVF_ERRC_TIMEOUT = 18,         /**< A bounded wait ran out. */
+    NVF_ERRC_QUEUE_FULL = 19,      /**< A bounded queue is full. */
+    NVF_ERRC_MISALIGNED = 20,      /**< Buffer, offset or length not aligned. */
+    NVF_ERRC_OUT_OF_BOUNDS = 21,   /**< I/O past the end of the namespace. */
+    NVF_ERRC_EPOCH_EXHAUSTED = 22, /**< No larger epoch fits in the key. */
+    NVF_ERRC_STATE_IO = 23,        /**< The state directory could not be used. */
+    NVF_ERRC_REFUSED = 24,         /**< Refused for safety. */
+    NVF_ERRC_PROTOCOL = 25,        /**< A malformed control-socket message. */
+    NVF_ERRC_NOMEM = 90,           /**< Out of memory. */
+    NVF_ERRC_INTERNAL = 91,        /**< An unexpected failure inside the library. */
+    NVF_ERRC_TRUNCATED = 92        /**< An output buffer was too small; the result is cut short. */
+};
+
+/** Base of NVMe status codes: code = -(NVF_ERR_NVME_BASE + status). */
+#define NVF_ERR_NVME_BASE 0x1000
+/** Base of errno codes: code = -(NVF_ERR_ERRNO_BASE + errno). */
+#define NVF_ERR_ERRNO_BASE 0x2000
+/** Reservation Conflict (NVMe status 0x83), as an error code. */
+#define NVF_ERR_RESERVATION_CONFLICT (-(NVF_ERR_NVME_BASE + 0x83))
+
+/** Words for @p code (any value; 0 is "success"). The pointer stays valid
+ *  until the next nvf_strerror() call on the same thread. */
+const char *nvf_strerror(int code);
+/** 1 when @p code means the device refused this host (Reservation
+ *  Conflict, EBADE from the block layer, or NVF_ERRC_FENCED), else 0. */
+int nvf_is_fenced(int code);
+/** The NVMe status (SCT << 8 | SC) in @p code, or -1 if it holds none. */
+int nvf_err_nvme_status(int code);
+/** The errno in @p code, or 0 if it holds none. */
+int nvf_err_errno(int code);
+/** The documented exit code of the nvfence tools for @p code: 0 ok, 1 other,
+ *  2 usage, 3 conflict / not holder, 4 unsupported, 5 permission, 6 lost race. */
+int nvf_exit_code(int code);
+
+/* ------------------------------------------------------------ keys */
+
+/** The fields of one of nvfence's 64-bit reservation keys. */
+typedef struct nvf_key_fields {
+    uint8_t tag;    /**< Cluster tag, 0..255. */
+    uint8_t node;   /**< Node id, 1..255. */
+    uint32_t epoch; /**< Epoch (fencing token), 1..2^32-1. */
+} nvf_key_fields;
+
+/** Encodes @p f into @p key. -NVF_ERRC_INVALID_ARGUMENT when node or epoch is 0. */
+int nvf_key_make(const nvf_key_fields *f, uint64_t *key);
+/** Decodes @p key into @p f; -NVF_ERRC_INVALID_KEY for a foreign key
+ *  (registered by another tool: never decoded). */
+int nvf_key_decode(uint64_t key, nvf_key_fields *f);
+/** Prints @p key as `nf:TAG:NODE:EPOCH` (ours) or `0x...` (foreign) into
+ *  @p buf of @p len bytes (32 always suffice); -NVF_ERRC_TRUNCATED if it
+ *  did not fit (buf then holds a NUL-terminated prefix). */
+int nvf_key_format(uint64_t key, char *buf, size_t len);
+/** Parses either text form (`nf:T:N:E` or `0x` + 1..16 hex digits) into
+ *  @p key; -NVF_ERRC_INVALID_KEY otherwise. */
+int nvf_key_parse(const char *text, uint64_t *key);
+
+/* ------------------------------------------------------------ namespace */
+
+/** An open NVMe namespace (opaque). */
+typedef struct nvf_ns nvf_ns;
+
+/** Reservation types (RTYPE). */
+typedef enum nvf_resv_type {
+    NVF_RESV_NONE = 0,                    /**< Not held (report only). */
+    NVF_RESV_WRITE_EXCLUSIVE = 1,         /**< WE. */
+    NVF_RESV_EXCLUSIVE_ACCESS = 2,        /**< EA. */
+    NVF_RESV_WRITE_EXCLUSIVE_REG_ONLY = 3,/**< WERO. */
+    NVF_RESV_EXCLUSIVE_ACCESS_REG_ONLY = 4,/**< EARO. */
+    NVF_RESV_WRITE_EXCLUSIVE_ALL_REGS = 5,/**< WEAR. */
+    NVF_RESV_EXCLUSIVE_ACCESS_ALL_REGS = 6 /**< EAAR. */
+} nvf_resv_type;
+
+/** Identity and reservation capabilities of a namespace. Strings are
+ *  NUL-terminated and cut to fit. */
+typedef struct nvf_ns_info {
+    char block_path[128];   /**< Block device, e.g. "/dev/nvme1n1". */
+    char generic_path[128]; /**< Generic node "/dev/ng1n1" ("" if none). */
+    char transport[8];      /**< "pcie", "tcp", "loop", "rdma", "fc" or "". */
+    char model[48];         /**< Identify Controller MN. */
+    char serial[24];        /**< Identify Controller SN. */
+    char firmware[16];      /**< Identify Controller FR. */
+    char subnqn[256];       /**< NVM subsystem NQN. */
+    char ebs_volume[32];    /**< "vol-..." for an EBS volume, else "". */
+    char volume[96];        /**< Stable volume name (EBS id, nguid-, eui- or serial-nNSID). */
+    uint32_t nsid;          /**< Namespace id. */
+    uint32_t lba_bytes;     /**< Logical block size. */
+    uint64_t size_blocks;   /**< Capacity in logical blocks (NSZE). */
+    uint16_t cntlid;        /**< Controller id. */
+    uint8_t reservations;   /**< 1 when the controller and namespace support reservations. */
+    uint8_t looks_shared;   /**< 1 when the volume looks shared (multi-controller, fabrics, EBS). */
+    uint8_t resv_types;     /**< Bit (1 << nvf_resv_type) set for each supported type. */
+    uint8_t ptpl;           /**< Persist Through Power Loss supported. */
+    uint8_t iekey;          /**< Ignore Existing Key as in NVMe 1.3+. */
+    uint8_t has_host_id;    /**< 1 when host_id was read. */
+    uint8_t host_id[16];    /**< This host's NVMe host identifier. */
+} nvf_ns_info;
+
+/** Opens and identifies @p path (a namespace block device, its /dev/ngXnY
+ *  node, or a link to one). @p timeout_ms bounds each command (0: the
+ *  kernel's default). Errors: -NVF_ERRC_NOT_FOUND, -NVF_ERRC_NOT_NVME (any
+ *  other file), -NVF_ERRC_CONTROLLER_NODE, EACCES/EPERM without privileges. */
+int nvf_ns_open(const char *path, uint32_t timeout_ms, nvf_ns **out);
+/** Closes @p ns (NULL: nothing). Close fences and writers made from it first. */
+void nvf_ns_close(nvf_ns *ns);
+/** Copies the identity read at open into @p out. */
+int nvf_ns_get_info(const nvf_ns *ns, nvf_ns_info *out);
+/** 0 when the namespace supports reservations, else -NVF_ERRC_NO_RESERVATIONS
+ *  with a sentence for people in @p why (may be NULL; @p len bytes). */
+int nvf_ns_require_reservations(const nvf_ns *ns, char *why, size_t len);
+
+/* ------------------------------------------------------------ reservation */
+
+/** One registrant of a Reservation Report. */
+typedef struct nvf_registrant {
+    uint64_t key;          /**< Reservation key. */
+    uint8_t host_id[16];   /**< Host id (64-bit ids fill bytes 0..7). */
+    uint16_t cntlid;       /**< Controller id (0xffff: dynamic). */
+    uint8_t holder;        /**< 1 when it holds the reservation. */
+    uint8_t ours;          /**< 1 when key is one of nvfence's keys (fields valid). */
+    uint8_t is_self;       /**< 1 when host_id is this host's. */
+    nvf_key_fields fields; /**< The decoded key when ours, else zero. */
+} nvf_registrant;
+
+/** A Reservation Report; free with nvf_resv_status_free(). */
+typedef struct nvf_resv_status {
+    uint32_t generation;        /**< GEN. */
+    nvf_resv_type type;         /**< RTYPE (NVF_RESV_NONE: not held). */
+    uint8_t ptpl;               /**< PTPLS. */
+    uint8_t has_holder;         /**< 1 when a registrant holds it. */
+    uint64_t holder_key;        /**< The holder's key, 0 if none. */
+    size_t count;               /**< Entries in registrants. */
+    nvf_registrant *registrants;/**< count entries, owned by this struct. */
+} nvf_resv_status;
+
+/** Reads the reservation of @p ns (Report, extended form first). On success
+ *  @p out owns an array: call nvf_resv_status_free(). */
+int nvf_ns_report(nvf_ns *ns, nvf_resv_status *out);
+/** Frees what nvf_ns_report() or nvf_fence_verify() allocated in @p st
+ *  and zeroes it (NULL: nothing). */
+void nvf_resv_status_free(nvf_resv_status *st);
+
+/* ------------------------------------------------------------ fence */
+
+/** The ownership protocol for this host on one namespace (opaque). */
+typedef struct nvf_fence nvf_fence;
+
+/** Options of nvf_fence_new(); start from NVF_FENCE_OPTIONS_INIT. */
+typedef struct nvf_fence_options {
+    uint8_t tag;           /**< Cluster tag of our keys. */
+    uint8_t node;          /**< Node id; 0: reuse the one registered. */
+    nvf_resv_type type;    /**< Type to acquire (default write exclusive). */
+    uint8_t abort;         /**< 1: takeover with preempt-and-abort (default). */
+    const char *state_dir; /**< Where the highest epoch is persisted (copied);
+                                NULL: epochs come from the device alone. */
+} nvf_fence_options;
+
+/** Defaults: tag 0, node 0, write exclusive, preempt-and-abort, no state dir. */
+#define NVF_FENCE_OPTIONS_INIT {0, 0, NVF_RESV_WRITE_EXCLUSIVE, 1, NULL}
+
+/** What one fence operation did, verified by a Report afterwards. */
+typedef struct nvf_outcome {
+    uint8_t changed;          /**< 1 when a command changed state. */
+    uint8_t completion_error; /**< 1: the command's completion was an error but the Report shows it done. */
+    uint64_t key;             /**< This host's key afterwards (0: none). */
+    uint64_t previous_holder; /**< The holder's key before (0: none). */
+    uint64_t replaced;        /**< This host's earlier key, replaced (0: none). */
+    uint64_t holder_after;    /**< The holder's key afterwards (0: none). */
+    uint32_t generation_after;/**< GEN afterwards. */
+    size_t removed_count;     /**< How many keys were removed (may exceed 16). */
+    uint64_t removed[16];     /**< The first of them. */
+} nvf_outcome;
+
+/** A fence for this host on @p ns (which must outlive it). Fails with
+ *  -NVF_ERRC_HOST_ID_UNKNOWN when the host id could not be read, and
+ *  -NVF_ERRC_NO_RESERVATIONS when the namespace has no reservation support. */
+int nvf_fence_new(nvf_ns *ns, const nvf_fence_options *opts, nvf_fence **out);
+/** Frees @p f (NULL: nothing). Changes nothing on the device. */
+void nvf_fence_free(nvf_fence *f);
+/** Registers with a fresh key (@p epoch 0) or the key of @p epoch; with
+ *  @p replace re-keys an existing registration. @p out may be NULL. */
+int nvf_fence_join(nvf_fence *f, uint32_t epoch, int replace, nvf_outcome *out);
+/** Acquires with the registered key (-NVF_ERRC_NOT_REGISTERED, -NVF_ERRC_HELD_BY_OTHER). */
+int nvf_fence_acquire(nvf_fence *f, nvf_outcome *out);
+/** Takes over: registers or re-keys with a fresh epoch and preempts (and
+ *  aborts) @p victim, or the holder when @p victim is 0. Naming the victim
+ *  makes it a compare-and-swap: -NVF_ERRC_LOST_RACE when another host
+ *  holds afterwards. Already holder: success without change. */
+int nvf_fence_takeover(nvf_fence *f, uint64_t victim, nvf_outcome *out);
+/** Releases the reservation if this host holds it. */
+int nvf_fence_release(nvf_fence *f, nvf_outcome *out);
+/** Unregisters this host (releasing first if it holds). */
+int nvf_fence_leave(nvf_fence *f, nvf_outcome *out);
+/** Reads the reservation (Report); as nvf_ns_report(). */
+int nvf_fence_verify(nvf_fence *f, nvf_resv_status *out);
+
+/* ------------------------------------------------------------ writer */
+
+/** io_uring I/O whose every completion is ok, fenced or an error (opaque). */
+typedef struct nvf_writer nvf_writer;
+
+/** I/O path of a writer. */
+typedef enum nvf_writer_mode {
+    NVF_WRITER_AUTO = 0,        /**< Passthrough when /dev/ng exists, else block. */
+    NVF_WRITER_BLOCK = 1,       /**< O_DIRECT block device, IORING_OP_WRITE. */
+    NVF_WRITER_PASSTHROUGH = 2  /**< NVMe commands through IORING_OP_URING_CMD. */
+} nvf_writer_mode;
+
+/** Options of nvf_writer_open(); start from NVF_WRITER_OPTIONS_INIT. */
+typedef struct nvf_writer_options {
+    nvf_writer_mode mode;  /**< I/O path. */
+    uint32_t queue_depth;  /**< Max I/Os in flight, 1..1024 (default 32). */
+    uint32_t timeout_ms;   /**< Bound on waiting for completions (default 30000). */
+    uint64_t epoch;        /**< Epoch of the grant this writer writes under. */
+} nvf_writer_options;
+
+/** Defaults: automatic mode, depth 32, 30 s, epoch 0. */
+#define NVF_WRITER_OPTIONS_INIT {NVF_WRITER_AUTO, 32, 30000, 0}
+
+/** The one outcome of a completion. */
+typedef enum nvf_io_status {
+    NVF_IO_OK = 0,      /**< The device accepted it. */
+    NVF_IO_FENCED = 1,  /**< The device refused this host (or the writer is latched). */
+    NVF_IO_ERROR = 2    /**< Any other failure; see nvf_completion.error. */
+} nvf_io_status;
+
+/** The kind of an I/O. */
+typedef enum nvf_io_kind { NVF_IO_WRITE = 0, NVF_IO_READ = 1, NVF_IO_FLUSH = 2 } nvf_io_kind;
+
+/** One completed I/O. */
+typedef struct nvf_completion {
+    uint64_t user_data;   /**< As given when queued. */
+    nvf_io_kind kind;     /**< What it was. */
+    nvf_io_status status; /**< Exactly one outcome. */
+    int error;            /**< 0 for ok, else an nvf error code. */
+    uint32_t bytes;       /**< Bytes transferred when ok. */
+} nvf_completion;
+
+/** Opens a writer on @p path (namespace block device or /dev/ng node). */
+int nvf_writer_open(const char *path, const nvf_writer_options *opts, nvf_writer **out);
+/** Waits (bounded) for I/Os in flight, then frees @p w (NULL: nothing).
+ *  Aborts the process if I/Os are still in flight when the bound runs out
+ *  (the kernel could still write into freed buffers). */
+void nvf_writer_close(nvf_writer *w);
+/** Logical block size in bytes: buffers, offsets and lengths align to it. */
+uint32_t nvf_writer_block_bytes(const nvf_writer *w);
+/** Capacity in blocks. */
+uint64_t nvf_writer_size_blocks(const nvf_writer *w);
+/** Largest single I/O in bytes. */
+uint32_t nvf_writer_max_io_bytes(const nvf_writer *w);
+/** The epoch given at open. */
+uint64_t nvf_writer_epoch(const nvf_writer *w);
+/** 1 once a completion was fenced (the writer is latched). */
+int nvf_writer_fenced(const nvf_writer *w);
+/** I/Os queued or submitted and not yet reaped. */
+uint32_t nvf_writer_in_flight(const nvf_writer *w);
+/** The mode in use (never NVF_WRITER_AUTO). */
+nvf_writer_mode nvf_writer_get_mode(const nvf_writer *w);
+/** Queues a write of @p len bytes of @p buf at block @p lba; @p buf must
+ *  stay valid until reaped. Errors (nothing queued): -NVF_ERRC_FENCED
+ *  (latched), -NVF_ERRC_INVALID_ARGUMENT, -NVF_ERRC_MISALIGNED,
+ *  -NVF_ERRC_OUT_OF_BOUNDS, -NVF_ERRC_QUEUE_FULL. */
+int nvf_writer_queue_write(nvf_writer *w, uint64_t lba, const void *buf, size_t len, uint64_t user_data);
+/** Queues a read into @p buf; same checks. */
+int nvf_writer_queue_read(nvf_writer *w, uint64_t lba, void *buf, size_t len, uint64_t user_data);
+/** Queues a flush of the device's volatile write cache. */
+int nvf_writer_queue_flush(nvf_writer *w, uint64_t user_data);
+/** Submits everything queued; returns how many the kernel took (>= 0). */
+int nvf_writer_submit(nvf_writer *w);
+/** Reaps up to @p n (at most 64 per call) completions into @p out, waiting
+ *  (bounded by the writer's timeout) for at least @p min_complete; returns
+ *  how many (>= 0), or -NVF_ERRC_TIMEOUT when none arrived.
+ *  -NVF_ERRC_INVALID_ARGUMENT when @p min_complete exceeds min(n, 64). */
+int nvf_writer_reap(nvf_writer *w, nvf_completion *out, size_t n, uint32_t min_complete);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NVFENCE_NVFENCE_H */

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# `cmake --install` into a temporary DESTDIR, then check what an engine gets:
+# the layout, the SONAME and the library's own dependencies, an out-of-tree
+# CMake project (find_package(nvfence), C++20 carried by the target) and a
+# C11 program built with pkg-config, both against the installed tree alone.
+#   install_test.sh BUILD_DIR SOURCE_DIR
+set -u
+build=${1:?build dir}; src=${2:?source dir}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+cache() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt"; }
+prefix=$(cache CMAKE_INSTALL_PREFIX); unitdir=$(cache NVFENCE_SYSTEMDUNITDIR)
+DESTDIR="$tmp/dest" cmake --install "$build" >"$tmp/install.log" 2>&1 \
+    || { cat "$tmp/install.log"; echo "FAIL: cmake --install"; exit 1; }
+root="$tmp/dest$prefix"
+libdir=$(cd "$root" && ls -d lib lib64 lib/*-linux-gnu 2>/dev/null | while read -r d; do
+    [ -e "$root/$d/pkgconfig/nvfence.pc" ] && echo "$d"; done | head -n1)
+[ -n "$libdir" ] || { find "$root" | sort; echo "FAIL: no nvfence.pc installed"; exit 1; }
+L="$root/$libdir"
+
+for f in bin/nvfence sbin/nvfenced include/nvfence/nvfence.h include/nvfence/fence.hpp \
+         include/nvfence/writer.hpp "$libdir/cmake/nvfence/nvfenceConfig.cmake" \
+         "$libdir/cmake/nvfence/nvfenceConfigVersion.cmake" "$libdir/pkgconfig/nvfence.pc" \
+         share/man/man8/nvfence.8 share/man/man8/nvfenced.8 share/man/man5/nvfenced.conf.5 \
+         share/doc/nvfence/AGENT.md share/doc/nvfence/README.md \
+         share/bash-completion/completions/nvfence; do
+    [ -e "$root/$f" ] || fail "$f not installed"
+done
+[ -e "$root/bin/nvfenced" ] && fail "nvfenced installed in bin (daemons go to sbin)"
+if [ -e "$L/libnvfence.so" ]; then
+    so=$(readlink "$L/libnvfence.so")
+    soname=$(objdump -p "$L/libnvfence.so" | awk '$1 == "SONAME" {print $2}')
+    case "$soname" in libnvfence.so.[0-9]*) ;; *) fail "SONAME is '$soname'" ;; esac
+    [ -e "$L/$soname" ] || fail "$soname missing beside libnvfence.so ($so)"
+    needed=$(objdump -p "$L/libnvfence.so" | awk '$1 == "NEEDED" {print $2}' | tr '\n' ' ')
+    echo "libnvfence: SONAME $soname, NEEDED $needed"
+    for n in $needed; do
+        case "$n" in liburing.so.*|libstdc++.so.*|libm.so.*|libgcc_s.so.*|libc.so.*|ld-linux*|libasan.so.*|libubsan.so.*) ;;
+            *) fail "libnvfence needs $n: only liburing and the C/C++ runtime belong there" ;; esac
+    done
+    echo "$needed" | grep -q liburing || fail "libnvfence does not link liburing"
+    # PIC: a shared object with text relocations is not position-independent.
+    readelf -d "$L/libnvfence.so" | grep -q TEXTREL && fail "libnvfence.so has text relocations"
+    # The unit runs nvfenced from sbin and names its documentation.
+    unit="$tmp/dest$unitdir/nvfenced@.service"
+    grep -q "^ExecStart=$prefix/sbin/nvfenced " "$unit" || fail "unit does not run sbin/nvfenced: $(grep ExecStart "$unit")"
+    for d in $(sed -n 's/^Documentation=//p' "$unit"); do
+        case "$d" in
+            man:*) p=${d#man:}; name=${p%(*}; sec=${p#*(}; sec=${sec%)}
+                   [ -e "$root/share/man/man$sec/$name.$sec" ] || fail "Documentation=$d not installed" ;;
+            file:*) [ -e "$tmp/dest${d#file:}" ] || fail "Documentation=$d not installed" ;;
+        esac
+    done
+else
+    [ -e "$L/libnvfence.a" ] || fail "neither libnvfence.so nor libnvfence.a installed"
+fi
+
+# The installed headers stand alone: nothing includes the source tree.
+grep -rq "$src" "$root/include" "$L/cmake" "$L/pkgconfig" && fail "installed files name the source tree"
+
+# 1. find_package(nvfence) from an out-of-tree CMake project.
+gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+if cmake -S "$src/examples/cmake-consumer" -B "$tmp/consumer" "${gen[@]}" -DCMAKE_PREFIX_PATH="$root" \
+        -DCMAKE_BUILD_TYPE=Release >"$tmp/consumer.log" 2>&1 \
+   && cmake --build "$tmp/consumer" >>"$tmp/consumer.log" 2>&1; then
+    grep -rq -- "-std=.*c++20\|-std=.*gnu++20" "$tmp/consumer" || fail "nvfence::nvfence did not carry C++20"
+    grep -rqs "$src/include" "$tmp/consumer/build.ninja" "$tmp/consumer/CMakeFiles" && fail "consumer used the source tree's headers"
+    out=$(LD_LIBRARY_PATH="$L" "$tmp/consumer/nvfence-consumer" /dev/null) || fail "nvfence-consumer: $out"
+    echo "cmake consumer: $out"
+else
+    cat "$tmp/consumer.log"; fail "out-of-tree find_package(nvfence) project did not build"
+fi
+
+# 2. A C11 program through pkg-config (the pc file finds its own prefix).
+export PKG_CONFIG_PATH="$L/pkgconfig"
+flags=$(pkg-config --cflags --libs nvfence) || fail "pkg-config nvfence"
+echo "pkg-config: $flags"
+inc=$(pkg-config --variable=includedir nvfence); libd=$(pkg-config --variable=libdir nvfence)
+[ "$(realpath "$inc")" = "$(realpath "$root/include")" ] || fail "pkg-config includedir $inc is not $root/include"
+[ "$(realpath "$libd")" = "$(realpath "$L")" ] || fail "pkg-config libdir $libd is not $L"
+if cc -std=c11 -Wall -Wextra -pedantic -Werror -o "$tmp/c-example" "$src/examples/c/nvfence-c-example.c" $flags \
+        2>"$tmp/cc.log"; then
+    out=$(LD_LIBRARY_PATH="$L" "$tmp/c-example" version) || fail "c example version: $out"
+    echo "c example: $out"
+    LD_LIBRARY_PATH="$L" "$tmp/c-example" info /dev/null 2>"$tmp/err"; rc=$?
+    [ "$rc" -eq 4 ] || fail "c example info /dev/null exited $rc (want 4): $(cat "$tmp/err")"
+    grep -q "not an NVMe namespace" "$tmp/err" || fail "c example: no clear message: $(cat "$tmp/err")"
+else
+    cat "$tmp/cc.log"; fail "C11 program did not build with pkg-config"
+fi
+
+[ "$fails" -eq 0 ] && echo "install test passed"
+[ "$fails" -eq 0 ]
