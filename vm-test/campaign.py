@@ -25,9 +25,15 @@ Invariants checked (numbers as in the issue):
     the device before it;
  3. every write acknowledged to the final holder reads back (the block
     holds it, or a later write of the same holder);
- 4. fenced writers saw Reservation Conflict: no ok completion after the
-    first fenced one, no sequence number written twice, no conflict
-    reported as a plain I/O error;
+ 4. fenced writers saw Reservation Conflict, and only what the device
+    allows completed ok: no sequence number written twice, no conflict
+    reported as a plain I/O error, and an ok after the writer's first
+    fenced completion only for a write the writer had handed to the kernel
+    before that completion (nvfence-load's `F` line: the device completes
+    a write it admitted before the preempt finished, possibly after
+    another write's conflict; such a write is ordered before the new
+    holder, and invariant 1 checks its effect on the media by epoch), at
+    most QUEUE_DEPTH - 1 of them;
  5. after each step's faults heal, a holder exists (agent HOLDER, device
     agrees, first write acknowledged) within RECOVERY_BOUND_S.
 
@@ -60,6 +66,12 @@ REGION_BLOCKS = 1024
 QUEUE_DEPTH = 8            # the writers' --qd
 RECOVERY_BOUND_S = 60.0
 CONVERGE_BOUND_S = 60.0
+# The one-holder sampler (invariant 2) must have looked: a schedule fails
+# with fewer than MIN_SAMPLES reports, or fewer than one per
+# SAMPLE_EVERY_S seconds of the schedule (it asks every 0.5 s; paused,
+# cut and killed hosts are skipped, and TCG is slow).
+MIN_SAMPLES = 5
+SAMPLE_EVERY_S = 10.0
 FAULTS = {  # kind: weight
     "pause": 3, "kill_host": 1, "kill_agent": 2, "cut": 2,
     "concurrent_takeover": 2, "ns_cycle": 1, "cli_preempt": 1,
@@ -124,6 +136,8 @@ class Writer:
     completions: list = field(default_factory=list)   # (lba, seq, status, detail)
     ended: bool = False
     killed_host: bool = False   # its VM was killed while it ran: its log may lack the tail
+    fenced_next: int | None = None   # its `F` line: every seq it had queued at its first fenced completion is below
+    settled_ms: float | None = None  # its `Q` line: ms from the first fenced completion to settled()
 
 
 class Node:
@@ -218,6 +232,10 @@ class Node:
                 p = line.split(None, 4)
                 if p and p[0] == "C" and len(p) >= 4:
                     w.completions.append((int(p[1]), int(p[2]), p[3], p[4] if len(p) > 4 else ""))
+                elif p and p[0] == "F" and len(p) >= 2 and w.fenced_next is None:
+                    w.fenced_next = int(p[1])
+                elif p and p[0] == "Q" and len(p) >= 2:
+                    w.settled_ms = float(p[1])
                 elif p and p[0] == "S":
                     w.ended = True
             out.append(w)
@@ -233,6 +251,9 @@ class Campaign:
         self.totals = Counter()
         self.events: list = []
         self.samples: list = []
+        self.sample_tries = 0
+        self.sample_errors: list = []
+        self.schedule_s = 0.0
         self.grants: list = []       # (t, key, max epoch seen before)
         self.recoveries: list = []
         self._stop = threading.Event()
@@ -299,6 +320,9 @@ class Campaign:
     def takeover(self, node, how: str = "agent"):
         before = max(self.max_epoch_seen(), self.sample_now())
         rc, out = node.takeover()
+        return self.record_takeover(node, how, before, rc, out)
+
+    def record_takeover(self, node, how: str, before: int, rc: int, out: dict):
         self.totals["takeover_requests"] += 1
         self.note(f"takeover by {node.name} ({how}): rc {rc} {out.get('state')} key {out.get('key')} "
                   f"previous {out.get('previous_holder')}")
@@ -315,11 +339,14 @@ class Campaign:
         nodes = self.live()
         if not nodes:
             return 0
+        self.sample_tries += 1
         try:
             st = self.report(nodes[int(time.monotonic() * 10) % len(nodes)])
-        except Exception:  # noqa: BLE001 - a host paused or killed under us
+        except Exception as e:  # noqa: BLE001 - a host paused or killed under us; counted
+            self.sample_errors.append(f"{type(e).__name__}: {e}"[:200])
             return 0
         if not st:
+            self.sample_errors.append("report failed")
             return 0
         keys = [int(r["key"], 16) for r in st.get("registrants", [])]
         holders = [int(r["key"], 16) for r in st.get("registrants", []) if r.get("holder")]
@@ -336,8 +363,8 @@ class Campaign:
             except Violation as e:
                 self.monitor_error = e
                 return
-            except Exception:  # noqa: BLE001
-                pass
+            except Exception as e:  # noqa: BLE001 - counted; the minimum below decides
+                self.sample_errors.append(f"{type(e).__name__}: {e}"[:200])
 
     # ------------------------------------------------------------ schedule
     def prepare(self) -> None:
@@ -368,6 +395,8 @@ class Campaign:
         if r.rc != 0:
             raise Violation(f"zeroing the region failed: {r.out}")
         self.samples.clear()
+        self.sample_tries = 0
+        self.sample_errors = []
         self.grants.clear()
         self.events.clear()
         self.monitor_error = None
@@ -411,8 +440,11 @@ class Campaign:
             self._mon.join(timeout=60)
         if self.monitor_error:
             raise self.monitor_error
+        self.schedule_s = time.monotonic() - self.t0
+        check_sampler(len(self.samples), self.sample_tries, self.schedule_s, self.sample_errors)
         result = self.finish()
-        result.update(seed=seed, plan=plan)
+        result.update(seed=seed, plan=plan, sample_tries=self.sample_tries,
+                      sample_errors=len(self.sample_errors))
         return result
 
     def wait_writing(self, node, timeout_s: float = 60) -> float:
@@ -492,17 +524,40 @@ class Campaign:
             return
         two = self.rng.sample(cands, 2)
         res = {}
+        before = max(self.max_epoch_seen(), self.sample_now())
 
+        # One trigger: both VMs are frozen, both takeover commands are sent
+        # (they wait in the frozen guests' agent channels), then both VMs
+        # are resumed back to back, so the two preempts start within
+        # milliseconds of each other instead of one guest round trip apart.
         def go(n):
-            res[n.name] = self.takeover(n, "concurrent")
+            try:
+                res[n.name] = n.takeover()
+            except Exception as e:  # noqa: BLE001 - reported as the exit below
+                res[n.name] = (-1, {"err": str(e)})
+        for n in two:
+            n.h.pause()
         ts = [threading.Thread(target=go, args=(n,)) for n in two]
-        for t in ts:
-            t.start()
+        try:
+            for t in ts:
+                t.start()
+            time.sleep(1.0)
+        finally:
+            for n in two:
+                n.h.resume()
         for t in ts:
             t.join(timeout=180)
+        for n in two:
+            rc, out = res.get(n.name, (-1, {"err": "no answer"}))
+            self.record_takeover(n, "concurrent", before, rc, out)
         rcs = sorted(r[0] for r in res.values())
         if 0 not in rcs or any(rc not in (0, 6) for rc in rcs):
             raise Violation(f"concurrent takeover: exits {res}")
+        # Raced = the device saw both preempts against the same holder: the
+        # second one's compare failed (exit 6). Two exit-0s mean they ran
+        # one after the other (the second preempted the first).
+        self.totals["concurrent_takeovers"] += 1
+        self.totals["concurrent_raced"] += 1 if rcs.count(6) == 1 else 0
         self.totals["lost_races"] += rcs.count(6)
 
     def f_ns_cycle(self) -> None:
@@ -584,6 +639,55 @@ class Campaign:
             raise Violation(f"invariant 5: no writing holder within {RECOVERY_BOUND_S:.0f}s "
                             f"({time.monotonic() - t0:.1f}s)")
 
+    # ------------------------------------------------------------ evidence
+    def keep_evidence(self, out_dir, message: str) -> str:
+        """Copies every writer's log (all boots), the writer loops' index,
+        the agents' logs, each host's kernel log and the device's final
+        report out of the guests into out_dir, with the violation and the
+        schedule's events; returns out_dir. Best effort per file: a dead
+        host keeps what the last snapshot took."""
+        from pathlib import Path
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        notes = []
+        for n in self.nodes:
+            d = out / n.name
+            d.mkdir(exist_ok=True)
+            try:
+                if n.h.paused:
+                    n.h.resume()
+                if n.h.is_cut:
+                    n.h.heal()
+                n.snapshot()
+                r = n.run("for f in /tmp/agent.*.log /tmp/wl.out /tmp/fenced; do [ -f \"$f\" ] && "
+                          "{ echo \"=== ${f#/tmp/}\"; cat \"$f\"; }; done; echo '=== dmesg'; dmesg | tail -300; true",
+                          timeout_s=120)
+                cur, buf = None, []
+                for line in r.out.splitlines() + ["=== "]:
+                    if line.startswith("=== "):
+                        if cur:
+                            (d / cur).write_text("\n".join(buf) + "\n")
+                        cur, buf = line[4:].strip(), []
+                    else:
+                        buf.append(line)
+            except Exception as e:  # noqa: BLE001 - keep what can be kept
+                notes.append(f"{n.name}: {type(e).__name__}: {e}")
+            for key, text in n.logs.items():
+                boot, name = key.split("/", 1)
+                (d / f"boot{boot}").mkdir(exist_ok=True)
+                (d / f"boot{boot}" / name).write_text(text + "\n")
+        try:
+            rep = self.report()
+            final = json.dumps(rep, indent=1)
+        except Exception as e:  # noqa: BLE001
+            final = f"no report: {e}"
+        (out / "report.txt").write_text(
+            f"{message}\n\nfinal reservation report:\n{final}\n\nevents:\n" +
+            "\n".join(f"{t:8.2f}s {w}" for t, w in self.events) +
+            f"\n\ntotals: {dict(self.totals)}\nsamples: {len(self.samples)} of {self.sample_tries} tries\n" +
+            ("\nnot copied:\n" + "\n".join(notes) + "\n" if notes else ""))
+        return str(out)
+
     # ------------------------------------------------------------ check
     def finish(self) -> dict:
         for n in self.live(running=False):
@@ -601,6 +705,15 @@ class Campaign:
         return check(media["blocks"], writers, final, self.samples, self.grants, self.totals, self.log)
 
 
+def check_sampler(samples: int, tries: int, seconds: float, errors: list) -> None:
+    """Invariant 2 is only as good as its samples: fewer than MIN_SAMPLES,
+    or than one per SAMPLE_EVERY_S seconds of the schedule, fails the run."""
+    need = max(MIN_SAMPLES, int(seconds / SAMPLE_EVERY_S))
+    if samples < need:
+        raise Violation(f"invariant 2 unchecked: the sampler got {samples} reports in {seconds:.0f}s "
+                        f"({tries} tries), fewer than the minimum {need}; last errors: {errors[-3:]}")
+
+
 def check(blocks: list, writers: list, final_holder: int | None, samples: list, grants: list,
           totals: Counter, log=print) -> dict:
     """The invariants over what the media holds and what the writers logged.
@@ -611,6 +724,7 @@ def check(blocks: list, writers: list, final_holder: int | None, samples: list, 
     for w in writers:
         seen = set()
         first_fenced = None
+        ok_after = 0
         for i, (lba, seq, st, detail) in enumerate(w.completions):
             if seq in seen:
                 raise Violation(f"invariant 4: writer {w.wid} ({w.host}) completed seq {seq} twice (a retry)")
@@ -620,8 +734,18 @@ def check(blocks: list, writers: list, final_holder: int | None, samples: list, 
                 first_fenced = i
             if st == "ok":
                 if first_fenced is not None:
-                    raise Violation(f"invariant 4: writer {w.wid} ({w.host}) got ok for seq {seq} after a fenced "
-                                    "completion")
+                    # Allowed by the device only for a write admitted before
+                    # the preempt completed, i.e. one the writer had handed
+                    # over before it latched; its effect on the media is
+                    # checked by epoch under invariant 1.
+                    ok_after += 1
+                    if w.fenced_next is None or seq >= w.fenced_next:
+                        raise Violation(f"invariant 4: writer {w.wid} ({w.host}) got ok for seq {seq}, queued after "
+                                        f"its latch (first fenced completion: every queued seq below "
+                                        f"{w.fenced_next})")
+                    if ok_after > QUEUE_DEPTH - 1:
+                        raise Violation(f"invariant 4: writer {w.wid} ({w.host}): {ok_after} ok completions after "
+                                        f"its first fenced one, more than the {QUEUE_DEPTH - 1} others in flight")
                 acked_at.setdefault(lba, []).append((epoch_of(w.key), w.wid, seq))
             if st == "error" and "onflict" in detail:
                 raise Violation(f"invariant 4: writer {w.wid}: a reservation conflict reported as an I/O error: "
@@ -632,6 +756,11 @@ def check(blocks: list, writers: list, final_holder: int | None, samples: list, 
         totals["error_completions"] += sum(1 for c in w.completions if c[2] == "error")
         if first_fenced is not None:
             totals["fenced_writers"] += 1
+        totals["ok_after_fenced"] += ok_after
+        if ok_after:
+            totals["writers_with_ok_after_fenced"] += 1
+        if w.settled_ms is not None:
+            totals["settled_ms_max"] = max(totals["settled_ms_max"], int(w.settled_ms + 0.5))
 
     # Invariant 2 over the samples and the grants.
     prev = None
@@ -708,7 +837,10 @@ def run_campaign(seed: int, schedules: int, steps: int, hosts: int = 3, log=prin
                 res = camp.run_schedule(s, steps, cover)
             except Violation as e:
                 summary["violations"] += 1
-                raise Violation(f"seed {s}: {e}\n(replay: vm-test/campaign --seed {s} --schedules 1 --steps {steps} "
+                lab.failed = True   # keep the run dir
+                where = camp.keep_evidence(lab.run_dir / f"evidence-seed{s}", f"seed {s}: {e}")
+                log(f"evidence (writer logs, agent logs, dmesg, final report) kept in {where}")
+                raise Violation(f"seed {s}: {e}\nevidence: {where}\n(replay: vm-test/campaign --seed {s} --schedules 1 --steps {steps} "
                                 f"--hosts {hosts}{' --cover' if cover else ''})\nevents: {camp.events[-30:]}") from None
             log(f"seed {s}: ok: {res}")
             summary["seeds"].append(s)
