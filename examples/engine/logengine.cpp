@@ -32,6 +32,7 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -187,7 +188,7 @@ Result<Log> open_log(const Opts& o, uint32_t epoch) {
 
 Result<uint64_t> read_superblock(Log& l) {
     AlignedBuffer b(l.bs, 4096);
-    Completion c = l.w->read(l.base, b.span());
+    Completion c = l.w->read(l.base, b.span().first(l.bs));
     if (c.status != IoStatus::ok) return c.error;
     if (std::memcmp(b.data(), kSbMagic, 8) != 0 ||
         get<uint32_t>(b.data() + 20) != crc32c(std::span<const uint8_t>(b.data(), 20)))
@@ -240,7 +241,19 @@ Result<std::vector<Record>> scan(Log& l, double* mib_s) {
             for (uint32_t b = 0; !stop && b < len[i] / l.bs; ++b) {
                 auto rec = decode_record(bufs[i].span().subspan(size_t{b} * l.bs, l.bs), l.log_id);
                 const uint64_t want = at[i] + b - first;
-                if (!rec || rec->seq != want || (!out.empty() && rec->epoch < out.back().epoch)) stop = true;
+                if (!rec || rec->seq != want || (!out.empty() && rec->epoch < out.back().epoch)) {
+                    stop = true;
+                    if (std::getenv("LOGENGINE_DEBUG"))
+                        std::fprintf(stderr, "scan: stop at lba %llu (record %llu): %s\n",
+                                     static_cast<unsigned long long>(at[i] + b), static_cast<unsigned long long>(want),
+                                     !rec ? "not a record of this log" : rec->seq != want ? "sequence gap" : "older epoch");
+                    if (std::getenv("LOGENGINE_DEBUG")) {
+                        const uint8_t* x = bufs[i].data() + size_t{b} * l.bs;
+                        for (int q = 0; q < 48; ++q) std::fprintf(stderr, "%02x%s", x[q], q % 16 == 15 ? "\n" : " ");
+                        std::fprintf(stderr, "log id %016llx crc %08x\n", static_cast<unsigned long long>(l.log_id),
+                                     block_crc(std::span<const uint8_t>(x, l.bs)));
+                    }
+                }
                 else out.push_back(std::move(*rec));
             }
             if (!stop) {
@@ -277,7 +290,7 @@ int cmd_format(const Opts& o) {
     // Record 0's block is cleared too, so an older log never continues this one.
     AlignedBuffer zero(l->bs, 4096);
     for (auto [lba, buf] : {std::pair{l->base + 1, &zero}, std::pair{l->base, &sb}}) {
-        Completion c = l->w->write(lba, buf->span());
+        Completion c = l->w->write(lba, buf->span().first(l->bs));
         if (c.status != IoStatus::ok) return fail("format", c.error);
     }
     if (Completion c = l->w->flush(); c.status != IoStatus::ok) return fail("flush", c.error);
@@ -329,8 +342,10 @@ int cmd_serve(const Opts& o) {
             if (busy[i] || (o.appends && issued >= o.appends) || seq >= cap) continue;
             Record r{seq, *epoch, static_cast<uint8_t>(o.node),
                      std::to_string(o.node) + "-" + std::to_string(issued)};
-            encode_record(bufs[i].span(), l->log_id, r);
-            Status s = l->w->queue_write(l->base + 1 + seq, bufs[i].span(), i);
+            // AlignedBuffer rounds its size up to the alignment: one block only.
+            const auto blk = bufs[i].span().first(l->bs);
+            encode_record(blk, l->log_id, r);
+            Status s = l->w->queue_write(l->base + 1 + seq, blk, i);
             if (!s) {
                 std::printf("stopping: append %llu refused: %s\n", static_cast<unsigned long long>(seq),
                             s.error().message().c_str());
