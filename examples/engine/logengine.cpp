@@ -27,6 +27,7 @@
 //                                exits 3; other I/O errors exit 1.
 //   check DEV                    scan the log, print "R <seq> <epoch> <payload>"
 //                                per record and a summary.
+//   fill DEV --node N --records K  benchmark set-up: K records in large writes
 // Time to useful (serve prints): takeover_ms, recovery_ms (scan), records
 // recovered, recovery MiB/s, first_append_ms.
 #include <CLI/CLI.hpp>
@@ -424,6 +425,37 @@ int cmd_serve(const Opts& o) {
     return rc;
 }
 
+// Benchmark set-up: appends --records records after the tail in large
+// writes (many records per I/O), nothing acknowledged to anyone.
+int cmd_fill(const Opts& o, uint64_t records) {
+    auto epoch = take(o, true);
+    if (!epoch) return fail("take the reservation", epoch.error());
+    auto l = open_log(o, *epoch);
+    if (!l) return fail("open " + o.dev, l.error());
+    auto id = read_superblock(*l);
+    if (!id) return fail("superblock", id.error());
+    l->log_id = *id;
+    auto recs = scan(*l, nullptr);
+    if (!recs) return fail("recovery", recs.error());
+    uint64_t seq = recs->size();
+    const uint64_t end = std::min<uint64_t>(seq + records, l->w->size_blocks() - l->base - 1);
+    const uint32_t per_io = std::min<uint32_t>(256, l->w->max_io_bytes() / l->bs);
+    AlignedBuffer buf(size_t{per_io} * l->bs, 4096);
+    const auto t0 = Clock::now();
+    while (seq < end) {
+        const auto n = static_cast<uint32_t>(std::min<uint64_t>(per_io, end - seq));
+        for (uint32_t k = 0; k < n; ++k)
+            encode_record(buf.span().subspan(size_t{k} * l->bs, l->bs), l->log_id,
+                          Record{seq + k, *epoch, static_cast<uint8_t>(o.node), "fill-" + std::to_string(seq + k)});
+        Completion c = l->w->write(l->base + 1 + seq, buf.span().first(size_t{n} * l->bs));
+        if (c.status != IoStatus::ok) return fail("fill", c.error);
+        seq += n;
+    }
+    std::printf("filled to %llu records (%.1f MiB) in %.0f ms, epoch %u\n", static_cast<unsigned long long>(seq),
+                static_cast<double>(seq * l->bs) / (1024.0 * 1024.0), ms_since(t0), *epoch);
+    return 0;
+}
+
 int cmd_check(const Opts& o) {
     auto l = open_log(o, 0);
     if (!l) return fail("open " + o.dev, l.error());
@@ -464,7 +496,14 @@ int main(int argc, char** argv) {
     srv->add_option("--state-dir", o.state_dir, "where the highest epoch is persisted");
     auto* chk = app.add_subcommand("check", "scan the log and print every record");
     dev(chk);
+    uint64_t records = 0;
+    auto* fill = app.add_subcommand("fill", "benchmark set-up: append RECORDS records in large writes");
+    dev(fill);
+    fill->add_option("--node", o.node, "node id 1..255")->required()->check(CLI::Range(1, 255));
+    fill->add_option("--records", records, "how many records")->required();
+    fill->add_option("--state-dir", o.state_dir, "where the highest epoch is persisted");
     CLI11_PARSE(app, argc, argv);
+    if (fill->parsed()) return cmd_fill(o, records);
     if (fmt->parsed()) return cmd_format(o);
     if (srv->parsed()) return cmd_serve(o);
     return cmd_check(o);
