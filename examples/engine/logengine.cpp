@@ -27,11 +27,13 @@
 //                                exits 3; other I/O errors exit 1.
 //   check DEV                    scan the log, print "R <seq> <epoch> <payload>"
 //                                per record and a summary.
+//   fill DEV --node N --records K  benchmark set-up: K records in large writes
 // Time to useful (serve prints): takeover_ms, recovery_ms (scan), records
 // recovered, recovery MiB/s, first_append_ms.
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -187,7 +189,7 @@ Result<Log> open_log(const Opts& o, uint32_t epoch) {
 
 Result<uint64_t> read_superblock(Log& l) {
     AlignedBuffer b(l.bs, 4096);
-    Completion c = l.w->read(l.base, b.span());
+    Completion c = l.w->read(l.base, b.span().first(l.bs));
     if (c.status != IoStatus::ok) return c.error;
     if (std::memcmp(b.data(), kSbMagic, 8) != 0 ||
         get<uint32_t>(b.data() + 20) != crc32c(std::span<const uint8_t>(b.data(), 20)))
@@ -240,7 +242,19 @@ Result<std::vector<Record>> scan(Log& l, double* mib_s) {
             for (uint32_t b = 0; !stop && b < len[i] / l.bs; ++b) {
                 auto rec = decode_record(bufs[i].span().subspan(size_t{b} * l.bs, l.bs), l.log_id);
                 const uint64_t want = at[i] + b - first;
-                if (!rec || rec->seq != want || (!out.empty() && rec->epoch < out.back().epoch)) stop = true;
+                if (!rec || rec->seq != want || (!out.empty() && rec->epoch < out.back().epoch)) {
+                    stop = true;
+                    if (std::getenv("LOGENGINE_DEBUG"))
+                        std::fprintf(stderr, "scan: stop at lba %llu (record %llu): %s\n",
+                                     static_cast<unsigned long long>(at[i] + b), static_cast<unsigned long long>(want),
+                                     !rec ? "not a record of this log" : rec->seq != want ? "sequence gap" : "older epoch");
+                    if (std::getenv("LOGENGINE_DEBUG")) {
+                        const uint8_t* x = bufs[i].data() + size_t{b} * l.bs;
+                        for (int q = 0; q < 48; ++q) std::fprintf(stderr, "%02x%s", x[q], q % 16 == 15 ? "\n" : " ");
+                        std::fprintf(stderr, "log id %016llx crc %08x\n", static_cast<unsigned long long>(l.log_id),
+                                     block_crc(std::span<const uint8_t>(x, l.bs)));
+                    }
+                }
                 else out.push_back(std::move(*rec));
             }
             if (!stop) {
@@ -277,7 +291,7 @@ int cmd_format(const Opts& o) {
     // Record 0's block is cleared too, so an older log never continues this one.
     AlignedBuffer zero(l->bs, 4096);
     for (auto [lba, buf] : {std::pair{l->base + 1, &zero}, std::pair{l->base, &sb}}) {
-        Completion c = l->w->write(lba, buf->span());
+        Completion c = l->w->write(lba, buf->span().first(l->bs));
         if (c.status != IoStatus::ok) return fail("format", c.error);
     }
     if (Completion c = l->w->flush(); c.status != IoStatus::ok) return fail("flush", c.error);
@@ -329,8 +343,10 @@ int cmd_serve(const Opts& o) {
             if (busy[i] || (o.appends && issued >= o.appends) || seq >= cap) continue;
             Record r{seq, *epoch, static_cast<uint8_t>(o.node),
                      std::to_string(o.node) + "-" + std::to_string(issued)};
-            encode_record(bufs[i].span(), l->log_id, r);
-            Status s = l->w->queue_write(l->base + 1 + seq, bufs[i].span(), i);
+            // AlignedBuffer rounds its size up to the alignment: one block only.
+            const auto blk = bufs[i].span().first(l->bs);
+            encode_record(blk, l->log_id, r);
+            Status s = l->w->queue_write(l->base + 1 + seq, blk, i);
             if (!s) {
                 std::printf("stopping: append %llu refused: %s\n", static_cast<unsigned long long>(seq),
                             s.error().message().c_str());
@@ -409,6 +425,37 @@ int cmd_serve(const Opts& o) {
     return rc;
 }
 
+// Benchmark set-up: appends --records records after the tail in large
+// writes (many records per I/O), nothing acknowledged to anyone.
+int cmd_fill(const Opts& o, uint64_t records) {
+    auto epoch = take(o, true);
+    if (!epoch) return fail("take the reservation", epoch.error());
+    auto l = open_log(o, *epoch);
+    if (!l) return fail("open " + o.dev, l.error());
+    auto id = read_superblock(*l);
+    if (!id) return fail("superblock", id.error());
+    l->log_id = *id;
+    auto recs = scan(*l, nullptr);
+    if (!recs) return fail("recovery", recs.error());
+    uint64_t seq = recs->size();
+    const uint64_t end = std::min<uint64_t>(seq + records, l->w->size_blocks() - l->base - 1);
+    const uint32_t per_io = std::min<uint32_t>(256, l->w->max_io_bytes() / l->bs);
+    AlignedBuffer buf(size_t{per_io} * l->bs, 4096);
+    const auto t0 = Clock::now();
+    while (seq < end) {
+        const auto n = static_cast<uint32_t>(std::min<uint64_t>(per_io, end - seq));
+        for (uint32_t k = 0; k < n; ++k)
+            encode_record(buf.span().subspan(size_t{k} * l->bs, l->bs), l->log_id,
+                          Record{seq + k, *epoch, static_cast<uint8_t>(o.node), "fill-" + std::to_string(seq + k)});
+        Completion c = l->w->write(l->base + 1 + seq, buf.span().first(size_t{n} * l->bs));
+        if (c.status != IoStatus::ok) return fail("fill", c.error);
+        seq += n;
+    }
+    std::printf("filled to %llu records (%.1f MiB) in %.0f ms, epoch %u\n", static_cast<unsigned long long>(seq),
+                static_cast<double>(seq * l->bs) / (1024.0 * 1024.0), ms_since(t0), *epoch);
+    return 0;
+}
+
 int cmd_check(const Opts& o) {
     auto l = open_log(o, 0);
     if (!l) return fail("open " + o.dev, l.error());
@@ -449,7 +496,14 @@ int main(int argc, char** argv) {
     srv->add_option("--state-dir", o.state_dir, "where the highest epoch is persisted");
     auto* chk = app.add_subcommand("check", "scan the log and print every record");
     dev(chk);
+    uint64_t records = 0;
+    auto* fill = app.add_subcommand("fill", "benchmark set-up: append RECORDS records in large writes");
+    dev(fill);
+    fill->add_option("--node", o.node, "node id 1..255")->required()->check(CLI::Range(1, 255));
+    fill->add_option("--records", records, "how many records")->required();
+    fill->add_option("--state-dir", o.state_dir, "where the highest epoch is persisted");
     CLI11_PARSE(app, argc, argv);
+    if (fill->parsed()) return cmd_fill(o, records);
     if (fmt->parsed()) return cmd_format(o);
     if (srv->parsed()) return cmd_serve(o);
     return cmd_check(o);
