@@ -14,6 +14,8 @@ packages=(
   qemu-system-x86 busybox-static nvme-cli fio xz-utils cpio zstd
   # lab tests
   python3-pytest
+  # lab: systemd host guests (Debian root image, qcow2 overlays, debugfs)
+  mmdebstrap qemu-utils e2fsprogs
 )
 
 missing=()
