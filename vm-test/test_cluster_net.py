@@ -19,7 +19,8 @@ WRITE = "dd if=/dev/urandom of=$NVFENCE_DEV bs=4096 count=1 seek=100 oflag=direc
 
 @pytest.fixture(scope="module")
 def lab():
-    with nvlab.Lab(hosts=2, flavour="systemd") as lab:
+    # Generous start bound: three TCG VMs booting systemd on a busy 2-core machine.
+    with nvlab.Lab(hosts=2, flavour="systemd", boot_timeout_s=480) as lab:
         yield lab
 
 

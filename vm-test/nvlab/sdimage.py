@@ -175,7 +175,9 @@ def root_image(k: kmod.Kernel, packages=(), rebuild: bool = False) -> RootImage:
     key = image_key(pkgs, k)
     d = cache_dir() / "sdroot" / key
     img = d / "root.img"
-    with file_lock(cache_dir() / "sdroot.lock", "systemd root image build", timeout_s=1800):
+    # One lock per image: building one package list does not hold up a lab
+    # that uses another, already cached one.
+    with file_lock(cache_dir() / "sdroot" / f".{key}.lock", "systemd root image build", timeout_s=1800):
         man = None if rebuild else _load_manifest(d)
         if man is not None:
             why = _verify(img, man)

@@ -52,6 +52,7 @@ FORMAT_VERSION = "1"                      # bump when the member's layout change
 GUEST_VARS = {
     "NVFENCE_BINDIR": "/" + irfs.GUEST_BIN,      # where the lab puts <build>/bin/*
     "NVFENCE_SYSCONFDIR": "/etc",
+    "NVFENCE_DOCDIR": "/usr/share/doc/nvfence",
 }
 TEMPLATES = {  # source in the repository -> path in the guest
     "udev/70-nvfence.rules.in": "usr/lib/udev/rules.d/70-nvfence.rules",
