@@ -5,6 +5,8 @@
     vm-test/lab run [-t ..] [-n ..] [-H a] -- CMD    run CMD on hosts, print output
     vm-test/lab shell [-t ..] [-n ..]        boot a lab and type commands
     vm-test/lab boot-time [-t ..] [-n ..] [-r 3]     measure lab start (median)
+    vm-test/lab sd-image [-p PKGS] [--rebuild]       build/verify the systemd root image
+    (every lab command takes -f systemd [-p PKG,PKG] for systemd host VMs)
 
 (`vm-test/lab` is `/usr/bin/python3 -m nvlab` with vm-test on sys.path.)
 """
@@ -25,11 +27,15 @@ def _lab_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-ebs", action="store_true", help="nvmet's default identity instead of EBS")
     p.add_argument("--run-dir", help="keep the lab's files here (default: a temp dir under /tmp)")
     p.add_argument("-m", "--memory", type=int, default=512, help="MiB per VM")
+    p.add_argument("-f", "--flavour", choices=("busybox", "systemd"), default="busybox",
+                   help="host guests: busybox initramfs (default) or Debian with systemd")
+    p.add_argument("-p", "--packages", default="", help="systemd flavour: extra Debian packages (comma list)")
 
 
 def _make_lab(a) -> Lab:
     return Lab(hosts=a.hosts, topology=a.topology, ebs=not a.no_ebs, run_dir=a.run_dir,
-               memory_mb=a.memory)
+               memory_mb=a.memory, flavour=a.flavour,
+               packages=a.packages.replace(",", " ").split() if a.packages else ())
 
 
 def cmd_prepare(a) -> int:
@@ -104,8 +110,8 @@ def cmd_shell(a) -> int:
                         cur = lab.host(word)
                     elif word == "target":
                         cur = lab.target
-                    elif word in ("pause", "resume", "cut", "heal", "kill"):
-                        getattr(cur, word)()
+                    elif word.split()[0] in ("pause", "resume", "cut", "heal", "kill"):
+                        getattr(cur, word.split()[0])(*word.split()[1:])
                     else:
                         print(f"unknown: {line}")
                 except LabError as e:
@@ -129,9 +135,24 @@ def cmd_boot_time(a) -> int:
             if lab.topology != "plain" and r.rc != 0:
                 raise LabError(f"report after boot failed: {r}")
         times.append(ready)
-        print(f"run {i + 1}: {a.topology} x{a.hosts}: ready in {ready:.1f}s (boot {lab.boot_s:.1f}s)", flush=True)
+        print(f"run {i + 1}: {a.topology} x{a.hosts} {a.flavour}: ready in {ready:.1f}s "
+              f"(boot {lab.boot_s:.1f}s)", flush=True)
     print(f"median {statistics.median(times):.1f}s over {len(times)} runs "
           f"(min {min(times):.1f}s, max {max(times):.1f}s)")
+    return 0
+
+
+def cmd_sd_image(a) -> int:
+    from . import kernel, sdimage
+    k = kernel.fetch_kernel()
+    t0 = time.monotonic()
+    img = sdimage.root_image(k, a.packages.replace(",", " ").split(), rebuild=a.rebuild)
+    print(f"image      {img.path} ({'built' if img.built else 'cached'}, key {img.key}) "
+          f"in {time.monotonic() - t0:.1f}s")
+    print(f"packages   {' '.join(img.packages)}")
+    m = img.manifest
+    print(f"built      {m.get('built_at')} in {m.get('build_s')}s (mmdebstrap {m.get('mmdebstrap_s')}s), "
+          f"{m.get('used_mb')} MB used, {m.get('size_mb')} MB file system")
     return 0
 
 
@@ -159,6 +180,10 @@ def main(argv=None) -> int:
     _lab_args(p)
     p.add_argument("-r", "--repeat", type=int, default=3)
     p.set_defaults(fn=cmd_boot_time)
+    p = sub.add_parser("sd-image", help="build (or verify) the cached systemd root image")
+    p.add_argument("-p", "--packages", default="", help="extra Debian packages (comma list)")
+    p.add_argument("--rebuild", action="store_true")
+    p.set_defaults(fn=cmd_sd_image)
     a = ap.parse_args(argv)
     if getattr(a, "command", None) and a.command[:1] == ["--"]:
         a.command = a.command[1:]

@@ -33,11 +33,16 @@ from pathlib import Path
 
 from . import initramfs as irfs
 from . import kernel as kmod
+from . import sdimage
 from .agent import AgentConn, CommandFailed, Result
 from .qmp import QMP
-from .util import LabError, NotSupported, log
+from .util import LabError, NotSupported, log, run
 
 TOPOLOGIES = ("fabric", "loop", "plain")
+FLAVOURS = ("busybox", "systemd")
+CUT_PATHS = ("storage", "cluster")
+# Cluster network: host i (0-based) is 169.254.100.<i+1>/24 on its second NIC.
+CLUSTER_PREFIX = "169.254.100."
 HOST_NAMES = "abcdefgh"
 NQN = "nqn.2024-01.org.nvfence.lab:vol0"
 DISK_SERIAL = "vol0123456789abcdef0"
@@ -82,6 +87,10 @@ def _mac(link: int, side: int) -> str:
     return f"52:54:00:4e:{link:02x}:{side:02x}"
 
 
+def _cluster_mac(index: int) -> str:
+    return f"52:54:00:4c:00:{index:02x}"
+
+
 class VM:
     """One QEMU process with its QMP and agent sockets and logs."""
 
@@ -100,19 +109,34 @@ class VM:
             if len(str(p)) > SOCK_PATH_MAX:
                 raise LabError(f"unix socket path too long ({len(str(p))} > {SOCK_PATH_MAX}): {p}; "
                                "use a shorter run dir (NVFENCE_LAB_RUN_DIR)")
+        # role "sdhost": a host of the systemd flavour (Debian root disk:
+        # its own qcow2 overlay of the cached image, plus the project disk).
+        self.flavour = "systemd" if role == "sdhost" else "busybox"
+        initrd = lab.sd_initrd if self.flavour == "systemd" else lab.initramfs.path
         self.argv = [
             lab.qemu, "-name", name, "-machine", "q35", "-accel", "tcg", "-m", str(lab.memory_mb),
             "-smp", "1", "-nographic", "-nodefaults", "-no-user-config", "-no-reboot",
-            "-kernel", str(lab.kernel_image), "-initrd", str(lab.initramfs.path),
+            "-kernel", str(lab.kernel_image), "-initrd", str(initrd),
             "-append", f"{BASE_CMDLINE} {cmdline}".strip(),
             "-serial", f"file:{self.console_log}",
             "-qmp", f"unix:{self.qmp_sock},server=on,wait=off",
             "-device", "virtio-serial-pci,id=vser0",
             "-chardev", f"socket,id=ag,path={self.agent_sock},server=on,wait=off",
             "-device", f"virtserialport,bus=vser0.0,chardev=ag,name={AGENT_PORT}",
-            "-drive", f"file={lab.initramfs.tools_disk},if=none,id=tools,format=raw,readonly=on",
-            "-device", f"virtio-blk-pci,drive=tools,serial={irfs.TOOLS_DISK_SERIAL}",
-        ] + devices
+        ]
+        if self.flavour == "systemd":
+            self.argv += [
+                "-drive", f"file={rd / (name + '.root.qcow2')},if=none,id=root,format=qcow2,cache=unsafe",
+                "-device", f"virtio-blk-pci,drive=root,serial={sdimage.ROOT_SERIAL}",
+                "-drive", f"file={lab.project_disk},if=none,id=proj,format=raw,readonly=on",
+                "-device", f"virtio-blk-pci,drive=proj,serial={sdimage.PROJ_SERIAL}",
+            ]
+        else:
+            self.argv += [
+                "-drive", f"file={lab.initramfs.tools_disk},if=none,id=tools,format=raw,readonly=on",
+                "-device", f"virtio-blk-pci,drive=tools,serial={irfs.TOOLS_DISK_SERIAL}",
+            ]
+        self.argv += devices
         self.proc: subprocess.Popen | None = None
         self.qmp = QMP(self.qmp_sock, rd / f"{name}.qmp.log", name)
         self.agent = AgentConn(self.agent_sock, rd / f"{name}.agent.log", name)
@@ -236,10 +260,17 @@ class Host:
         self.hostnqn: str | None = info.get("hostnqn")
         self.hostid: str | None = info.get("hostid")
         self._bg = 0
-        self.is_cut = False
+        self.is_cut = False                 # the storage link is cut
+        self.cut_paths: set = set()         # subset of CUT_PATHS currently cut
+        self.cluster_ip: str | None = info.get("cluster_ip")
 
     def __repr__(self) -> str:
-        return f"<nvlab.Host {self.name} {self.lab.topology} dev={self.dev}>"
+        return f"<nvlab.Host {self.name} {self.lab.topology} {self.flavour} dev={self.dev}>"
+
+    @property
+    def flavour(self) -> str:
+        """'busybox' (initramfs, the agent is PID 1) or 'systemd' (Debian root disk)."""
+        return self.vm.flavour
 
     # ------------------------------------------------------------ commands
     def run(self, cmd: str, timeout_s: float = 60, check: bool = False, env: dict | None = None) -> Result:
@@ -278,6 +309,39 @@ class Host:
         r = self.run(f"setsid sh -c {shlex.quote(cmd)} > {shlex.quote(log_path)} 2>&1 < /dev/null & echo $!",
                      timeout_s=20, check=True)
         return Background(self, int(r.out.strip()), log_path, cmd)
+
+    def put(self, src, dest: str, mode: int = 0o644, timeout_s: float = 120) -> None:
+        """Copy a file into the guest: src is a host path or bytes; dest is the
+        guest path (parent directories are created; an existing file is
+        replaced). Sent through the agent in base64 chunks."""
+        data = src if isinstance(src, (bytes, bytearray)) else Path(src).read_bytes()
+        import base64
+        q = shlex.quote(dest)
+        tmp = shlex.quote(f"{dest}.nvlab-part")
+        self.run(f"mkdir -p \"$(dirname {q})\" && : > {tmp}", timeout_s=timeout_s, check=True)
+        chunk = 72 << 10   # 96 KiB of base64: one argv string is capped at 128 KiB
+        for off in range(0, len(data), chunk):
+            b64 = base64.b64encode(data[off:off + chunk]).decode()
+            self.run(f"printf %s {b64} | base64 -d >> {tmp}", timeout_s=timeout_s, check=True)
+        r = self.run(f"chmod {mode:o} {tmp} && mv -f {tmp} {q} && wc -c < {q}", timeout_s=timeout_s, check=True)
+        if int(r.out.strip() or -1) != len(data):
+            raise LabError(f"{self.name}: put {dest}: {r.out.strip()} bytes in the guest, {len(data)} sent")
+
+    def journal(self, unit: str | None = None, lines: int | None = None, args: str = "",
+                timeout_s: float = 60) -> str:
+        """The systemd journal of this boot (systemd flavour): of unit if
+        given (journalctl -u), the last `lines` lines if given; `args` are
+        extra journalctl options (e.g. "-o cat", "--since=-1min")."""
+        if self.flavour != "systemd":
+            raise NotSupported(f"{self.name}: no journal in the busybox flavour (flavour='systemd')")
+        cmd = "journalctl -b --no-pager -q -o short-monotonic"
+        if unit:
+            cmd += f" -u {shlex.quote(unit)}"
+        if lines:
+            cmd += f" -n {int(lines)}"
+        if args:
+            cmd += f" {args}"
+        return self.run(cmd, timeout_s=timeout_s, check=True).out
 
     def refresh_dev(self, timeout_s: float = 60) -> str:
         """Wait (bounded) until this host's controller shows its namespace
@@ -325,20 +389,37 @@ class Host:
         self._need_own_vm("kill")
         self.vm.kill()
 
-    def cut(self) -> None:
-        """Take this host's link to the target down (QMP set_link)."""
-        self._need_own_vm("cut")
+    def _paths(self, what: str, paths) -> list:
+        self._need_own_vm(what)
         if self.lab.topology != "fabric":
-            raise NotSupported(f"cut needs a network link: topology '{self.lab.topology}' has none")
-        self.vm.qmp.execute("set_link", {"name": "nic0", "up": False})
-        self.is_cut = True
+            raise NotSupported(f"{what} needs a network link: topology '{self.lab.topology}' has none")
+        out = []
+        for p in paths or ("storage",):
+            for q in (CUT_PATHS if p in ("both", "all") else (p,)):
+                if q not in CUT_PATHS:
+                    raise ValueError(f"{what}: unknown path {q!r} (one of {CUT_PATHS + ('both',)})")
+                if q == "cluster" and not self.lab.cluster_net:
+                    raise NotSupported(f"{what} cluster: this lab has no cluster network (cluster_net=True)")
+                if q not in out:
+                    out.append(q)
+        return out
 
-    def heal(self) -> None:
-        self._need_own_vm("heal")
-        if self.lab.topology != "fabric":
-            raise NotSupported(f"heal needs a network link: topology '{self.lab.topology}' has none")
-        self.vm.qmp.execute("set_link", {"name": "nic0", "up": True})
-        self.is_cut = False
+    def _set_links(self, paths, up: bool) -> None:
+        for p in paths:
+            self.vm.qmp.execute("set_link", {"name": "nic0" if p == "storage" else "cnic", "up": up})
+            (self.cut_paths.discard if up else self.cut_paths.add)(p)
+        self.is_cut = "storage" in self.cut_paths
+
+    def cut(self, *paths: str) -> None:
+        """Take links of this host down (QMP set_link; the guest loses carrier,
+        frames are dropped both ways): "storage" (its link to the target; the
+        default, so cut() is the storage cut), "cluster" (its cluster NIC),
+        or "both". cut("cluster") leaves NVMe I/O working."""
+        self._set_links(self._paths("cut", paths), False)
+
+    def heal(self, *paths: str) -> None:
+        """Bring links back up: same paths as cut(); heal() heals storage."""
+        self._set_links(self._paths("heal", paths), True)
 
     def restart(self, timeout_s: float | None = None) -> None:
         """Power-cycle this host: kill its VM if it still runs (like pulling
@@ -367,6 +448,8 @@ class Host:
             "/dev/ng" + self.dev[len("/dev/nvme"):] if self.dev and self.dev.startswith("/dev/nvme") else None)
         self.ctrl = self.info.get("ctrl")
         self.is_cut = False
+        self.cut_paths = set()
+        self.cluster_ip = self.info.get("cluster_ip")
         if not self.dev:
             raise LabError(f"{self.name}: the guest reported no device after restart ({self.info})\n"
                            f"{vm.diagnostics()}")
@@ -425,9 +508,28 @@ class Lab:
                  run_dir: str | os.PathLike | None = None, memory_mb: int = 512,
                  boot_timeout_s: float = 180, connect_opts: str = DEFAULT_CONNECT_OPTS,
                  extra_cmdline: str = "", answer_grace_s: float = 30,
-                 hostids: dict | None = None):
+                 hostids: dict | None = None, flavour: str = "busybox", packages=(),
+                 cluster_net: bool | None = None):
         if topology not in TOPOLOGIES:
             raise ValueError(f"topology must be one of {TOPOLOGIES}, not {topology!r}")
+        if flavour not in FLAVOURS:
+            raise ValueError(f"flavour must be one of {FLAVOURS}, not {flavour!r}")
+        if flavour == "systemd" and topology != "fabric":
+            raise ValueError("flavour='systemd' needs topology='fabric' (one VM per host)")
+        if packages and flavour != "systemd":
+            raise ValueError("packages= is for flavour='systemd' (the busybox guests have none)")
+        if cluster_net is None:
+            cluster_net = flavour == "systemd"
+        if cluster_net and topology != "fabric":
+            raise ValueError("cluster_net needs topology='fabric' (one VM per host)")
+        self.flavour = flavour
+        self.packages = sdimage.normalize_packages(packages) if flavour == "systemd" else ()
+        self.cluster_net = bool(cluster_net)
+        self.sd_image: sdimage.RootImage | None = None
+        self.sd_initrd: Path | None = None
+        self.project_disk: Path | None = None
+        self.project_info: dict = {}
+        self.hub: ClusterHub | None = None
         if not 1 <= hosts <= len(HOST_NAMES):
             raise ValueError(f"hosts must be 1..{len(HOST_NAMES)}")
         self.n_hosts = hosts
@@ -493,6 +595,11 @@ class Lab:
         self.kernel = kmod.fetch_kernel()
         self.initramfs = irfs.build(self.kernel)
         self.kernel_image = kmod.pvh_vmlinux(self.kernel) or self.kernel.vmlinuz
+        if self.flavour == "systemd":
+            if not shutil.which("qemu-img"):
+                raise LabError("qemu-img not found (apt-get install qemu-utils)")
+            self.sd_image = sdimage.root_image(self.kernel, self.packages)
+            self.sd_initrd = sdimage.boot_initramfs(self.kernel)
 
     def start(self) -> None:
         t0 = time.monotonic()
@@ -519,7 +626,17 @@ class Lab:
         (self.run_dir / "lab.txt").write_text(
             f"topology={self.topology}\nhosts={self.n_hosts}\nebs={self.ebs}\n"
             + "".join(f"hostid.{n}={ids[n]}\n" for n in names))
-        log(f"starting {self.topology} lab, {self.n_hosts} host(s), run dir {self.run_dir}")
+        log(f"starting {self.topology} lab, {self.n_hosts} {self.flavour} host(s), run dir {self.run_dir}")
+        if self.flavour == "systemd":
+            self.project_disk = self.run_dir / "project.tar"
+            self.project_info = sdimage.project_disk(self.project_disk, self.sd_image)
+            for n in names:
+                run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(self.sd_image.path), "-F", "raw",
+                     str(self.run_dir / f"{n}.root.qcow2")], what="qemu-img create (overlay)")
+        chosts = ",".join(f"{n}:{CLUSTER_PREFIX}{i + 1}" for i, n in enumerate(names))
+        if self.cluster_net:
+            self.hub = ClusterHub(self, self.n_hosts)
+            self.hub.start()
 
         if self.topology == "fabric":
             tdev = ["-drive", drive] + nvme_dev
@@ -540,8 +657,18 @@ class Lab:
             for i, n in enumerate(names):
                 hdev = ["-netdev", f"stream,id=n0,server=off,addr.type=unix,addr.path={self.run_dir}/link{i}.sock",
                         "-device", f"virtio-net-pci,netdev=n0,id=nic0,mac={_mac(i, 2)},romfile="]
-                vm = VM(self, n, "host", f"nvlab.role=host nvlab.name={n} nvlab.link={i} "
-                                         f"nvlab.hostid={ids[n]} {copts} {common}", hdev)
+                extra = ""
+                if self.cluster_net:
+                    hdev += ["-netdev", f"stream,id=c0,server=off,addr.type=unix,"
+                                        f"addr.path={self.hub.sock(i)}",
+                             "-device", f"virtio-net-pci,netdev=c0,id=cnic,mac={_cluster_mac(i + 1)},romfile="]
+                    extra = f"nvlab.cip={CLUSTER_PREFIX}{i + 1} nvlab.cidx={i + 1} nvlab.chosts={chosts}"
+                role = "host"
+                if self.flavour == "systemd":
+                    role = "sdhost"
+                    extra += f" systemd.hostname={n} net.ifnames=0"
+                vm = VM(self, n, role, f"nvlab.role=host nvlab.name={n} nvlab.link={i} "
+                                       f"nvlab.hostid={ids[n]} {copts} {common} {extra}".strip(), hdev)
                 self.vms.append(vm)
                 vm.start()
             for vm in self.vms[1:]:
@@ -606,6 +733,8 @@ class Lab:
                 vm.reap()
             except Exception:  # noqa: BLE001
                 pass
+        if self.hub:
+            self.hub.stop()
         _live_labs.discard(self)
         if self.run_dir is None:
             return
@@ -639,6 +768,58 @@ class Lab:
             if e:
                 raise e
         return results
+
+
+class ClusterHub:
+    """The cluster network: one QEMU process with no guest (-machine none)
+    whose network hub joins one `-netdev stream` unix socket per host (an L2
+    hub: every frame goes to every other port). Debian 12's QEMU has no vde
+    backend, and this keeps the cluster segment independent of the target
+    VM: pausing or killing the target leaves the cluster network up."""
+
+    def __init__(self, lab: "Lab", ports: int):
+        self.lab = lab
+        self.ports = ports
+        rd = lab.run_dir
+        self.log_path = rd / "hub.qemu.log"
+        self.qmp = QMP(rd / "hub.qmp", rd / "hub.qmp.log", "hub")
+        self.argv = [lab.qemu, "-name", "hub", "-machine", "none", "-nodefaults", "-no-user-config",
+                     "-display", "none", "-qmp", f"unix:{rd / 'hub.qmp'},server=on,wait=off"]
+        for i in range(ports):
+            self.argv += ["-netdev", f"stream,id=p{i},server=on,addr.type=unix,addr.path={self.sock(i)}",
+                          "-netdev", f"hubport,id=hp{i},hubid=0,netdev=p{i}"]
+        self.proc: subprocess.Popen | None = None
+
+    def sock(self, i: int) -> Path:
+        return self.lab.run_dir / f"cnet{i}.sock"
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> None:
+        (self.lab.run_dir / "hub.cmdline").write_text(shlex.join(self.argv) + "\n")
+        prefix = ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setpriv") else []
+        with open(self.log_path, "wb") as qlog:
+            self.proc = subprocess.Popen(prefix + self.argv, stdin=subprocess.DEVNULL, stdout=qlog,
+                                         stderr=subprocess.STDOUT, close_fds=True)
+        try:
+            # The QMP greeting comes after every netdev listens.
+            self.qmp.connect(30, self.alive)
+        except LabError as e:
+            raise LabError(f"cluster hub: {e}\n{self.log_path.read_text(errors='replace')[-2000:]}") from None
+        for i in range(self.ports):
+            if not self.sock(i).exists():
+                raise LabError(f"cluster hub: socket {self.sock(i)} missing")
+
+    def stop(self) -> None:
+        self.qmp.close()
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
 
 
 def _o_direct_ok(path: Path) -> bool:
