@@ -116,6 +116,7 @@ TEST(FenceAgentOptions, StdinTable) {
         {"action=off\npcmk_host_list=a b\nfoo=1\n", "", "", Action::off, 2},   // unknown: warned
         {"action=off\nverbose=maybe\n", "", "", Action::off, 1},               // bad boolean: warned
         {"  action = off \n", "", "", Action::off, 0},
+        {"option=status\nport=n5\n", "n5", "", Action::status, 0},          // option = action (deprecated)
     };
     for (const auto& r : rows) {
         auto p = parse_stdin(r.text);

@@ -185,3 +185,38 @@ def test_cli_preempt_victim_node(lab):
     r = nvf(c, "preempt", "--victim-node", "3")
     assert r.rc == USAGE and "own node" in r.err, r
     assert holder_node(report(a)) == 3
+
+
+def test_through_the_local_nvfenced(lab):
+    """Where nvfenced holds this host's registration, fence_nvfence goes
+    through its control socket: 'on' leaves the agent's key alone and 'off'
+    makes the agent take over with the victim's key, so the agent never sees
+    its key changed behind its back (it would fence itself)."""
+    a, b, c = lab.hosts
+    for h in lab.hosts:
+        h.run("pkill -9 -x nvfenced; rm -rf /var/lib/nvfence /run/nvfence; true")
+    reset(lab)
+    for h, name in ((b, "b"), (c, "c")):
+        assert fa(h, "action=on", f"nodename={name}").rc == 0
+    a.spawn('nvfenced --device "$NVFENCE_DEV" --node-id 1 --role standby --interval-ms 200 --name vol '
+            "--fence-action command --fence-command 'echo \"$NVFENCE_REASON\" > /tmp/fenced.a'",
+            log_path="/tmp/agent.a.log")
+    try:
+        r = a.wait_for("nvfence status vol --json | grep -q '\"state\":\"STANDBY\"'", timeout_s=60)
+        assert r.rc == 0, a.run("cat /tmp/agent.a.log").out
+        ka = [x["key"] for x in report(a)["registrants"] if x["node"] == 1]
+        r = fa(a, "action=on", "nodename=a", "verbose=1")
+        assert r.rc == 0 and "nvfenced at /run/nvfence/vol.sock" in r.err, r
+        assert [x["key"] for x in report(a)["registrants"] if x["node"] == 1] == ka
+
+        r = fa(a, "action=off", "plug=b", "verbose=1")
+        assert r.rc == 0 and "Success: Powered OFF" in r.out, r
+        assert "takeover" in r.err, r
+        st = report(a)
+        assert 2 not in node_keys(st) and holder_node(st) == 1, st
+        assert write(b, 130).rc == CONFLICT
+        s = a.run("nvfence status vol --json")
+        assert '"state":"HOLDER"' in s.out, (s.out, a.run("cat /tmp/agent.a.log").out)
+        assert a.run("test -e /tmp/fenced.a").rc != 0, "the agent fenced itself"
+    finally:
+        a.run("pkill -9 -x nvfenced; true")

@@ -59,6 +59,7 @@ std::string trim(std::string_view s) {
 const Spec* find_name(std::string name) {
     std::replace(name.begin(), name.end(), '-', '_');
     if (name == "port") name = "plug";
+    if (name == "option") name = "action";  // FenceAgentAPI: deprecated name of action
     for (const auto& s : kSpecs)
         if (name == s.name) return &s;
     return nullptr;

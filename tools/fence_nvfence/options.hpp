@@ -13,6 +13,7 @@
 ///    parameter of the stonith resource);
 ///  - booleans take 1/yes/on/true and 0/no/off/false (any case); anything
 ///    else is warned about and ignored;
+///  - `option` is the deprecated name of `action` (FenceAgentAPI);
 ///  - `port` is the deprecated name of `plug` (the same option: the last
 ///    line of either wins); `nodename` (which Pacemaker always sends) names
 ///    the target only when neither is given.
