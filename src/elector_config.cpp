@@ -101,6 +101,10 @@ Result<ElectorSettings> parse_elector_settings(const std::map<std::string, std::
         return s;
     }
 
+    // The agent's own key: only etcd may make a host acquire.
+    if (const auto* r = get("role"); r && *r == "acquire")
+        return bad(why, "role", *r, "must be standby with elector = etcd (the election decides who acquires)");
+
     const auto* eps = get("etcd_endpoints");
     if (!eps || split_list(*eps).empty()) return bad(why, "etcd_endpoints", eps ? *eps : "", "required with elector = etcd");
     s.endpoints = split_list(*eps);

@@ -19,6 +19,8 @@
 /// | etcd_timeout_ms | 100 .. a third of the TTL                     | min(1000, TTL/3) |
 /// | lease_loss      | fence \| hold                                 | fence   |
 ///
+/// With `elector = etcd` the agent's `role = acquire` is refused: only a
+/// won election makes a host acquire.
 /// With `elector = none` (today's behaviour: takeover on request) any other
 /// elector key is refused, so a half-written configuration never runs
 /// without the elector the operator meant to have.

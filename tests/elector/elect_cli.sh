@@ -1,0 +1,23 @@
+#!/bin/sh
+# nvfence-elect's bad input: a message and the documented exit code, before
+# any device or etcd is touched (2 usage, 4 not an NVMe namespace).
+set -u
+bin="$1"
+fails=0
+check() {  # want_rc want_text args...
+    want="$1"; text="$2"; shift 2
+    out=$("$bin" "$@" 2>&1); rc=$?
+    if [ "$rc" != "$want" ]; then echo "FAIL: $* -> rc $rc, want $want: $out"; fails=$((fails+1)); return; fi
+    case "$out" in *"$text"*) ;; *) echo "FAIL: $* -> no '$text' in: $out"; fails=$((fails+1)); return ;; esac
+    echo "ok: $* -> $rc"
+}
+E=http://127.0.0.1:9
+check 2 "required" /dev/null
+check 2 "lease_ttl_s" /dev/null --node 1 --etcd-endpoints $E --lease-ttl-s 1
+check 2 "etcd_endpoints" /dev/null --node 1 --etcd-endpoints 127.0.0.1:2379
+check 2 "lease_loss" /dev/null --node 1 --etcd-endpoints $E --lease-loss maybe
+check 2 "need https" /dev/null --node 1 --etcd-endpoints $E --etcd-ca-file /etc/ca.pem
+check 2 "node" /dev/null --node 0 --etcd-endpoints $E
+check 2 "no such device" /nonexistent-nvfence-dev --node 1 --etcd-endpoints $E
+check 4 "not an NVMe namespace" /dev/null --node 1 --etcd-endpoints $E
+[ "$fails" = 0 ] || { echo "$fails failed"; exit 1; }
