@@ -47,6 +47,14 @@ Result<Fd> lock_store(const std::string& dir, const std::string& lock_path) {
 
 }  // namespace
 
+Result<uint32_t> parse_epoch_text(std::string_view s) {
+    if (s.size() > kMaxEpochFileBytes) return make_error_code(Errc::state_io);
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.remove_suffix(1);
+    auto v = parse_uint(s, 0, kMaxEpoch);
+    if (!v) return make_error_code(Errc::state_io);
+    return static_cast<uint32_t>(*v);
+}
+
 EpochObservation observe_epochs(const ReservationStatus& st, uint8_t tag, uint32_t floor) {
     EpochObservation o;
     for (const auto& r : st.registrants) {
@@ -74,11 +82,7 @@ Result<uint32_t> EpochStore::load() const {
     auto text = read_state_file(path_, kMaxEpochFileBytes, absent);
     if (!text) return text.error();
     if (absent) return uint32_t{0};
-    std::string_view s(*text);
-    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.remove_suffix(1);
-    auto v = parse_uint(s, 0, kMaxEpoch);
-    if (!v) return make_error_code(Errc::state_io);
-    return static_cast<uint32_t>(*v);
+    return parse_epoch_text(*text);
 }
 
 Status EpochStore::raise_to(uint32_t epoch) const {

@@ -23,11 +23,16 @@
 ///
 /// A takeover request is refused while FENCED: only a rejoin leaves it.
 ///
-/// Safety rules (DESIGN.md) kept here:
+/// Safety rules (docs/CONTRACTS.md) kept here:
 ///  - the device decides: every state is derived from a Report;
 ///  - nothing but an explicit request (takeover, rejoin) or the configured
-///    role at start ever registers or acquires; FENCED is left only by a
-///    rejoin request, and survives restarts through the state file;
+///    role at the first start of a fresh state ever registers or acquires;
+///    FENCED is left only by a rejoin request, and survives restarts
+///    through the state file (with the fence action's progress);
+///  - unknown is not owned: a HOLDER that cannot read the device for
+///    view_timeout_ms stops claiming HOLDER (by default it fences itself);
+///  - writers stop before anything else when the keys are gone, and before
+///    the release on a handoff or a clean stop;
 ///  - every acquisition uses a fresh epoch (Fence persists it first);
 ///  - on restart the agent resumes from the device, never from memory: it
 ///    is holder only if the device shows this host holding.

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "nvfence/key.hpp"
@@ -35,6 +36,10 @@ struct EpochObservation {
 /// Classifies the epochs of @p tag in @p st against @p floor (0: no floor
 /// known, only the ceiling applies). Pure.
 EpochObservation observe_epochs(const ReservationStatus& st, uint8_t tag, uint32_t floor);
+
+/// Parses the text of an epoch file: a decimal epoch 0..kMaxEpoch, with
+/// trailing spaces and newlines allowed; Errc::state_io otherwise. Pure.
+Result<uint32_t> parse_epoch_text(std::string_view text);
 
 /// One small file per volume: `<dir>/<volume>.epoch`, holding a decimal
 /// epoch. Raised under an exclusive flock of `<dir>/<volume>.epoch.lock`

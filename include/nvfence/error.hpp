@@ -136,7 +136,7 @@ bool is_nvme(std::error_code ec, NvmeStatus s) noexcept;
 /// -EBADE from the block layer, or Errc::fenced).
 bool is_fenced(std::error_code ec) noexcept;
 
-/// Process exit codes of the nvfence tools (DESIGN.md contract).
+/// Process exit codes of the nvfence tools (docs/CONTRACTS.md).
 enum class ExitCode : int {
     ok = 0,
     failure = 1,       ///< Anything else.

@@ -50,9 +50,10 @@ namespace {
 using nvfence::Errc;
 using nvfence::ExitCode;
 
-constexpr int kExitConfig = 2;
-constexpr int kExitConflict = 3;
-constexpr int kExitUnsupported = 4;
+// The exit codes are ExitCode's (error.hpp), defined once for every tool.
+constexpr int kExitConfig = static_cast<int>(ExitCode::usage);
+constexpr int kExitConflict = static_cast<int>(ExitCode::conflict);
+constexpr int kExitUnsupported = static_cast<int>(ExitCode::unsupported);
 constexpr uint32_t kConnectionsPerWake = 4;
 constexpr uint32_t kConnectionTimeoutMs = 1000;
 
