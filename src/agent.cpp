@@ -86,6 +86,31 @@ FenceOptions fence_options(const AgentOptions& o) {
 
 }  // namespace
 
+// ---- allowed transitions -------------------------------------------------------
+
+namespace {
+using S = AgentState;
+// Every state change the agent may make; transition() asserts membership.
+// Nothing leads out of FENCED but a rejoin (to STANDBY, or HOLDER when the
+// device shows this host holding) and a stop.
+constexpr std::pair<AgentState, AgentState> kAllowedTransitions[] = {
+    {S::starting, S::standby}, {S::starting, S::holder},  {S::starting, S::fenced},
+    {S::starting, S::stopping}, {S::standby, S::holder},  {S::standby, S::fenced},
+    {S::standby, S::stopping},  {S::holder, S::standby},  {S::holder, S::fenced},
+    {S::holder, S::stopping},   {S::fenced, S::standby},  {S::fenced, S::holder},
+    {S::fenced, S::stopping},
+    // A key replaced without a change of state (a request that re-keyed
+    // this host and then failed, found by the Report afterwards).
+    {S::standby, S::standby},   {S::holder, S::holder},
+};
+}  // namespace
+
+bool agent_transition_allowed(AgentState from, AgentState to) {
+    for (const auto& [f, t] : kAllowedTransitions)
+        if (f == from && t == to) return true;
+    return false;
+}
+
 // ---- events -----------------------------------------------------------------
 
 const char* agent_event_kind_name(AgentEventKind k) {
@@ -328,6 +353,7 @@ void Agent::transition(AgentState to, const std::string& why, const ReservationS
     e.text = why;
     if (st) e.report = *st;
     e.self = self_;
+    NVF_INVARIANT(agent_transition_allowed(state_, to));
     state_ = to;
     hooks_.event(e);
 }
@@ -1122,7 +1148,9 @@ Status Agent::stop() {
         if (!l) {
             last_error_ = "unregistering failed: " + l.error().message();
             emit(AgentEventKind::info, EventLevel::error, "stop: " + last_error_);
-            state_ = AgentState::standby;
+            if (state_ != AgentState::standby)
+                transition(AgentState::standby, "stop: unregistering failed; still registered", nullptr,
+                           EventLevel::error);
             (void)persist();
             return l.error();
         }

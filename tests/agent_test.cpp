@@ -1408,6 +1408,18 @@ TEST(AgentSettingsTest, UnitAndGroupNames) {
     EXPECT_FALSE(group_ok(std::string(40, 'g')));
 }
 
+TEST(AgentTransitionsTest, TheTableAllowsNoWayOutOfFencedButRejoinAndStop) {
+    using S = AgentState;
+    const S all[] = {S::starting, S::standby, S::holder, S::fenced, S::stopping};
+    for (S to : all) EXPECT_FALSE(agent_transition_allowed(S::stopping, to)) << "STOPPING is final";
+    for (S from : all) EXPECT_FALSE(agent_transition_allowed(from, S::starting)) << "nothing returns to STARTING";
+    EXPECT_TRUE(agent_transition_allowed(S::fenced, S::standby));  // rejoin
+    EXPECT_TRUE(agent_transition_allowed(S::fenced, S::stopping));
+    EXPECT_TRUE(agent_transition_allowed(S::holder, S::fenced));
+    EXPECT_FALSE(agent_transition_allowed(S::fenced, S::fenced));
+    EXPECT_FALSE(agent_transition_allowed(S::stopping, S::holder));
+}
+
 TEST(AgentSettingsTest, KeysAreDocumentedOnce) {
     const auto& keys = agent_setting_keys();
     EXPECT_EQ(keys.size(), 22u);

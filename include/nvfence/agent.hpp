@@ -93,6 +93,10 @@ struct AgentOptions {
     std::string device;                            ///< Device path (status only).
 };
 
+/// True when the agent may change from @p from to @p to (the static table
+/// of allowed transitions that every state change is checked against).
+bool agent_transition_allowed(AgentState from, AgentState to);
+
 /// What an AgentEvent reports.
 enum class AgentEventKind : uint8_t {
     state_changed,          ///< from -> to, with the reason and the report.
