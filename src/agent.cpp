@@ -86,6 +86,31 @@ FenceOptions fence_options(const AgentOptions& o) {
 
 }  // namespace
 
+// ---- allowed transitions -------------------------------------------------------
+
+namespace {
+using S = AgentState;
+// Every state change the agent may make; transition() asserts membership.
+// Nothing leads out of FENCED but a rejoin (to STANDBY, or HOLDER when the
+// device shows this host holding) and a stop.
+constexpr std::pair<AgentState, AgentState> kAllowedTransitions[] = {
+    {S::starting, S::standby}, {S::starting, S::holder},  {S::starting, S::fenced},
+    {S::starting, S::stopping}, {S::standby, S::holder},  {S::standby, S::fenced},
+    {S::standby, S::stopping},  {S::holder, S::standby},  {S::holder, S::fenced},
+    {S::holder, S::stopping},   {S::fenced, S::standby},  {S::fenced, S::holder},
+    {S::fenced, S::stopping},
+    // A key replaced without a change of state (a request that re-keyed
+    // this host and then failed, found by the Report afterwards).
+    {S::standby, S::standby},   {S::holder, S::holder},
+};
+}  // namespace
+
+bool agent_transition_allowed(AgentState from, AgentState to) {
+    for (const auto& [f, t] : kAllowedTransitions)
+        if (f == from && t == to) return true;
+    return false;
+}
+
 // ---- events -----------------------------------------------------------------
 
 const char* agent_event_kind_name(AgentEventKind k) {
@@ -143,6 +168,15 @@ std::string format_event(const AgentEvent& e) {
 
 // ---- persisted state ----------------------------------------------------------
 
+const char* fence_action_state_name(FenceActionState a) {
+    switch (a) {
+    case FenceActionState::none: return "none";
+    case FenceActionState::pending: return "pending";
+    case FenceActionState::done: return "done";
+    }
+    return "unknown";
+}
+
 const char* persisted_role_name(PersistedRole r) {
     switch (r) {
     case PersistedRole::none: return "none";
@@ -162,6 +196,7 @@ std::string encode_persisted_state(const PersistedState& s) {
     t += "key=" + format_key_hex(s.key) + "\n";
     t += "fenced_unix_ms=" + std::to_string(s.fenced_unix_ms < 0 ? 0 : s.fenced_unix_ms) + "\n";
     t += "reason=" + clean_text(s.reason, kMaxReasonBytes) + "\n";
+    t += std::string("action=") + fence_action_state_name(s.action) + "\n";
     return t;
 }
 
@@ -170,7 +205,7 @@ Result<PersistedState> parse_persisted_state(std::string_view text) {
     if (text.size() > 4096) return bad;
     PersistedState s;
     unsigned seen = 0;
-    enum : unsigned { kVersion = 1, kNode = 2, kTag = 4, kRole = 8, kKey = 16, kFenced = 32, kReason = 64 };
+    enum : unsigned { kVersion = 1, kNode = 2, kTag = 4, kRole = 8, kKey = 16, kFenced = 32, kReason = 64, kAction = 128 };
     while (!text.empty()) {
         const size_t nl = text.find('\n');
         if (nl == std::string_view::npos) return bad;  // a torn last line
@@ -220,11 +255,20 @@ Result<PersistedState> parse_persisted_state(std::string_view text) {
             for (char c : v)
                 if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return bad;
             s.reason = std::string(v);
+        } else if (k == "action") {
+            if (!once(kAction)) return bad;
+            if (v == "none") s.action = FenceActionState::none;
+            else if (v == "pending") s.action = FenceActionState::pending;
+            else if (v == "done") s.action = FenceActionState::done;
+            else return bad;
         } else {
             return bad;
         }
     }
-    if (seen != 127) return bad;
+    // An older agent wrote no action line: it ran the action at entry.
+    if (!(seen & kAction)) s.action = s.role == PersistedRole::fenced ? FenceActionState::done : FenceActionState::none;
+    if ((seen | kAction) != 255) return bad;
+    if (s.action != FenceActionState::none && s.role != PersistedRole::fenced) return bad;
     const bool registered = s.role == PersistedRole::standby || s.role == PersistedRole::holder;
     if (registered && (s.key == 0 || s.node == 0)) return bad;
     if (s.role == PersistedRole::none && s.key != 0) return bad;
@@ -237,24 +281,11 @@ AgentStateFile::AgentStateFile(std::string dir, const std::string& volume) : dir
 }
 
 Result<std::optional<PersistedState>> AgentStateFile::load() const {
-    Fd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd) {
-        if (errno == ENOENT) return std::optional<PersistedState>{};
-        return make_error_code(Errc::state_io);
-    }
-    std::string text;
-    char buf[1024];
-    for (;;) {
-        const ssize_t n = ::read(fd.get(), buf, sizeof buf);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return make_error_code(Errc::state_io);
-        }
-        if (n == 0) break;
-        text.append(buf, static_cast<size_t>(n));
-        if (text.size() > 4096) return make_error_code(Errc::state_io);
-    }
-    auto s = parse_persisted_state(text);
+    bool absent = false;
+    auto text = read_state_file(path_, 4096, absent);
+    if (!text) return text.error();
+    if (absent) return std::optional<PersistedState>{};
+    auto s = parse_persisted_state(*text);
     if (!s) return s.error();
     return std::optional<PersistedState>(*s);
 }
@@ -322,6 +353,7 @@ void Agent::transition(AgentState to, const std::string& why, const ReservationS
     e.text = why;
     if (st) e.report = *st;
     e.self = self_;
+    NVF_INVARIANT(agent_transition_allowed(state_, to));
     state_ = to;
     hooks_.event(e);
 }
@@ -336,6 +368,7 @@ Status Agent::save(PersistedRole role) {
     if (role == PersistedRole::fenced) {
         s.reason = fence_reason_;
         s.fenced_unix_ms = fenced_unix_ms_;
+        s.action = action_;
     }
     auto r = statefile_->save(s);
     if (!r) {
@@ -374,8 +407,10 @@ bool Agent::our_newer_key(uint64_t key) const {
     if (!f || f->tag != opts_.tag || f->node != opts_.node) return false;
     if (f->epoch < epoch_of(key_)) return false;
     if (!epochs_) return true;
-    auto stored = epochs_->load();
-    return stored && f->epoch <= *stored;
+    // The floor also rises with epochs seen on the device, so compare with
+    // what this host used: the floor read before this run's first Report,
+    // or a fresh key this run persisted.
+    return f->epoch <= std::max(start_floor_, fence_.last_fresh_epoch());
 }
 
 void Agent::set_baseline(const ReservationStatus& st) {
@@ -426,23 +461,72 @@ Agent::Notes Agent::drain_notifications(bool report_events) {
     return n;
 }
 
+void Agent::report_epochs() {
+    if (const auto ec = fence_.floor_error(); ec && !floor_error_reported_) {
+        floor_error_reported_ = true;
+        emit(AgentEventKind::info, EventLevel::error,
+             "cannot raise this host's epoch floor" + (epochs_ ? " in " + epochs_->path() : std::string()) + ": " +
+                 ec.message() + "; a key taken later may not be above every epoch seen");
+    } else if (!ec) {
+        floor_error_reported_ = false;
+    }
+    for (uint64_t k : fence_.implausible_keys()) {
+        if (std::find(implausible_seen_.begin(), implausible_seen_.end(), k) != implausible_seen_.end()) continue;
+        if (implausible_seen_.size() < 64) implausible_seen_.push_back(k);
+        emit(AgentEventKind::info, EventLevel::error,
+             "key " + key_text(k) + " carries an implausible epoch (above " + std::to_string(kEpochCeiling) +
+                 " or more than " + std::to_string(kMaxEpochJump) +
+                 " above this host's floor): it does not raise the floor; remove it with a takeover or "
+                 "'nvfence preempt --victim' (docs/CONTRACTS.md, epochs)");
+    }
+}
+
 void Agent::enter_fenced(const std::string& reason, const ReservationStatus* st, bool run_action) {
     if (state_ == AgentState::fenced) return;
+    // Unknown is not owned: the writers stop before anything else, even
+    // before the state change is written down.
+    if (auto s = hooks_.stop_writers(clean_text(reason, kMaxReasonBytes)); !s)
+        emit(AgentEventKind::action_failed, EventLevel::error,
+             "stopping the writers failed: " + s.error().message());
+    hooks_.keepalive();
     fence_reason_ = clean_text(reason, kMaxReasonBytes);
     fenced_at_ = clock_.now();
     fenced_unix_ms_ = unix_ms(clock_.wall_now());
+    action_ = run_action ? FenceActionState::pending : FenceActionState::done;
     transition(AgentState::fenced, reason, st, EventLevel::error);
-    // Persist before acting: the action may be a reboot, and after it the
-    // agent must come back FENCED, not registered.
+    // Persist before acting: the action may be a reboot, or the watchdog
+    // may kill us mid-way; a pending action is run again after a restart.
     (void)persist();
-    if (auto s = hooks_.stop_writers(fence_reason_); !s)
-        emit(AgentEventKind::action_failed, EventLevel::error,
-             "stopping the writers failed: " + s.error().message());
-    if (!run_action) return;
+    if (run_action) run_fence_actions(false);
+}
+
+void Agent::run_fence_actions(bool stop_writers_first) {
+    hooks_.keepalive();
+    if (stop_writers_first) {
+        if (auto s = hooks_.stop_writers(fence_reason_); !s)
+            emit(AgentEventKind::action_failed, EventLevel::error,
+                 "stopping the writers failed: " + s.error().message());
+        hooks_.keepalive();
+    }
     if (auto s = hooks_.fence_action(fence_reason_); !s)
         emit(AgentEventKind::action_failed, EventLevel::error,
              "the fence action failed: " + s.error().message() +
                  "; the device still refuses this host's writes");
+    hooks_.keepalive();
+    action_ = FenceActionState::done;
+    (void)persist();
+}
+
+Status Agent::stop_writers_before_release(const char* why) {
+    hooks_.keepalive();
+    auto s = hooks_.stop_writers(why);
+    hooks_.keepalive();
+    if (!s) {
+        last_error_ = std::string("stopping the writers failed (") + s.error().message() +
+                      "): the reservation is kept, so they cannot write in a window nobody fences";
+        emit(AgentEventKind::action_failed, EventLevel::error, last_error_);
+    }
+    return s;
 }
 
 void Agent::observe(const ReservationStatus& st, const Notes& notes) {
@@ -487,22 +571,9 @@ void Agent::observe(const ReservationStatus& st, const Notes& notes) {
     last_gen_ = st.generation;
     last_holder_ = holder;
     self_entries_ = std::max(self_entries_, entries);
-    // Every epoch seen on the device raises this host's epoch floor, so a key
-    // it takes after the target lost its state (all keys gone) is still above
-    // every grant it saw: fencing tokens keep increasing across the loss.
-    uint32_t seen = 0;
-    for (const auto& r : st.registrants) {
-        auto f = decode_key(r.key);
-        if (f && f->tag == opts_.tag) seen = std::max(seen, f->epoch);
-    }
-    if (epochs_ && seen > seen_epoch_) {
-        if (auto raised = epochs_->raise_to(seen); !raised)
-            emit(AgentEventKind::info, EventLevel::warning,
-                 "cannot persist epoch " + std::to_string(seen) + " seen on the device in " + epochs_->path() + ": " +
-                     raised.error().message());
-        else
-            seen_epoch_ = seen;
-    }
+    // Fence::verify() raised the floor from this Report; say loudly what it
+    // could not use.
+    report_epochs();
 
     if (state_ != AgentState::standby && state_ != AgentState::holder) return;
     NVF_INVARIANT(key_ != 0);
@@ -575,7 +646,9 @@ void Agent::check() {
         else if (failures_ % 60 == 0)
             emit(AgentEventKind::check_failed, EventLevel::warning,
                  "still failing after " + std::to_string(failures_) + " checks: " + last_error_);
+        check_view();
     } else {
+        view_lost_ = false;
         if (failures_ > 0)
             emit(AgentEventKind::check_recovered, EventLevel::info,
                  "reservation readable again after " + std::to_string(failures_) + " failed check(s)");
@@ -600,6 +673,28 @@ void Agent::check() {
     }
     next_check_ = std::max(t0 + interval, t1);
     hooks_.keepalive();
+}
+
+void Agent::check_view() {
+    if (view_lost_ || !last_ok_) return;
+    if (state_ != AgentState::holder && state_ != AgentState::standby) return;
+    const uint32_t bound_ms = opts_.view_timeout_ms
+                                  ? opts_.view_timeout_ms
+                                  : 3 * opts_.interval_ms + opts_.device_timeout_ms;
+    const auto blind = since(*last_ok_, clock_.now());
+    if (blind < Clock::Ms(bound_ms)) return;
+    view_lost_ = true;
+    const std::string why = "lost the view of the device: no check succeeded for " + std::to_string(ms(blind)) +
+                            " ms (bound " + std::to_string(bound_ms) + " ms; last error: " + last_error_ + ")";
+    emit(AgentEventKind::check_failed, EventLevel::error, why);
+    if (state_ != AgentState::holder) return;
+    if (opts_.fence_on_view_loss) {
+        enter_fenced(why + ": fencing this host, as it cannot know whether it still holds", nullptr, true);
+        return;
+    }
+    transition(AgentState::standby, why + ": no longer claiming HOLDER (fence_on_view_loss = false)", nullptr,
+               EventLevel::error);
+    (void)persist();
 }
 
 void Agent::request_check() { next_check_ = clock_.now(); }
@@ -638,8 +733,15 @@ void Agent::adopt(const ReservationStatus& st, const Registrant& me, bool was_ho
     (void)persist();
 }
 
-Status Agent::apply_start_role(const ReservationStatus& st, bool resumed) {
+Status Agent::apply_start_role(const ReservationStatus& st, bool resumed, bool fresh) {
     if (opts_.role != StartRole::acquire || state_ != AgentState::standby) return Ok{};
+    if (!fresh) {
+        // After a preemption, handoff, rejoin or any restart, taking the
+        // reservation is the operator's (or cluster manager's) act only.
+        emit(AgentEventKind::info, EventLevel::info,
+             "role acquire applies to the first start of a fresh state only; standing by", &st);
+        return Ok{};
+    }
     if (const Registrant* h = st.holder()) {
         emit(AgentEventKind::info, EventLevel::info,
              "role acquire: " + key_text(h->key) + " holds the reservation; standing by", &st);
@@ -700,6 +802,15 @@ Status Agent::start() {
         saved = *l;
     }
     const PersistedRole role = saved ? saved->role : PersistedRole::none;
+    const bool fresh = !saved.has_value();
+    if (epochs_) {
+        auto f = epochs_->load();
+        if (!f) {
+            last_error_ = "cannot read the epoch file " + epochs_->path() + ": " + f.error().message();
+            return f.error();
+        }
+        start_floor_ = *f;
+    }
     if (role != PersistedRole::none && (saved->node != opts_.node || saved->tag != opts_.tag)) {
         last_error_ = "the state file " + statefile_->path() + " belongs to node " +
                       std::to_string(saved->node) + " (cluster tag " + std::to_string(saved->tag) +
@@ -730,14 +841,22 @@ Status Agent::start() {
         key_ = saved->key;
         fence_reason_ = saved->reason;
         fenced_unix_ms_ = saved->fenced_unix_ms;
+        action_ = saved->action;
         const int64_t age = std::max<int64_t>(0, unix_ms(clock_.wall_now()) - fenced_unix_ms_);
         fenced_at_ = clock_.now() - Clock::Ms(age);
         transition(AgentState::fenced,
                    "still FENCED from before the restart (" + saved->reason +
                        "); only 'nvfence rejoin' or a takeover request brings this host back",
                    &*st, EventLevel::warning);
-        // The writers may have been started again at boot; the fence action
-        // is not repeated, or a reboot action would loop.
+        if (action_ == FenceActionState::pending) {
+            // Killed (watchdog, crash) before the action finished: run it now.
+            emit(AgentEventKind::info, EventLevel::warning,
+                 "the fence action was pending when the agent stopped: running it again");
+            run_fence_actions(true);
+            return Ok{};
+        }
+        // The writers may have been started again at boot; a done action is
+        // not repeated, or a reboot action would loop.
         if (auto s = hooks_.stop_writers(fence_reason_); !s)
             emit(AgentEventKind::action_failed, EventLevel::error,
                  "stopping the writers failed: " + s.error().message());
@@ -751,7 +870,7 @@ Status Agent::start() {
             // A holder that came back without the reservation lost it while
             // it was down: the start role must not win it back.
             if (role == PersistedRole::holder) return Ok{};
-            return apply_start_role(*st, true);
+            return apply_start_role(*st, true, fresh);
         }
         enter_fenced(me ? "while the agent was down, this host's host id got key " + key_text(me->key) +
                               " instead of " + key_text(saved->key)
@@ -770,7 +889,7 @@ Status Agent::start() {
             return make_error_code(Errc::host_id_conflict);
         }
         adopt(*st, *me, false, "found this host registered with " + key_text(me->key));
-        return apply_start_role(*st, true);
+        return apply_start_role(*st, true, fresh);
     }
     auto j = fence_.join(std::nullopt, false);
     if (!j) {
@@ -784,7 +903,7 @@ Status Agent::start() {
                "registered with fresh key " + key_text(key_) + " (epoch " + std::to_string(epoch_of(key_)) + ")",
                &j->after);
     (void)persist();
-    return apply_start_role(j->after, false);
+    return apply_start_role(j->after, false, fresh);
 }
 
 void Agent::sync_after_request(const char* op) {
@@ -897,7 +1016,7 @@ ControlReply Agent::do_takeover(const ControlRequest& req, const std::string& by
         std::string msg;
         if (ec == Errc::lost_race)
             msg = "lost the takeover race: " + (h ? key_text(h->key) : std::string("another host")) + " holds now";
-        else if (ec == Errc::invalid_argument && victim)
+        else if (ec == Errc::own_key && victim)
             msg = "the victim " + key_text(*victim) + " is this host's own key";
         else
             msg = "takeover failed: " + ec.message();
@@ -944,6 +1063,8 @@ ControlReply Agent::do_release(const ControlRequest& req, const std::string& by)
         r.message = "not holding the reservation; nothing to release";
         return r;
     }
+    if (auto w = stop_writers_before_release("handoff"); !w)
+        return fail_reply(req, w.error(), "handoff refused: " + last_error_);
     auto out = fence_.release();
     if (!out) {
         const std::string msg = "release failed: " + out.error().message();
@@ -981,6 +1102,7 @@ ControlReply Agent::do_rejoin(const ControlRequest& req, const std::string& by) 
     key_ = out->key;
     set_baseline(out->after);
     host_id_shared_reported_ = false;
+    action_ = FenceActionState::none;
     fence_reason_.clear();
     fenced_at_.reset();
     fenced_unix_ms_ = 0;
@@ -1008,6 +1130,10 @@ Status Agent::stop() {
     }
     const std::string k = key_text(key_);
     if (before == AgentState::holder) {
+        if (auto w = stop_writers_before_release("clean stop"); !w) {
+            emit(AgentEventKind::info, EventLevel::error, "stop: the state file keeps HOLDER");
+            return w.error();
+        }
         auto r = fence_.release();
         if (!r) {
             last_error_ = "releasing the reservation failed: " + r.error().message();
@@ -1022,7 +1148,9 @@ Status Agent::stop() {
         if (!l) {
             last_error_ = "unregistering failed: " + l.error().message();
             emit(AgentEventKind::info, EventLevel::error, "stop: " + last_error_);
-            state_ = AgentState::standby;
+            if (state_ != AgentState::standby)
+                transition(AgentState::standby, "stop: unregistering failed; still registered", nullptr,
+                           EventLevel::error);
             (void)persist();
             return l.error();
         }

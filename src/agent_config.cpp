@@ -119,6 +119,7 @@ const std::vector<std::string>& agent_setting_keys() {
         "interval_ms",      "device_timeout_ms", "fence_action", "fence_command", "fence_unit",
         "reboot_method",    "fence_timeout_ms", "writer_units", "control_socket", "socket_group",
         "socket_mode",      "state_dir",      "keep_registration", "name",      "log_level",
+        "view_timeout_ms",  "fence_on_view_loss",
     };
     return keys;
 }
@@ -269,6 +270,14 @@ Result<AgentSettings> parse_agent_settings(const SettingsMap& kv, std::string& w
         else if (*v == "false" || *v == "no" || *v == "0" || *v == "off") s.keep_registration = false;
         else return fail("keep_registration", "must be true or false");
     }
+    if (get("view_timeout_ms") && *get("view_timeout_ms") != "0" &&
+        !number("view_timeout_ms", 1000, 600000, s.view_timeout_ms))
+        return bad;
+    if (const std::string* v = get("fence_on_view_loss")) {
+        if (*v == "true" || *v == "yes" || *v == "1" || *v == "on") s.fence_on_view_loss = true;
+        else if (*v == "false" || *v == "no" || *v == "0" || *v == "off") s.fence_on_view_loss = false;
+        else return fail("fence_on_view_loss", "must be true or false");
+    }
     if (const std::string* v = get("name")) {
         if (!valid_instance_name(*v))
             return fail("name", "1 to 64 characters of A-Z a-z 0-9 . _ -, not starting with . or -");
@@ -291,6 +300,8 @@ AgentOptions agent_options(const AgentSettings& s, uint8_t node) {
     o.interval_ms = s.interval_ms;
     o.device_timeout_ms = s.device_timeout_ms;
     o.keep_registration = s.keep_registration;
+    o.view_timeout_ms = s.view_timeout_ms;
+    o.fence_on_view_loss = s.fence_on_view_loss;
     return o;
 }
 

@@ -393,12 +393,25 @@ Result<Fd> control_listen(const ControlListenOptions& opts) {
     const int err = errno;
     ::umask(old);
     if (rc != 0) return errno_error(err);
-    if (opts.gid >= 0 && ::chown(opts.path.c_str(), static_cast<uid_t>(-1), static_cast<gid_t>(opts.gid)) != 0)
+    // Change the inode just bound, never what a path names later: an O_PATH
+    // descriptor that does not follow symlinks, checked to be this socket.
+    // (fchmod on the socket descriptor itself changes the sockfs inode, not
+    // the file in the directory.)
+    Fd node(::open(opts.path.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    if (!node) return errno_error(errno);
+    struct stat bound {};
+    if (::fstat(node.get(), &bound) != 0) return errno_error(errno);
+    if (!S_ISSOCK(bound.st_mode)) return errno_error(EEXIST);
+    if (opts.gid >= 0 &&
+        ::fchownat(node.get(), "", static_cast<uid_t>(-1), static_cast<gid_t>(opts.gid), AT_EMPTY_PATH) != 0)
         return errno_error(errno);
-    if (::chmod(opts.path.c_str(), static_cast<mode_t>(opts.mode)) != 0) return errno_error(errno);
+    const std::string via = "/proc/self/fd/" + std::to_string(node.get());
+    if (::chmod(via.c_str(), static_cast<mode_t>(opts.mode)) != 0) return errno_error(errno);
     if (::listen(fd.get(), opts.backlog) != 0) return errno_error(errno);
     return fd;
 }
+
+bool control_op_allowed(ControlOp op, uint32_t uid) { return op == ControlOp::status || uid == 0; }
 
 Result<uint32_t> control_serve_pending(int listen_fd, uint32_t max_connections, uint32_t timeout_ms,
                                        const ControlHandler& handler) {
@@ -425,7 +438,12 @@ Result<uint32_t> control_serve_pending(int listen_fd, uint32_t max_connections, 
         if (!msg) continue;  // slow, silent or oversized peer: drop it
         ControlReply reply;
         auto req = decode_request(*msg);
-        if (req) {
+        if (req && !control_op_allowed(req->op, peer.uid)) {
+            reply = control_error_reply(*req, make_error_code(Errc::permission_denied),
+                                        std::string("'") + control_op_name(req->op) + "' needs root (uid " +
+                                            std::to_string(peer.uid) +
+                                            " may read the status only): run it as root");
+        } else if (req) {
             reply = handler(*req, peer);
             reply.op = req->op;
             reply.id = req->id;

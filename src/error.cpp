@@ -90,15 +90,44 @@ public:
         case Errc::misaligned: return "buffer, offset or length not aligned to the block size";
         case Errc::out_of_bounds: return "I/O past the end of the namespace";
         case Errc::epoch_exhausted: return "no larger epoch fits in a key";
-        case Errc::state_io: return "the state directory could not be used";
+        case Errc::state_io: return "a state file does not parse (corrupt or not nvfence's)";
         case Errc::refused: return "refused";
         case Errc::protocol: return "malformed control message";
+        case Errc::epoch_out_of_range: return "epoch out of range (above the ceiling or too far above this host's floor)";
+        case Errc::unsafe_state_dir:
+            return "the state directory is not safe (writable by group or others, or not owned by this user)";
+        case Errc::own_key: return "the key named is this host's own key";
+        case Errc::permission_denied: return "permission denied: only root may change the reservation or the agent";
+        case Errc::view_lost: return "lost the view of the device (every check failed for too long)";
         }
         return "unknown nvfence error " + std::to_string(v);
     }
 };
 
+class StateCategory final : public std::error_category {
+public:
+    const char* name() const noexcept override { return "state"; }
+    std::string message(int v) const override { return "state directory: " + std::system_category().message(v); }
+};
+
 }  // namespace
+
+const std::error_category& state_category() noexcept {
+    static const StateCategory c;
+    return c;
+}
+
+bool is_state_error(std::error_code ec) noexcept {
+    return ec.category() == state_category() || ec == Errc::state_io || ec == Errc::unsafe_state_dir;
+}
+
+bool completion_uncertain(std::error_code ec) noexcept {
+    if (is_nvme(ec, NvmeStatus::reservation_conflict)) return true;
+    if (ec.category() == nvme_category()) return (ec.value() >> 8) == 3;
+    return ec.category() == std::system_category() &&
+           (ec.value() == EINTR || ec.value() == ETIMEDOUT || ec.value() == EIO || ec.value() == ENOTCONN ||
+            ec.value() == ECONNRESET);
+}
 
 const std::error_category& nvme_category() noexcept {
     static const NvmeCategory c;
@@ -136,7 +165,8 @@ ExitCode exit_code_for(std::error_code ec) noexcept {
         if (is_nvme(ec, NvmeStatus::invalid_opcode)) return ExitCode::unsupported;
         return ExitCode::failure;
     }
-    if (ec.category() == std::system_category() || ec.category() == std::generic_category()) {
+    if (ec.category() == std::system_category() || ec.category() == std::generic_category() ||
+        ec.category() == state_category()) {
         if (ec.value() == EACCES || ec.value() == EPERM) return ExitCode::permission;
         return ExitCode::failure;
     }
@@ -151,6 +181,9 @@ ExitCode exit_code_for(std::error_code ec) noexcept {
         case Errc::not_registered:
         case Errc::host_id_conflict: return ExitCode::conflict;
         case Errc::lost_race: return ExitCode::lost_race;
+        case Errc::permission_denied: return ExitCode::permission;
+        case Errc::own_key:
+        case Errc::epoch_out_of_range: return ExitCode::usage;
         case Errc::not_found:
         case Errc::invalid_argument:
         case Errc::invalid_key: return ExitCode::usage;

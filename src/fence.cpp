@@ -10,18 +10,9 @@
 namespace nvfence {
 
 namespace {
-// A completion that does not prove the command had no effect: Reservation
-// Conflict (the Linux host re-sends a command that a controller reset
-// cancelled; the re-sent copy of a Register-replace, a Preempt, an
-// Unregister or a Clear whose first copy succeeded is refused, the victim
-// or the key being gone), or a path-related status / interrupted or
-// timed-out passthrough (the completion was lost). The Report decides.
-bool maybe_done(std::error_code ec) {
-    if (is_nvme(ec, NvmeStatus::reservation_conflict)) return true;
-    if (ec.category() == nvme_category()) return (ec.value() >> 8) == 3;
-    return ec.category() == std::system_category() &&
-           (ec.value() == EINTR || ec.value() == ETIMEDOUT || ec.value() == EIO);
-}
+// A completion that does not prove the command had no effect is
+// completion_uncertain() (error.hpp), the one rule: the Report decides.
+bool maybe_done(std::error_code ec) { return completion_uncertain(ec); }
 
 // The error completion @p ec of a command whose intended end state @p done
 // recognises in a Report: when @p ec does not prove the command had no
@@ -40,22 +31,30 @@ Status confirm_done(Fence& f, std::error_code ec, Outcome& o, Done done) {
 
 Result<ReservationStatus> Fence::verify() {
     auto r = resv_.report();
-    if (r) last_ = *r;
+    if (!r) return r;
+    last_ = *r;
+    floor_error_ = {};
+    if (store_) {
+        // Every Report raises the floor, so a key this host takes after the
+        // target lost every key is still above every epoch it saw.
+        auto o = store_->raise_from(*r, opts_.tag);
+        if (o) implausible_ = std::move(o->implausible);
+        else floor_error_ = o.error();
+    } else {
+        implausible_ = observe_epochs(*r, opts_.tag, 0).implausible;
+    }
     return r;
 }
 
 Result<uint32_t> Fence::next_epoch(const ReservationStatus& st) const {
-    uint32_t max = 0;
-    for (const auto& r : st.registrants) {
-        auto f = decode_key(r.key);
-        if (f && f->tag == opts_.tag) max = std::max(max, f->epoch);
-    }
+    uint32_t floor = 0;
     if (store_) {
         auto s = store_->load();
         if (!s) return s.error();
-        max = std::max(max, *s);
+        floor = *s;
     }
-    if (max == kMaxEpoch) return make_error_code(Errc::epoch_exhausted);
+    const uint32_t max = std::max(floor, observe_epochs(st, opts_.tag, floor).highest);
+    if (max >= kEpochCeiling) return make_error_code(Errc::epoch_exhausted);
     return max + 1;
 }
 
@@ -72,6 +71,10 @@ Result<uint64_t> Fence::fresh_key(const ReservationStatus& st, uint8_t node,
                                   std::optional<uint32_t> epoch) {
     uint32_t e;
     if (epoch) {
+        auto n = next_epoch(st);
+        const uint32_t known = n ? *n - 1 : kEpochCeiling;
+        if (*epoch > kEpochCeiling || *epoch - std::min(*epoch, known) > kMaxEpochJump)
+            return make_error_code(Errc::epoch_out_of_range);
         e = *epoch;
     } else {
         auto n = next_epoch(st);
@@ -86,6 +89,7 @@ Result<uint64_t> Fence::fresh_key(const ReservationStatus& st, uint8_t node,
         auto s = store_->raise_to(e);
         if (!s) return s.error();
     }
+    last_fresh_epoch_ = e;
     return *key;
 }
 
@@ -199,7 +203,7 @@ Result<Outcome> Fence::takeover(std::optional<uint64_t> victim) {
     const auto* me = mine(*before);
     const uint64_t victim_key = victim.value_or(0);
     bool has_victim = victim.has_value();
-    if (has_victim && me && victim_key == me->key) return make_error_code(Errc::invalid_argument);
+    if (has_victim && me && victim_key == me->key) return make_error_code(Errc::own_key);
     if (has_victim && !std::any_of(before->registrants.begin(), before->registrants.end(),
                                    [&](const Registrant& r) { return r.key == victim_key; })) {
         // The victim is not registered: the compare of the compare-and-swap
@@ -233,6 +237,21 @@ Result<Outcome> Fence::takeover(std::optional<uint64_t> victim) {
             prkey = holder->key;
         else
             prkey = *key;  // this host holds another type: preempting itself changes it
+    }
+    if (!prkey && opts_.type == ResvType::write_exclusive) {
+        // Nobody holds, and under Write Exclusive then every host may write:
+        // a previous holder's writes may still be in flight. Preempt-and-abort
+        // every other registrant (each a key of an earlier term) so the device
+        // drains them before this host holds.
+        for (const auto& r : before->registrants) {
+            if (r.host_id == self_) continue;
+            AcquireArgs p;
+            p.type = opts_.type;
+            p.crkey = *key;
+            p.prkey = r.key;
+            p.action = opts_.abort ? AcquireAction::preempt_and_abort : AcquireAction::preempt;
+            if (auto s = resv_.acquire(p); !s && !maybe_done(s.error())) return s.error();
+        }
     }
     // An Acquire that failed: lost race, or done after all (see maybe_done).
     auto after_failure = [&](std::error_code ec) -> Result<Outcome> {

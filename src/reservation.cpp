@@ -51,7 +51,11 @@ Result<ReservationStatus> Reservations::report_once(bool extended, uint32_t len,
 
 Result<ReservationStatus> Reservations::report() {
     std::vector<uint8_t> buf;
-    bool extended = !extended_refused_;
+    // Decided per call from what the device accepts now, never latched: one
+    // Invalid Field (a transient refusal) must not switch a device that needs
+    // the extended structure (nvmet with 128-bit host ids) to one it refuses.
+    bool extended = true;
+    extended_refused_ = false;
     uint32_t len = initial_bytes_;
     last_reads_ = 0;
     for (int i = 0; i < kReportMaxReads; ++i) {

@@ -47,6 +47,9 @@ public:
     Status writer_result = Ok{};        ///< What stop_writers() returns.
     Status action_result = Ok{};        ///< What fence_action() returns.
     ManualClock* clock = nullptr;       ///< Stamps events when set.
+    /// Runs inside stop_writers() ("writers") and fence_action() ("action"):
+    /// a slow hook, or a look at what was persisted at that moment.
+    std::function<void(const std::string&)> during;
     std::vector<int64_t> at_ms;         ///< clock->elapsed_ms() of each event.
 
     void event(const AgentEvent& e) override {
@@ -62,11 +65,13 @@ public:
     }
     Status stop_writers(const std::string&) override {
         ++writers_stopped;
+        if (during) during("writers");
         return writer_result;
     }
     Status fence_action(const std::string& reason) override {
         ++fence_actions;
         reasons.push_back(reason);
+        if (during) during("action");
         return action_result;
     }
     void keepalive() override { ++keepalives; }

@@ -180,7 +180,7 @@ TEST_F(BadInputTest, PreemptingItsOwnKeyAsStandbySendsNothing) {
     const auto s = snap();
     auto o = b->fence.takeover(key_of(*b));
     ASSERT_FALSE(o);
-    EXPECT_EQ(o.error(), Errc::invalid_argument);
+    EXPECT_EQ(o.error(), Errc::own_key);
     EXPECT_EQ(exit_code_for(o.error()), ExitCode::usage);
     expect_unchanged(s);
 }
@@ -192,7 +192,7 @@ TEST_F(BadInputTest, PreemptingItsOwnKeyAsHolderSendsNothing) {
     const auto s = snap();
     auto o = a->fence.takeover(key_of(*a));
     ASSERT_FALSE(o);
-    EXPECT_EQ(o.error(), Errc::invalid_argument);
+    EXPECT_EQ(o.error(), Errc::own_key);
     expect_unchanged(s);
     // The default takeover as holder: success, nothing changed.
     auto d = a->fence.takeover(std::nullopt);

@@ -4,6 +4,7 @@
 // fuzz, and the unix socket client/server with its timeouts and limits.
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -311,6 +312,56 @@ TEST_F(ControlSocketTest, RequestAndReplyOverTheSocket) {
     EXPECT_EQ(r->state, AgentState::holder);
     EXPECT_EQ(r->key, 0xabcu);
     EXPECT_EQ(r->message, "peer uid " + std::to_string(::getuid()) + " pid " + std::to_string(::getpid()));
+}
+
+// Issue 13, defect 8: a non-root peer may read the status only; every other
+// request is refused with exit code 5 before it reaches the handler.
+TEST_F(ControlSocketTest, OnlyRootMayChangeTheReservationOrTheAgent) {
+    EXPECT_TRUE(control_op_allowed(ControlOp::status, 1000));
+    EXPECT_FALSE(control_op_allowed(ControlOp::takeover, 1000));
+    EXPECT_FALSE(control_op_allowed(ControlOp::release, 1000));
+    EXPECT_FALSE(control_op_allowed(ControlOp::rejoin, 1000));
+    EXPECT_FALSE(control_op_allowed(ControlOp::takeover, ControlPeer{}.uid)) << "unknown peer is not root";
+    EXPECT_TRUE(control_op_allowed(ControlOp::takeover, 0));
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root to act as another user";
+    ASSERT_EQ(::chmod(dir.path().c_str(), 0755), 0);
+    Fd l = listen_ok(0666);
+    std::atomic<int> handled{0};
+    auto th = serve(l.get(), 4, [&](const ControlRequest&, const ControlPeer&) {
+        ++handled;
+        ControlReply r;
+        r.state = AgentState::holder;
+        return r;
+    });
+    int pipefd[2];
+    ASSERT_EQ(::pipe(pipefd), 0);
+    const pid_t kid = ::fork();
+    ASSERT_GE(kid, 0);
+    if (kid == 0) {
+        if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(90);
+        uint8_t codes[4] = {99, 99, 99, 99};
+        const ControlOp ops[4] = {ControlOp::status, ControlOp::takeover, ControlOp::release, ControlOp::rejoin};
+        for (int i = 0; i < 4; ++i) {
+            ControlRequest q;
+            q.op = ops[i];
+            auto r = control_request(path(), q, 3000);
+            codes[i] = r ? r->exit_code : 98;
+        }
+        (void)!::write(pipefd[1], codes, sizeof codes);
+        ::_exit(0);
+    }
+    ::close(pipefd[1]);
+    uint8_t codes[4] = {};
+    ASSERT_EQ(::read(pipefd[0], codes, sizeof codes), 4);
+    ::close(pipefd[0]);
+    int status = 0;
+    ::waitpid(kid, &status, 0);
+    th.join();
+    EXPECT_EQ(codes[0], 0) << "status is allowed";
+    EXPECT_EQ(codes[1], 5);
+    EXPECT_EQ(codes[2], 5);
+    EXPECT_EQ(codes[3], 5);
+    EXPECT_EQ(handled.load(), 1) << "refused requests never reach the agent";
 }
 
 TEST_F(ControlSocketTest, SocketIsPrivateByDefaultAndReplacesAStaleOne) {

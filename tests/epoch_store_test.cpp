@@ -4,6 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
 
 #include <fstream>
 #include <sstream>
@@ -12,6 +18,7 @@
 #include "fake_passthru.hpp"
 #include "nvfence/epoch_store.hpp"
 #include "nvfence/error.hpp"
+#include "nvfence/key.hpp"
 
 namespace nvfence {
 namespace {
@@ -106,16 +113,16 @@ TEST(EpochStore, CreatesItsDirectory) {
     EXPECT_TRUE(S_ISDIR(st.st_mode));
 }
 
-TEST(EpochStore, UnusableDirectoryIsStateIo) {
+TEST(EpochStore, UnusableDirectoryIsAStateErrorWithItsErrno) {
     TempDir d;
     d.write("file", "x");
     // The "directory" is a regular file: neither load nor raise can work.
     EpochStore s(d.path() + "/file", "vol");
     // Not "absent": an unreadable store must never read as epoch 0.
-    EXPECT_EQ(s.load().error(), Errc::state_io);
-    EXPECT_EQ(s.raise_to(1).error(), Errc::state_io);
+    EXPECT_EQ(s.load().error(), state_error(ENOTDIR));
+    EXPECT_EQ(s.raise_to(1).error(), state_error(ENOTDIR));
     EpochStore under_file(d.path() + "/file/sub", "vol");
-    EXPECT_EQ(under_file.raise_to(1).error(), Errc::state_io);
+    EXPECT_TRUE(is_state_error(under_file.raise_to(1).error()));
 }
 
 TEST(EpochStore, MissingParentsAreCreated) {
@@ -139,7 +146,7 @@ TEST(EpochStore, GarbageIsStateIoAndIsNotOverwritten) {
             EXPECT_EQ(v.error(), Errc::state_io);
         }
         // raise_to must not paper over a corrupt store with a small value.
-        EXPECT_EQ(s.raise_to(1).error(), Errc::state_io) << "'" << text << "'";
+        EXPECT_TRUE(is_state_error(s.raise_to(1).error())) << "'" << text << "'";
         EXPECT_EQ(slurp(s.path()), text);
     }
 }
@@ -160,8 +167,85 @@ TEST(EpochStore, DirectoryInPlaceOfTheFileIsStateIo) {
     TempDir d;
     ASSERT_EQ(::mkdir((d.path() + "/vol.epoch").c_str(), 0700), 0);
     EpochStore s(d.path(), "vol");
-    EXPECT_EQ(s.load().error(), Errc::state_io);
-    EXPECT_EQ(s.raise_to(3).error(), Errc::state_io);
+    EXPECT_EQ(s.load().error(), state_error(EISDIR));
+    EXPECT_EQ(s.raise_to(3).error(), state_error(EISDIR));
+}
+
+// Issue 13, defect 9: a symlink is never followed, an unsafe directory refused.
+TEST(EpochStore, SymlinksAreNotFollowedAndUnsafeDirectoriesRefused) {
+    TempDir d;
+    d.write("target", "5\n");
+    ASSERT_EQ(::symlink((d.path() + "/target").c_str(), (d.path() + "/vol.epoch").c_str()), 0);
+    EpochStore s(d.path(), "vol");
+    EXPECT_EQ(s.load().error(), state_error(ELOOP));
+    TempDir open_dir;
+    ASSERT_EQ(::chmod(open_dir.path().c_str(), 0777), 0);
+    EpochStore o(open_dir.path(), "vol");
+    EXPECT_EQ(o.raise_to(3).error(), Errc::unsafe_state_dir);
+    ASSERT_EQ(::chmod(open_dir.path().c_str(), 0700), 0);
+    EXPECT_TRUE(o.raise_to(3));
+}
+
+// Issue 13, defect 2: the CLI and the agent raise the same file at once.
+TEST(EpochStore, TwoProcessesRaisingAtOnceNeverLowerNorTearIt) {
+    TempDir d;
+    constexpr uint32_t kRaises = 300;
+    pid_t kids[2];
+    for (int k = 0; k < 2; ++k) {
+        kids[k] = ::fork();
+        ASSERT_GE(kids[k], 0);
+        if (kids[k] == 0) {
+            EpochStore s(d.path(), "vol");
+            int bad = 0;
+            for (uint32_t i = 1; i <= kRaises; ++i) {
+                const uint32_t e = 2 * i + static_cast<uint32_t>(k);
+                if (auto r = s.raise_to(e); !r) {
+                    if (++bad < 3) std::fprintf(stderr, "raise_to(%u): %s\n", e, r.error().message().c_str());
+                }
+                auto v = s.load();
+                if (!v || *v < e) {  // lowered by the other writer, or torn
+                    if (++bad < 3)
+                        std::fprintf(stderr, "load after raise_to(%u): %s\n", e,
+                                     v ? std::to_string(*v).c_str() : v.error().message().c_str());
+                }
+            }
+            ::_exit(bad == 0 ? 0 : 1);
+        }
+    }
+    for (pid_t p : kids) {
+        int status = 0;
+        ASSERT_EQ(::waitpid(p, &status, 0), p);
+        EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "a raise failed or the value went down";
+    }
+    EXPECT_EQ(*EpochStore(d.path(), "vol").load(), 2 * kRaises + 1);
+    // No temporary file is left behind.
+    size_t files = 0;
+    for (const auto& e : std::filesystem::directory_iterator(d.path())) {
+        (void)e;
+        ++files;
+    }
+    EXPECT_EQ(files, 2u) << "vol.epoch and its lock file only";
+}
+
+TEST(EpochStore, ObserveEpochsIgnoresImplausibleEpochs) {
+    ReservationStatus st;
+    auto reg = [&](uint8_t tag, uint8_t node, uint32_t epoch) {
+        Registrant r;
+        r.key = *make_key({tag, node, epoch});
+        st.registrants.push_back(r);
+    };
+    reg(1, 2, 40);
+    reg(1, 3, kMaxEpoch);
+    reg(2, 4, 900);  // another cluster tag: not ours to count
+    auto o = observe_epochs(st, 1, 0);
+    EXPECT_EQ(o.highest, 40u);
+    ASSERT_EQ(o.implausible.size(), 1u);
+    reg(1, 5, 10 + kMaxEpochJump + 1);
+    o = observe_epochs(st, 1, 10);
+    EXPECT_EQ(o.highest, 40u);
+    EXPECT_EQ(o.implausible.size(), 2u);
+    o = observe_epochs(st, 1, 0);
+    EXPECT_EQ(o.highest, 10 + kMaxEpochJump + 1) << "no floor: only the ceiling applies";
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The error model (error.hpp): NVMe status decoding, nvfence's own errors,
-// is_fenced, and the CLI exit-code contract (DESIGN.md): 0 ok, 2 usage,
+// is_fenced, and the CLI exit-code contract (docs/CONTRACTS.md): 0 ok, 2 usage,
 // 3 reservation conflict / not the holder, 4 unsupported, 5 permission,
 // 6 lost a takeover race, 1 anything else.
 

@@ -103,7 +103,10 @@ public:
     uint32_t generation = 0;               ///< Report GEN.
     bool ptpl = false;                     ///< PTPLS.
     bool extended_supported = true;        ///< EDS=1 accepted (else Invalid Field).
-    bool plain_supported = true;           ///< EDS=0 accepted (else Host Id Inconsistent).
+    /// EDS=0 accepted (else Host Identifier Inconsistent Format). Off by
+    /// default, as on nvmet: its hosts use 128-bit host ids, and nvmet then
+    /// refuses the plain Report.
+    bool plain_supported = false;
     std::vector<HostId> aborted;           ///< Hosts whose commands preempt-and-abort aborted.
     std::map<HostId, uint32_t> notify_mask;        ///< Feature 82h per host.
     std::map<HostId, std::deque<Notice>> notices;  ///< Pending log pages per host.

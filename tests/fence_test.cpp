@@ -223,24 +223,92 @@ TEST_F(FenceTest, NothingIsSentWhenTheStoreCannotBeUsed) {
     auto a = node(1);
     auto o = a->fence.join(std::nullopt, false);
     ASSERT_FALSE(o);
-    EXPECT_EQ(o.error(), Errc::state_io);
+    EXPECT_TRUE(is_state_error(o.error())) << o.error().message();
+    EXPECT_EQ(o.error(), state_error(ENOTDIR)) << "the errno is kept";
     EXPECT_EQ(target.state_commands(), 0u);
     target.add(make_host(2), key(2, 1));
     target.hold(make_host(2), ResvType::write_exclusive);
     o = a->fence.takeover(std::nullopt);
     ASSERT_FALSE(o);
-    EXPECT_EQ(o.error(), Errc::state_io);
+    EXPECT_TRUE(is_state_error(o.error())) << o.error().message();
     EXPECT_EQ(target.state_commands(), 0u);
     EXPECT_TRUE(target.is_holder(make_host(2)));
 }
 
 TEST_F(FenceTest, JoinFailsWhenEpochsAreExhausted) {
     auto a = node(1);
-    target.add(make_host(2), key(2, kMaxEpoch));
+    ASSERT_TRUE(a->store.raise_to(kEpochCeiling));
     auto o = a->fence.join(std::nullopt, false);
     ASSERT_FALSE(o);
     EXPECT_EQ(o.error(), Errc::epoch_exhausted);
     EXPECT_EQ(target.state_commands(), 0u);
+}
+
+// Issue 13, defect 1: B and C preempt each other up to epoch 8; A reads a
+// Report; the target loses every key; A's next key is still above 8.
+TEST_F(FenceTest, EveryReportRaisesTheFloorSoEpochsNeverGoBackAfterStateLoss) {
+    auto a = node(1), b = node(2), c = node(3);
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));
+    ASSERT_TRUE(c->fence.join(std::nullopt, false));
+    ASSERT_TRUE(b->fence.acquire());
+    for (int i = 0; i < 3; ++i) {
+        ASSERT_TRUE(c->fence.takeover(std::nullopt));
+        ASSERT_TRUE(b->fence.join(std::nullopt, false));
+        ASSERT_TRUE(b->fence.takeover(std::nullopt));
+        ASSERT_TRUE(c->fence.join(std::nullopt, false));
+    }
+    const auto* h = target.find(b->id);
+    ASSERT_NE(h, nullptr);
+    const uint32_t holder_epoch = decode_key(h->key)->epoch;
+    ASSERT_GE(holder_epoch, 8u);
+    ASSERT_TRUE(a->fence.verify());  // what 'nvfence report' and every agent check do
+    EXPECT_GE(*a->store.load(), holder_epoch);
+    target.regs.clear();  // a target restart without PTPL
+    target.type = ResvType::none;
+    target.holder.reset();
+    auto o = a->fence.join(std::nullopt, false);
+    ASSERT_TRUE(o) << o.error().message();
+    EXPECT_GT(decode_key(o->key)->epoch, holder_epoch);
+}
+
+// Issue 13, defect 3: one key with the largest epoch must not stop failover.
+TEST_F(FenceTest, AKeyWithAnImplausibleEpochNeitherRaisesTheFloorNorStopsATakeover) {
+    auto a = node(1);
+    const HostId rogue = make_host(9);
+    target.add(rogue, key(9, kMaxEpoch));
+    target.hold(rogue, ResvType::write_exclusive);
+    ASSERT_TRUE(a->fence.verify());
+    EXPECT_EQ(*a->store.load(), 0u) << "the floor did not jump to the rogue epoch";
+    ASSERT_EQ(a->fence.implausible_keys().size(), 1u);
+    EXPECT_EQ(a->fence.implausible_keys()[0], key(9, kMaxEpoch));
+    auto o = a->fence.takeover(std::nullopt);
+    ASSERT_TRUE(o) << o.error().message();
+    EXPECT_TRUE(target.is_holder(a->id));
+    EXPECT_EQ(target.find(rogue), nullptr) << "the rogue key was preempted";
+    EXPECT_EQ(decode_key(o->key)->epoch, 1u);
+    // An epoch far above the floor (but below the ceiling) is just as implausible.
+    target.add(rogue, key(9, 1u << 30));
+    ASSERT_TRUE(a->fence.verify());
+    EXPECT_EQ(*a->store.load(), 1u);
+    EXPECT_EQ(a->fence.implausible_keys().size(), 1u);
+    // A plausible jump raises it.
+    target.add(make_host(8), key(8, 5000));
+    ASSERT_TRUE(a->fence.verify());
+    EXPECT_EQ(*a->store.load(), 5000u);
+}
+
+TEST_F(FenceTest, AnExplicitEpochIsBounded) {
+    auto a = node(1);
+    auto o = a->fence.join(kMaxEpoch, false);
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::epoch_out_of_range);
+    o = a->fence.join(kMaxEpochJump + 2, false);
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::epoch_out_of_range);
+    EXPECT_EQ(target.state_commands(), 0u);
+    EXPECT_EQ(*a->store.load(), 0u);
+    o = a->fence.join(kMaxEpochJump, false);
+    ASSERT_TRUE(o) << o.error().message();
 }
 
 TEST_F(FenceTest, JoinVerifyFailsWhenTheDeviceLies) {
@@ -437,7 +505,20 @@ TEST_F(FenceTest, TakeoverOfAFreeReservationAcquiresIt) {
     EXPECT_FALSE(o->previous_holder);
     EXPECT_EQ(last(opcode::kResvAcquire)->cdw[0], 0x100u) << "acquire, WE";
     EXPECT_TRUE(target.is_holder(a->id));
-    EXPECT_NE(target.find(b->id), nullptr) << "a registrant that held nothing stays";
+    // Issue 13, defect 6: nobody held, so b may be a previous holder with
+    // writes in flight: it was preempted-and-aborted before a acquired.
+    EXPECT_EQ(target.find(b->id), nullptr);
+    ASSERT_FALSE(target.aborted.empty());
+    EXPECT_EQ(target.aborted.back(), b->id);
+}
+
+TEST_F(FenceTest, TakeoverOfAFreeSharedReservationKeepsTheOtherRegistrants) {
+    auto a = node(1, FenceOptions{.type = ResvType::write_exclusive_reg_only});
+    auto b = node(2, FenceOptions{.type = ResvType::write_exclusive_reg_only});
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    ASSERT_TRUE(a->fence.takeover(std::nullopt));
+    EXPECT_NE(target.find(b->id), nullptr) << "registrants are the writers of a shared volume";
 }
 
 TEST_F(FenceTest, TakeoverOfADeadRegistrantThenTakesTheFreeReservation) {
@@ -458,9 +539,26 @@ TEST_F(FenceTest, TakeoverRefusesToPreemptItself) {
     const size_t n = target.state_commands();
     auto o = a->fence.takeover(key_of(*a));
     ASSERT_FALSE(o);
-    EXPECT_EQ(o.error(), Errc::invalid_argument);
+    EXPECT_EQ(o.error(), Errc::own_key);
     EXPECT_EQ(target.state_commands(), n);
     EXPECT_TRUE(target.is_holder(a->id));
+}
+
+// Issue 13, defect 10: a host preempted earlier that names a victim without
+// a node is told it has no node, not that the victim is its own key.
+TEST_F(FenceTest, APreemptedHostWithoutANodeIsNotToldTheVictimIsItsOwnKey) {
+    auto a = node(1), b = node(2);
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    ASSERT_TRUE(a->fence.acquire());
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));
+    ASSERT_TRUE(b->fence.takeover(std::nullopt));
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    ASSERT_TRUE(b->fence.takeover(key_of(*a)));  // a is preempted: not registered
+    Fence nonode(a->resv, a->id, FenceOptions{.tag = kTag, .node = 0}, &a->store);
+    auto o = nonode.takeover(key_of(*b));
+    ASSERT_FALSE(o);
+    EXPECT_NE(o.error(), Errc::own_key);
+    EXPECT_EQ(o.error(), Errc::invalid_argument);
 }
 
 TEST_F(FenceTest, TakeoverWithTheHolderAsExplicitVictim) {

@@ -113,6 +113,7 @@ TEST_F(ReservationsTest, ReportAsksForTheExtendedStructureIn4KiBFirst) {
 
 TEST_F(ReservationsTest, FallsBackToPlainOnInvalidField) {
     target.extended_supported = false;
+    target.plain_supported = true;
     target.add(a, 0x11);
     target.add(b, 0x22);
     auto st = ra.report();
@@ -129,12 +130,34 @@ TEST_F(ReservationsTest, FallsBackToPlainOnInvalidField) {
     ASSERT_EQ(rs.size(), 2u);
     EXPECT_EQ(rs[0].cdw[1], 1u);
     EXPECT_EQ(rs[1].cdw[1], 0u);
-    // The refusal is remembered: the next report goes straight to plain.
+    // Decided per call: the next report asks for the extended one again.
     target.log.clear();
     ASSERT_TRUE(ra.report());
     rs = reports();
-    ASSERT_EQ(rs.size(), 1u);
-    EXPECT_EQ(rs[0].cdw[1], 0u);
+    ASSERT_EQ(rs.size(), 2u);
+    EXPECT_EQ(rs[0].cdw[1], 1u);
+}
+
+// Issue 13, defect 4: one Invalid Field on the extended Report must not blind
+// a reader on nvmet, which refuses the plain Report under 128-bit host ids.
+TEST_F(ReservationsTest, OneRefusedExtendedReportIsNotLatched) {
+    ASSERT_FALSE(target.plain_supported) << "the fake defaults to nvmet";
+    target.add(a, 0x11);
+    int refusals = 1;
+    target.fail = [&](const HostId&, const Command& c) -> std::optional<std::error_code> {
+        if (c.opcode == opcode::kResvReport && (c.cdw[1] & 1u) && refusals > 0) {
+            --refusals;
+            return test::nvme_err(NvmeStatus::invalid_field);
+        }
+        return std::nullopt;
+    };
+    auto st = ra.report();
+    ASSERT_FALSE(st) << "this call's plain fallback is refused, as nvmet does";
+    EXPECT_TRUE(is_nvme(st.error(), NvmeStatus::host_id_inconsistent_format));
+    st = ra.report();
+    ASSERT_TRUE(st) << st.error().message();
+    EXPECT_TRUE(st->extended);
+    EXPECT_FALSE(ra.extended_refused());
 }
 
 TEST_F(ReservationsTest, OtherErrorsDoNotFallBack) {
@@ -159,6 +182,7 @@ TEST_F(ReservationsTest, OtherErrorsDoNotFallBack) {
 
 TEST_F(ReservationsTest, PlainAlsoRefusedIsAnError) {
     target.extended_supported = false;
+    target.plain_supported = true;
     target.fail = [](const HostId&, const Command& c) -> std::optional<std::error_code> {
         if (c.opcode == opcode::kResvReport && c.cdw[1] == 0) return test::nvme_err(NvmeStatus::invalid_field);
         return std::nullopt;
@@ -195,6 +219,7 @@ TEST_F(ReservationsTest, SixtyThreeRegistrantsFitOneRead) {
 
 TEST_F(ReservationsTest, PlainRereadIsSizedForThePlainForm) {
     target.extended_supported = false;
+    target.plain_supported = true;
     for (uint8_t i = 0; i < 200; ++i) target.add(make_host(static_cast<uint8_t>(i + 10)), 0x100u + i);
     auto st = ra.report();
     ASSERT_TRUE(st);
@@ -247,6 +272,7 @@ TEST_F(ReservationsTest, RegctlAlwaysAboveTheBufferIsBoundedToMaxReads) {
     // extended read does not count against the bound.
     Reservations rb2{pb, kNsid};
     target.extended_supported = false;
+    target.plain_supported = true;
     target.log.clear();
     target.mangle_report = [&](std::span<uint8_t> d) { one_more(d, 24, 24); };
     st = rb2.report();

@@ -3,7 +3,7 @@ lab host and parse what they print."""
 import json
 import shlex
 
-# CLI exit codes (DESIGN.md contract).
+# CLI exit codes (docs/CONTRACTS.md).
 OK, FAIL, USAGE, CONFLICT, UNSUPPORTED, PERMISSION, LOST_RACE = 0, 1, 2, 3, 4, 5, 6
 
 

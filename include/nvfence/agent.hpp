@@ -23,11 +23,16 @@
 ///
 /// A takeover request is refused while FENCED: only a rejoin leaves it.
 ///
-/// Safety rules (DESIGN.md) kept here:
+/// Safety rules (docs/CONTRACTS.md) kept here:
 ///  - the device decides: every state is derived from a Report;
 ///  - nothing but an explicit request (takeover, rejoin) or the configured
-///    role at start ever registers or acquires; FENCED is left only by a
-///    rejoin request, and survives restarts through the state file;
+///    role at the first start of a fresh state ever registers or acquires;
+///    FENCED is left only by a rejoin request, and survives restarts
+///    through the state file (with the fence action's progress);
+///  - unknown is not owned: a HOLDER that cannot read the device for
+///    view_timeout_ms stops claiming HOLDER (by default it fences itself);
+///  - writers stop before anything else when the keys are gone, and before
+///    the release on a handoff or a clean stop;
 ///  - every acquisition uses a fresh epoch (Fence persists it first);
 ///  - on restart the agent resumes from the device, never from memory: it
 ///    is holder only if the device shows this host holding.
@@ -78,9 +83,19 @@ struct AgentOptions {
     uint32_t device_timeout_ms = 5000;             ///< Bound on each device command.
     bool keep_registration = false;                ///< stop(): stay registered.
     uint32_t max_notification_pages = 16;          ///< Log pages read per check, 1..64.
+    /// After this long without a successful check (0: 3 x interval_ms +
+    /// device_timeout_ms) the agent has lost its view of the device.
+    uint32_t view_timeout_ms = 0;
+    /// A HOLDER that lost its view fences itself (as sbd does when it loses
+    /// its disk); off: it only stops claiming HOLDER (STANDBY).
+    bool fence_on_view_loss = true;
     std::string volume;                            ///< Volume name (status only).
     std::string device;                            ///< Device path (status only).
 };
+
+/// True when the agent may change from @p from to @p to (the static table
+/// of allowed transitions that every state change is checked against).
+bool agent_transition_allowed(AgentState from, AgentState to);
 
 /// What an AgentEvent reports.
 enum class AgentEventKind : uint8_t {
@@ -136,9 +151,11 @@ public:
     /// finds the state file FENCED.
     virtual Status stop_writers(const std::string& reason) = 0;
     /// Runs the configured fence action (command, unit stop, reboot, none);
-    /// bounded. Called once on each entry to FENCED, never on restart.
+    /// bounded. Called once on each entry to FENCED, and again after a
+    /// restart that finds it pending (persisted before it runs).
     virtual Status fence_action(const std::string& reason) = 0;
-    /// Called after every completed check: the watchdog keep-alive.
+    /// Called after every completed check and around every bounded action:
+    /// the watchdog keep-alive (the hooks also feed it while an action runs).
     virtual void keepalive() {}
 };
 
@@ -153,6 +170,17 @@ enum class PersistedRole : uint8_t {
 /// Words for a persisted role: "none", "standby", "holder", "fenced".
 const char* persisted_role_name(PersistedRole r);
 
+/// Where the self-fence action stands (persisted: a restart re-runs a
+/// pending one, never a done one).
+enum class FenceActionState : uint8_t {
+    none,     ///< Not fenced, or nothing to run.
+    pending,  ///< FENCED was entered; stopping writers and the action not yet done.
+    done,     ///< Both ran (successfully or not) to their bounded end.
+};
+
+/// Words for a fence action state: "none", "pending", "done".
+const char* fence_action_state_name(FenceActionState a);
+
 /// What the agent persists across restarts (besides the epoch, which
 /// EpochStore keeps).
 struct PersistedState {
@@ -162,11 +190,13 @@ struct PersistedState {
     uint64_t key = 0;                          ///< Key registered (0: none).
     int64_t fenced_unix_ms = 0;                ///< When FENCED began (0: not fenced).
     std::string reason;                        ///< Why FENCED ("" otherwise).
+    FenceActionState action = FenceActionState::none;  ///< Self-fence action progress.
     friend bool operator==(const PersistedState&, const PersistedState&) = default;
 };
 
 /// The state file's text: `key=value` lines (version, node, tag, role, key,
-/// fenced_unix_ms, reason). The reason is truncated to 512 bytes and control
+/// fenced_unix_ms, reason, action; a file without `action`, from an older
+/// agent, reads as action done). The reason is truncated to 512 bytes and control
 /// characters replaced.
 std::string encode_persisted_state(const PersistedState& s);
 /// Parses encode_persisted_state()'s text strictly (every key exactly once,
@@ -287,6 +317,10 @@ private:
 
     Notes drain_notifications(bool report_events);
     void observe(const ReservationStatus& st, const Notes& notes);
+    void report_epochs();
+    void run_fence_actions(bool stop_writers_first);
+    void check_view();
+    Status stop_writers_before_release(const char* why);
     void enter_fenced(const std::string& reason, const ReservationStatus* st, bool run_action);
     void transition(AgentState to, const std::string& why, const ReservationStatus* st = nullptr,
                     EventLevel level = EventLevel::info);
@@ -300,7 +334,7 @@ private:
     void adopt(const ReservationStatus& st, const Registrant& me, bool was_holder, const std::string& why);
     void sync_after_request(const char* op);
     void set_baseline(const ReservationStatus& st);
-    Status apply_start_role(const ReservationStatus& st, bool resumed);
+    Status apply_start_role(const ReservationStatus& st, bool resumed, bool fresh);
     ControlReply do_takeover(const ControlRequest& req, const std::string& who);
     ControlReply do_release(const ControlRequest& req, const std::string& who);
     ControlReply do_rejoin(const ControlRequest& req, const std::string& who);
@@ -311,7 +345,6 @@ private:
     Clock& clock_;
     AgentHooks& hooks_;
     const EpochStore* epochs_;
-    uint32_t seen_epoch_ = 0;  // highest epoch seen on the device and persisted
     const AgentStateFile* statefile_;
     HostId self_;
     TimedPassthru timed_;
@@ -325,6 +358,11 @@ private:
     uint64_t last_holder_ = 0;
     size_t self_entries_ = 0;
     bool host_id_shared_reported_ = false;
+    bool floor_error_reported_ = false;
+    bool view_lost_ = false;
+    uint32_t start_floor_ = 0;  // epoch floor before this run's first Report
+    FenceActionState action_ = FenceActionState::none;
+    std::vector<uint64_t> implausible_seen_;
     bool notifications_supported_ = true;
     uint64_t last_notice_count_ = 0;
     uint64_t notifications_ = 0;

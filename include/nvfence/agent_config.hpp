@@ -30,6 +30,8 @@
 /// | keep_registration | true \| false                           | false   |
 /// | name              | instance name [A-Za-z0-9._-]            | volume  |
 /// | log_level         | debug \| info \| warning \| error       | info    |
+/// | view_timeout_ms   | 0 (3 x interval + device timeout) or 1000..600000 | 0 |
+/// | fence_on_view_loss| true \| false (a HOLDER that lost its view fences itself) | true |
 
 #include <cstdint>
 #include <map>
@@ -83,6 +85,8 @@ struct AgentSettings {
     bool keep_registration = false;            ///< keep_registration.
     std::string name;                          ///< name ("": the volume name).
     std::string log_level = "info";            ///< log_level.
+    uint32_t view_timeout_ms = 0;              ///< view_timeout_ms (0: automatic).
+    bool fence_on_view_loss = true;            ///< fence_on_view_loss.
 };
 
 /// Raw configuration: key -> value as written (writer_units: names

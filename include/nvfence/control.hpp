@@ -172,9 +172,14 @@ Result<ControlReply> control_request(const std::string& socket_path, const Contr
 /// Who is on the other end of a control connection (SO_PEERCRED).
 struct ControlPeer {
     int32_t pid = -1;   ///< Peer process id (-1: unknown).
-    uint32_t uid = 0;   ///< Peer user id.
-    uint32_t gid = 0;   ///< Peer group id.
+    uint32_t uid = UINT32_MAX;  ///< Peer user id (UINT32_MAX: unknown, never root).
+    uint32_t gid = UINT32_MAX;  ///< Peer group id.
 };
+
+/// True when a peer of user id @p uid may make request @p op: anybody who
+/// can reach the socket may read `status`; every request that changes the
+/// reservation or the agent's state needs uid 0.
+bool control_op_allowed(ControlOp op, uint32_t uid);
 
 /// Answers one decoded request.
 using ControlHandler = std::function<ControlReply(const ControlRequest&, const ControlPeer&)>;
@@ -199,5 +204,8 @@ Result<Fd> control_listen(const ControlListenOptions& opts);
 /// requests get an error reply. Returns how many were served.
 Result<uint32_t> control_serve_pending(int listen_fd, uint32_t max_connections,
                                        uint32_t timeout_ms, const ControlHandler& handler);
+// control_serve_pending() checks every request with control_op_allowed()
+// against the peer's SO_PEERCRED uid before calling the handler; a refused
+// one gets Errc::permission_denied (exit code 5) and never reaches it.
 
 }  // namespace nvfence

@@ -92,10 +92,27 @@ enum class Errc : int {
     state_io,               ///< The state directory could not be used.
     refused,                ///< Refused for safety; a flag overrides.
     protocol,               ///< A malformed control-socket message.
+    epoch_out_of_range,     ///< An epoch above what this host may use (kEpochCeiling, jump bound).
+    unsafe_state_dir,       ///< The state directory is writable by others or not ours.
+    own_key,                ///< The victim named is this host's own current key.
+    permission_denied,      ///< The peer may not make this request (control socket).
+    view_lost,              ///< The agent could not read the device for too long.
 };
 
 /// The category of nvfence's own failures.
 const std::error_category& nvfence_category() noexcept;
+
+/// The category of failures to use the state directory: the value is the
+/// errno of the system call that failed (kept, not collapsed into one code).
+const std::error_category& state_category() noexcept;
+
+/// An errno from a state-directory system call, in state_category().
+inline std::error_code state_error(int err) noexcept { return {err, state_category()}; }
+
+/// True when @p ec says the state directory or a state file could not be
+/// used: an errno in state_category(), Errc::state_io (a file that does not
+/// parse) or Errc::unsafe_state_dir.
+bool is_state_error(std::error_code ec) noexcept;
 
 /// Makes an error_code in nvfence_category().
 std::error_code make_error_code(Errc e) noexcept;
@@ -105,6 +122,13 @@ inline std::error_code errno_error(int err) noexcept {
     return {err, std::system_category()};
 }
 
+/// True when a command that failed with @p ec may nevertheless have taken
+/// effect on the device (the one rule for "completion uncertain"):
+/// Reservation Conflict on a re-sent command, a path-related NVMe status
+/// (SCT 3), or an interrupted, timed-out or failed passthrough (EINTR,
+/// ETIMEDOUT, EIO, ENOTCONN, ECONNRESET). Only a Report decides what happened.
+bool completion_uncertain(std::error_code ec) noexcept;
+
 /// True when @p ec is the NVMe status @p s.
 bool is_nvme(std::error_code ec, NvmeStatus s) noexcept;
 
@@ -112,7 +136,7 @@ bool is_nvme(std::error_code ec, NvmeStatus s) noexcept;
 /// -EBADE from the block layer, or Errc::fenced).
 bool is_fenced(std::error_code ec) noexcept;
 
-/// Process exit codes of the nvfence tools (DESIGN.md contract).
+/// Process exit codes of the nvfence tools (docs/CONTRACTS.md).
 enum class ExitCode : int {
     ok = 0,
     failure = 1,       ///< Anything else.

@@ -71,14 +71,28 @@ public:
         : resv_(resv), self_(self), opts_(opts), store_(store) {}
 
     /// Reads the reservation (Report) and remembers it as last_report().
+    /// With a store, every Report raises this host's epoch floor to the
+    /// highest plausible epoch of its tag (observe_epochs); a failure to do
+    /// so does not fail the read but is kept in floor_error().
     Result<ReservationStatus> verify();
+    /// Keys of this host's tag in the last Report whose epoch was
+    /// implausible (above kEpochCeiling or too far above the floor): they
+    /// did not raise the floor. Callers warn about them.
+    const std::vector<uint64_t>& implausible_keys() const { return implausible_; }
+    /// The epoch of the last fresh key this Fence persisted (0: none yet).
+    uint32_t last_fresh_epoch() const { return last_fresh_epoch_; }
+    /// Why the last Report could not raise the floor (empty when it did).
+    std::error_code floor_error() const { return floor_error_; }
     /// This host's registration in @p st, if any.
     const Registrant* mine(const ReservationStatus& st) const { return st.find_host(self_); }
     /// The epoch a new key would take given @p st: one above the largest
-    /// epoch of our tag on the device and in the store.
+    /// plausible epoch of our tag on the device and in the store.
+    /// Errc::epoch_exhausted when that would pass kEpochCeiling.
     Result<uint32_t> next_epoch(const ReservationStatus& st) const;
 
-    /// Registers with a fresh key (or the key of @p epoch when given). When
+    /// Registers with a fresh key (or the key of @p epoch when given;
+    /// Errc::epoch_out_of_range when @p epoch is above kEpochCeiling or more
+    /// than kMaxEpochJump above the highest epoch known). When
     /// this host is already registered: with @p replace, replaces the key;
     /// otherwise succeeds unchanged if the registered key is ours for this
     /// node, and fails with Errc::host_id_conflict when the host id is
@@ -94,7 +108,10 @@ public:
     /// no registrant with that key, nothing is sent and the result is
     /// success without change if this host already holds, Errc::lost_race
     /// if another host holds, Errc::invalid_key if nobody holds.
-    /// Errc::invalid_argument when @p victim is this host's own key.
+    /// Errc::own_key when @p victim is this host's own current key.
+    /// When nobody holds, every other registrant (a key of an earlier term)
+    /// is preempted-and-aborted before this host acquires, so no write of a
+    /// previous holder is still in flight when this host holds.
     Result<Outcome> takeover(std::optional<uint64_t> victim);
     /// Releases the reservation if this host holds it. An error completion
     /// that may hide a Release that ran (see Outcome::completion_error) is
@@ -130,6 +147,9 @@ private:
     FenceOptions opts_;
     const EpochStore* store_;
     std::optional<ReservationStatus> last_;
+    std::vector<uint64_t> implausible_;
+    std::error_code floor_error_;
+    uint32_t last_fresh_epoch_ = 0;
 };
 
 }  // namespace nvfence

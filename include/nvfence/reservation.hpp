@@ -42,9 +42,9 @@ public:
     Status acquire(AcquireArgs args);
     /// Reservation Release (release, clear).
     Status release(ReleaseArgs args);
-    /// Reservation Report. Asks for the extended data structure first and
-    /// falls back to the plain one only when the device refuses it (Invalid
-    /// Field); sizes the buffer from the registrant count and re-reads while
+    /// Reservation Report. Asks for the extended data structure first on
+    /// every call and falls back to the plain one for this call only when the
+    /// device refuses it (Invalid Field); sizes the buffer from the registrant count and re-reads while
     /// it grew, at most kReportMaxReads times.
     Result<ReservationStatus> report();
     /// Reads (and thereby consumes) one Reservation Notification log page.
@@ -53,7 +53,7 @@ public:
     Status set_notification_mask(const NotificationMask& m);
     /// Reads the Reservation Notification Mask.
     Result<NotificationMask> notification_mask();
-    /// True after report() had to fall back to the plain data structure.
+    /// True when the last report() had to fall back to the plain data structure.
     bool extended_refused() const { return extended_refused_; }
 
     /// Diagnostic: the size of report()'s first read (default

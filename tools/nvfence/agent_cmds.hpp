@@ -42,7 +42,7 @@ struct AgentCli {
 void add_agent_commands(CLI::App& app, AgentCli& st);
 
 /// Runs the agent subcommand that was parsed and returns its exit code
-/// (DESIGN.md: 0 ok, 1 other, 2 usage, 3 conflict / not holder,
+/// (docs/CONTRACTS.md: 0 ok, 1 other, 2 usage, 3 conflict / not holder,
 /// 4 unsupported, 5 permission, 6 lost race), or std::nullopt when none of
 /// them was given on the command line.
 std::optional<int> run_agent_commands(const AgentCli& st);

@@ -66,16 +66,8 @@ std::string describe_key(uint64_t key) {
 }
 
 // The command may not have reached the device, or its completion was lost:
-// NVMe path-related status (SCT 3: Host Pathing Error while the controller
-// resets or reconnects, Command Aborted By Host), or an interrupted or timed
-// out passthrough.
-bool is_path_error(std::error_code ec) {
-    if (ec.category() == nvme_category()) return (ec.value() >> 8) == 3;
-    if (ec.category() == std::system_category())
-        return ec.value() == EINTR || ec.value() == ETIMEDOUT || ec.value() == ENOTCONN ||
-               ec.value() == ECONNRESET;
-    return false;
-}
+// the one rule, completion_uncertain() (error.hpp).
+bool is_path_error(std::error_code ec) { return completion_uncertain(ec) && !is_fenced(ec); }
 
 // One line on stderr (what is wrong and what to do), plus the same as a
 // JSON object on stdout for programs that asked for --json.
@@ -182,8 +174,14 @@ int fail_op(const Common& c, const std::string& op, std::error_code ec, const Fe
     if (ec == Errc::verify_failed)
         return fail(c, op + ": the device accepted the command but the report does not show the change", ec,
                     "run 'nvfence report' to see the state", holder);
-    if (ec == Errc::state_io)
-        return fail(c, op + ": cannot persist the epoch in " + c.state_dir, ec,
+    if (ec == Errc::epoch_out_of_range)
+        return fail(c, op + ": " + ec.message(), ec,
+                    "--epoch may be at most " + std::to_string(kEpochCeiling) +
+                        " and at most " + std::to_string(kMaxEpochJump) + " above the highest epoch seen");
+    if (ec == Errc::own_key)
+        return fail(c, op + ": the victim is this host's own current key", ec, {}, holder);
+    if (is_state_error(ec))
+        return fail(c, op + ": cannot persist the epoch in " + c.state_dir + ": " + ec.message(), ec,
                     "check --state-dir (nothing was sent to the device)", holder);
     if (is_fenced(ec))
         return fail(c, op + ": the device refused this host: " + ec.message(), ec,
@@ -383,6 +381,18 @@ int cmd_report(const Common& c, std::optional<uint32_t> initial_bytes) {
     if (initial_bytes) resv.set_report_initial_bytes(*initial_bytes);
     auto st = resv.report();
     if (!st) return fail(c, c.dev + ": reservation report failed: " + st.error().message(), st.error());
+    // Every Report raises this host's epoch floor (the agent's too: one
+    // locked file), so a later key is above every epoch seen here.
+    EpochStore store(c.state_dir, ns->info().volume);
+    if (auto o = store.raise_from(*st, static_cast<uint8_t>(c.tag)); !o)
+        std::cerr << "nvfence: warning: cannot raise the epoch floor in " << store.path() << ": "
+                  << o.error().message() << "\n";
+    else
+        for (uint64_t k : o->implausible)
+            std::cerr << "nvfence: WARNING: key " << format_key(k) << " has an implausible epoch (above "
+                      << kEpochCeiling << " or more than " << kMaxEpochJump
+                      << " above this host's floor); it does not raise the floor: preempt it "
+                         "(see docs/CONTRACTS.md, epochs)\n";
     if (c.json) {
         Json j;
         json_status(j, *st, ns->info().host_id);
@@ -527,7 +537,7 @@ int cmd_preempt(const Common& c, unsigned node, ResvType type, std::optional<uin
     auto out = x->fence->takeover(victim);
     const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
     if (!out) {
-        if (out.error() == Errc::invalid_argument && victim)
+        if (out.error() == Errc::own_key && victim)
             return fail(c, "preempt: --victim " + format_key(*victim) + " is this host's own key", out.error(),
                         "a host cannot preempt itself (nothing was changed)");
         const auto& lr = x->fence->last_report();
@@ -984,7 +994,7 @@ int main(int argc, char** argv) {
     add_common(reg, c);
     reg->footer("\nExample: nvfence register /dev/nvme1n1 --node 2");
     reg->add_option("--node", node, "this host's node id (env NVFENCE_NODE)")->check(uint_in(1, 255))->envname("NVFENCE_NODE")->required();
-    reg->add_option("--epoch", epoch_s, "use this epoch instead of a fresh one")->check(uint_in(1, kMaxEpoch));
+    reg->add_option("--epoch", epoch_s, "use this epoch instead of a fresh one")->check(uint_in(1, kEpochCeiling));
     reg->add_flag("--replace", replace, "replace the key this host is registered with");
     reg->add_flag("--ptpl", ptpl, "ask the device to persist the registration through power loss");
     auto* unreg = app.add_subcommand("unregister", "remove this host's registration (releases if holder)");
@@ -1071,7 +1081,7 @@ int main(int argc, char** argv) {
     }
     if (reg->parsed()) {
         std::optional<uint32_t> epoch;
-        if (!epoch_s.empty()) epoch = static_cast<uint32_t>(*parse_uint(epoch_s, 1, kMaxEpoch));
+        if (!epoch_s.empty()) epoch = static_cast<uint32_t>(*parse_uint(epoch_s, 1, kEpochCeiling));
         return cmd_register(c, node, epoch, replace, ptpl);
     }
     if (unreg->parsed()) return cmd_simple(c, "unregister", *type);

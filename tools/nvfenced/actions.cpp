@@ -53,7 +53,7 @@ std::string describe_argv(const std::vector<std::string>& argv) {
 
 nvfence::Status run_bounded(const std::vector<std::string>& argv,
                             const std::vector<std::pair<std::string, std::string>>& env,
-                            uint32_t timeout_ms) {
+                            uint32_t timeout_ms, const std::function<void()>& tick) {
     if (argv.empty()) return nvfence::make_error_code(nvfence::Errc::invalid_argument);
     std::vector<std::string> envs;
     for (char** e = environ; e && *e; ++e) {
@@ -92,7 +92,12 @@ nvfence::Status run_bounded(const std::vector<std::string>& argv,
     if (rc != 0) return nvfence::errno_error(rc);
 
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    auto next_tick = std::chrono::steady_clock::now();
     for (;;) {
+        if (tick && std::chrono::steady_clock::now() >= next_tick) {
+            tick();
+            next_tick = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+        }
         int status = 0;
         const pid_t w = ::waitpid(pid, &status, WNOHANG);
         if (w == pid) {
@@ -118,7 +123,7 @@ nvfence::Status FenceActions::stop_writers(const std::string& reason,
     env.emplace_back("NVFENCE_REASON", reason);
     for (const auto& unit : s_.writer_units) {
         const std::vector<std::string> argv = {"systemctl", "stop", unit};
-        auto r = run_bounded(argv, env, s_.fence_timeout_ms);
+        auto r = run_bounded(argv, env, s_.fence_timeout_ms, tick_);
         if (r) {
             log(true, "stopped writer unit " + unit);
         } else {
@@ -156,7 +161,7 @@ nvfence::Status FenceActions::fence_action(const std::string& reason,
         break;
     }
     log(true, "fence action: running '" + describe_argv(argv) + "'");
-    auto r = run_bounded(argv, env, s_.fence_timeout_ms);
+    auto r = run_bounded(argv, env, s_.fence_timeout_ms, tick_);
     if (r) log(true, "fence action '" + describe_argv(argv) + "' done");
     else log(false, "fence action '" + describe_argv(argv) + "' failed: " + r.error().message());
     return r;

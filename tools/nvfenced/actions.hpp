@@ -24,10 +24,11 @@ const std::error_category& child_category() noexcept;
 /// /dev/null, the current environment plus @p env, default signal
 /// dispositions and an empty signal mask, in its own process group. Waits at
 /// most @p timeout_ms; then kills the group (Errc::timeout). A non-zero exit
-/// is an error in child_category().
+/// is an error in child_category(). While it waits it calls @p tick (if
+/// set) about once a second: the watchdog is fed while a bounded action runs.
 nvfence::Status run_bounded(const std::vector<std::string>& argv,
                             const std::vector<std::pair<std::string, std::string>>& env,
-                            uint32_t timeout_ms);
+                            uint32_t timeout_ms, const std::function<void()>& tick = {});
 
 /// The command line for a fence action or a unit stop, as logged.
 std::string describe_argv(const std::vector<std::string>& argv);
@@ -47,7 +48,11 @@ public:
     nvfence::Status fence_action(const std::string& reason,
                                  const std::function<void(bool, const std::string&)>& log) const;
 
+    /// Called about once a second while a child runs (the watchdog keep-alive).
+    void set_tick(std::function<void()> tick) { tick_ = std::move(tick); }
+
 private:
+    std::function<void()> tick_;
     nvfence::AgentSettings s_;
     std::vector<std::pair<std::string, std::string>> env_;
 };

@@ -37,6 +37,7 @@
 #include "nvfence/error.hpp"
 #include "nvfence/key.hpp"
 #include "nvfence/namespace.hpp"
+#include "nvfence/state_file.hpp"
 #include "sd_notify.hpp"
 
 #ifndef NVFENCED_VERSION
@@ -49,9 +50,10 @@ namespace {
 using nvfence::Errc;
 using nvfence::ExitCode;
 
-constexpr int kExitConfig = 2;
-constexpr int kExitConflict = 3;
-constexpr int kExitUnsupported = 4;
+// The exit codes are ExitCode's (error.hpp), defined once for every tool.
+constexpr int kExitConfig = static_cast<int>(ExitCode::usage);
+constexpr int kExitConflict = static_cast<int>(ExitCode::conflict);
+constexpr int kExitUnsupported = static_cast<int>(ExitCode::unsupported);
 constexpr uint32_t kConnectionsPerWake = 4;
 constexpr uint32_t kConnectionTimeoutMs = 1000;
 
@@ -89,6 +91,8 @@ const std::map<std::string, std::string>& key_help() {
         {"keep_registration", "on clean stop keep the registration (true) or unregister (false, default)"},
         {"name", "instance name: socket /run/nvfence/<name>.sock; the unit passes %i (default: the volume name)"},
         {"log_level", "debug, info (default), warning or error"},
+        {"view_timeout_ms", "no successful check for this long = lost view of the device (0, default: 3 x interval_ms + device_timeout_ms)"},
+        {"fence_on_view_loss", "a HOLDER that lost its view of the device fences itself (true, default) or only stops claiming HOLDER"},
     };
     return h;
 }
@@ -305,6 +309,11 @@ int run(const nvfence::AgentSettings& s, spdlog::logger& log) {
         log.error("state_dir = \"{}\": cannot create it", s.state_dir);
         return static_cast<int>(ExitCode::failure);
     }
+    if (auto safe = nvfence::check_state_dir(s.state_dir); !safe) {
+        log.error("state_dir = \"{}\": {}: it must be a directory (not a symlink) owned by this user and "
+                  "writable by nobody else (chmod go-w)", s.state_dir, safe.error().message());
+        return static_cast<int>(ExitCode::failure);
+    }
     std::string owner;
     const std::string vol_lock = s.state_dir + "/" + sanitize_name(volume) + ".lock";
     auto lock1 = take_lock(vol_lock, owner);
@@ -367,6 +376,7 @@ int run(const nvfence::AgentSettings& s, spdlog::logger& log) {
         log.warn("WatchdogSec ({} ms) is shorter than 2 x (interval_ms + device_timeout_ms) = {} ms: "
                  "a slow device may get nvfenced killed by the watchdog",
                  wd.count() / 1000, 2 * (s.interval_ms + s.device_timeout_ms));
+    if (wd.count() > 0) actions.set_tick([] { sd_notify("WATCHDOG=1"); });
     DaemonHooks hooks(log, actions, wd.count() > 0);
     nvfence::SystemClock clock;
     auto opts = nvfence::agent_options(s, node);
