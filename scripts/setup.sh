@@ -14,6 +14,8 @@ packages=(
   qemu-system-x86 busybox-static nvme-cli fio xz-utils cpio zstd
   # lab tests
   python3-pytest
+  # lab: ext4 on the shared namespace (mke2fs, e2fsck copied into the guest)
+  e2fsprogs
 )
 
 missing=()
