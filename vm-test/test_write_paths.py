@@ -83,8 +83,12 @@ def test_buffered_writes_with_the_device_held_open(lab):
         r = a.run(f'yes NVFENCE-DIRTY-BEFORE | head -c 4096 > /tmp/d1 && dd if=/tmp/d1 of="$NVFENCE_DEV" bs=4096 '
                   f'seek={(BUF_LBA + 8) // 8} count=1 conv=notrunc', timeout_s=30)
         assert r.rc == 0, r                                   # dirty in A's page cache across the takeover
-        dirty = a.run("grep '^Dirty:' /proc/meminfo").out.strip()
         preempt(b)
+        # A's page cache has the dirty page; the media does not.
+        r = a.run(f'dd if="$NVFENCE_DEV" bs=512 skip={BUF_LBA + 8} count=8 2>/dev/null | tr -d \'\\000\' '
+                  f'| grep -c NVFENCE-DIRTY-BEFORE; true', timeout_s=30)
+        cached = int(r.out.strip().splitlines()[-1])
+        assert cached > 0, r
         r = a.run(f'yes NVFENCE-DIRTY-AFTER | head -c 4096 > /tmp/d2 && dd if=/tmp/d2 of="$NVFENCE_DEV" bs=4096 '
                   f'seek={(BUF_LBA + 16) // 8} count=1 conv=notrunc', timeout_s=30)
         assert r.rc == 0, r                                   # the page cache takes it...
@@ -93,7 +97,8 @@ def test_buffered_writes_with_the_device_held_open(lab):
         # the refusal as EIO (measured), not EBADE as direct I/O does.
         assert rc in (1, 3) and "write=ok" in out and "sync=ok" not in out, (rc, out)
         s = a.run("sync; echo sync-rc=$?", timeout_s=60)
-        print(f"\nbuffered: {dirty} before the preempt; late fsync: {out.strip()}; {s.out.strip()}")
+        print(f"\nbuffered: {cached} records of the dirty page in A's cache after the preempt; late fsync: "
+              f"{out.strip()}; {s.out.strip()}")
         assert count_on_media(b, BUF_LBA, 8, "NVFENCE-PLAIN pwrite-buffered synced") == 8
         assert count_on_media(b, BUF_LBA + 8, 8, "NVFENCE-DIRTY-BEFORE") == 0
         assert count_on_media(b, BUF_LBA + 16, 8, "NVFENCE-DIRTY-AFTER") == 0
