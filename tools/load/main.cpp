@@ -247,7 +247,8 @@ int main(int argc, char** argv) {
         bool queued_any = false;
         while (next < count && !free_slots.empty()) {
             const uint32_t slot = free_slots.back();
-            auto span = slots[slot].span();
+            // AlignedBuffer rounds its size up to 4096: write exactly the blocks of this I/O.
+            auto span = slots[slot].span().first(size_t{bs} * blocks_per_io);
             const uint64_t lba0 = start + next * blocks_per_io;
             Stamp s;
             s.key = key;
