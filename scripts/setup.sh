@@ -20,7 +20,7 @@ packages=(
   libxml2-utils
   # packaging tests: cpack's dpkg-shlibdeps, dpkg-deb; man pages rendered by man(1)
   dpkg-dev man-db groff-base bsdextrautils
-  # lab: systemd host guests (Debian root image, qcow2 overlays, debugfs)
+  # lab: systemd host guests (Debian root image, qcow2 overlays, debugfs); ext4 in the busybox guests
   mmdebstrap qemu-utils e2fsprogs
 )
 

@@ -16,7 +16,10 @@
 #include <vector>
 
 #include "nvfence/error.hpp"
+#include "nvfence/fd.hpp"
 #include "nvfence/writer.hpp"
+#include "../src/ring_writer.hpp"
+#include "fake_ring.hpp"
 
 namespace nvfence {
 namespace {
@@ -549,6 +552,307 @@ TEST(ClassifyCompletion, Passthrough) {
     c = classify_completion(WriterMode::automatic, IoKind::write, 0, 4096);
     EXPECT_EQ(c.status, IoStatus::io_error);
     EXPECT_EQ(c.error, Errc::invalid_argument);
+}
+
+// ---------------------------------------------------------------- the fake ring
+// The latch, cancel-to-NOP, drain and submit accounting, driven through the
+// same RingWriter the library uses, over a scripted ring (tests/fake_ring.hpp).
+
+using FakeWriter = detail::RingWriter<test::FakeRing>;
+constexpr uint32_t kFakeBlock = 512;
+
+std::unique_ptr<FakeWriter> fake_writer(WriterMode mode, uint32_t qd = 8, uint32_t timeout_ms = 100) {
+    detail::WriterTarget t;
+    t.fd = Fd(-1);
+    t.mode = mode;
+    t.block_bytes = kFakeBlock;
+    t.size_blocks = 1u << 20;
+    t.nsid = 1;
+    t.max_io_bytes = 128 * 1024;
+    WriterOptions o;
+    o.queue_depth = qd;
+    o.timeout_ms = timeout_ms;
+    auto w = std::make_unique<FakeWriter>(std::move(t), o);
+    EXPECT_TRUE(w->init().ok());
+    return w;
+}
+
+int32_t ok_res(const test::SentIo& io) { return static_cast<int32_t>(io.len); }
+
+TEST(FakeRingWriter, FirstFencedLatchesAndSettledWaitsForEveryAdmittedWrite) {
+    auto w = fake_writer(WriterMode::block);
+    AlignedBuffer buf(4 * kFakeBlock, 4096);
+    for (uint64_t i = 0; i < 4; ++i)
+        ASSERT_TRUE(w->queue_write(i, buf.span().subspan(i * kFakeBlock, kFakeBlock), 100 + i).ok());
+    auto n = w->submit();
+    ASSERT_TRUE(n.ok());
+    EXPECT_EQ(*n, 4u);
+    auto& r = w->ring();
+    ASSERT_EQ(r.sent.size(), 4u);
+    EXPECT_EQ(r.sent[2].opcode, IORING_OP_WRITE);
+    EXPECT_EQ(r.sent[2].off, 2u * kFakeBlock);
+    EXPECT_FALSE(w->fenced());
+    EXPECT_FALSE(w->settled());
+
+    // The device refuses the third write while the others are still admitted.
+    r.complete(2, -EBADE);
+    Completion out[8];
+    auto got = w->reap(out, 1);
+    ASSERT_TRUE(got.ok());
+    ASSERT_EQ(*got, 1u);
+    EXPECT_EQ(out[0].status, IoStatus::fenced);
+    EXPECT_EQ(out[0].user_data, 102u);
+    EXPECT_EQ(out[0].error, std::error_code(EBADE, std::system_category()));
+    EXPECT_TRUE(w->fenced());
+    EXPECT_FALSE(w->settled()) << "three writes admitted before the latch are still on the device";
+
+    // Latched: nothing new is accepted, nothing sent, in_flight unchanged.
+    EXPECT_EQ(w->queue_write(9, buf.span().first(kFakeBlock), 9).error(), Errc::fenced);
+    EXPECT_EQ(w->queue_read(9, buf.span().first(kFakeBlock), 9).error(), Errc::fenced);
+    EXPECT_EQ(w->queue_flush(9).error(), Errc::fenced);
+    EXPECT_EQ(w->in_flight(), 3u);
+    EXPECT_EQ(r.sent.size(), 4u);
+
+    // An admitted write may still complete ok after the fenced one (the
+    // device ordered it before the preempt): reported as ok, not hidden.
+    r.complete(0, ok_res(r.sent[0]));
+    got = w->reap(out, 1);
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(out[0].status, IoStatus::ok);
+    EXPECT_EQ(out[0].bytes, kFakeBlock);
+    EXPECT_FALSE(w->settled());
+
+    // A short transfer is an I/O error, never ok.
+    r.complete(1, static_cast<int32_t>(kFakeBlock / 2));
+    got = w->reap(out, 1);
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(out[0].status, IoStatus::io_error);
+    EXPECT_EQ(out[0].error, std::error_code(EIO, std::system_category()));
+    EXPECT_FALSE(w->settled());
+
+    r.complete(3, ok_res(r.sent[3]));
+    got = w->reap(out, 1);
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(out[0].user_data, 103u);
+    EXPECT_TRUE(w->settled());
+    EXPECT_EQ(w->in_flight(), 0u);
+    EXPECT_EQ(r.sent_real(), 4u);
+}
+
+TEST(FakeRingWriter, QueuedWritesBecomeNopsAfterTheLatch) {
+    auto w = fake_writer(WriterMode::block);
+    auto& r = w->ring();
+    AlignedBuffer buf(4 * kFakeBlock, 4096);
+    for (uint64_t i = 0; i < 3; ++i)
+        ASSERT_TRUE(w->queue_write(i, buf.span().subspan(i * kFakeBlock, kFakeBlock), i).ok());
+    // A partial submit: the kernel takes one of three.
+    r.submit_script = {1};
+    auto n = w->submit();
+    ASSERT_TRUE(n.ok());
+    EXPECT_EQ(*n, 1u);
+    EXPECT_EQ(w->in_flight(), 3u);
+    EXPECT_EQ(r.sq_ready(), 2u);
+
+    r.complete(0, -EBADE);
+    Completion out[8];
+    ASSERT_EQ(*w->reap(out, 1), 1u);
+    EXPECT_TRUE(w->fenced());
+    EXPECT_TRUE(w->settled()) << "the only I/O the device saw has completed";
+
+    // The two still queued go to the kernel as NOPs: nothing reaches the device.
+    auto s = w->submit();
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.error(), Errc::fenced);
+    ASSERT_EQ(r.sent.size(), 3u);
+    EXPECT_EQ(r.sent[1].opcode, IORING_OP_NOP);
+    EXPECT_EQ(r.sent[2].opcode, IORING_OP_NOP);
+    EXPECT_EQ(r.sent_real(), 1u);
+    auto got = w->reap(out, 2);
+    ASSERT_TRUE(got.ok());
+    ASSERT_EQ(*got, 2u);
+    std::set<uint64_t> users;
+    for (size_t i = 0; i < 2; ++i) {
+        EXPECT_EQ(out[i].status, IoStatus::fenced);
+        EXPECT_EQ(out[i].error, Errc::fenced);
+        users.insert(out[i].user_data);
+    }
+    EXPECT_EQ(users, (std::set<uint64_t>{1, 2}));
+    EXPECT_EQ(w->in_flight(), 0u);
+}
+
+TEST(FakeRingWriter, SubmitAndReapCancelsWhatALatchInTheSameCallLeftQueued) {
+    auto w = fake_writer(WriterMode::block);
+    auto& r = w->ring();
+    AlignedBuffer buf(4 * kFakeBlock, 4096);
+    for (uint64_t i = 0; i < 2; ++i)
+        ASSERT_TRUE(w->queue_write(i, buf.span().subspan(i * kFakeBlock, kFakeBlock), i).ok());
+    ASSERT_EQ(*w->submit(), 2u);
+    for (uint64_t i = 2; i < 4; ++i)
+        ASSERT_TRUE(w->queue_write(i, buf.span().subspan(i * kFakeBlock, kFakeBlock), i).ok());
+    r.complete(0, -EBADE);  // arrives before the next submit
+    Completion out[8];
+    auto got = w->submit_and_reap(out, 1);
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(out[0].status, IoStatus::fenced);
+    EXPECT_EQ(r.sent_real(), 2u) << "writes 2 and 3 were queued when the latch came: never sent";
+    ASSERT_EQ(r.sent.size(), 4u);
+    EXPECT_EQ(r.sent[2].opcode, IORING_OP_NOP);
+    EXPECT_EQ(r.sent[3].opcode, IORING_OP_NOP);
+    EXPECT_FALSE(w->settled());
+    r.complete(1, ok_res(r.sent[1]));
+    size_t total = *got;
+    while (w->in_flight() > 0) {
+        auto more = w->reap(std::span<Completion>(out).subspan(0, 8), 1);
+        ASSERT_TRUE(more.ok());
+        total += *more;
+    }
+    EXPECT_EQ(total, 4u);
+    EXPECT_TRUE(w->settled());
+}
+
+TEST(FakeRingWriter, PassthroughStatusAndCommand) {
+    auto w = fake_writer(WriterMode::passthrough);
+    auto& r = w->ring();
+    AlignedBuffer buf(3 * kFakeBlock, 4096);
+    for (uint64_t i = 0; i < 3; ++i)
+        ASSERT_TRUE(w->queue_write(500 + i, buf.span().subspan(i * kFakeBlock, kFakeBlock), i).ok());
+    ASSERT_EQ(*w->submit(), 3u);
+    ASSERT_EQ(r.sent.size(), 3u);
+    EXPECT_EQ(r.sent[1].opcode, IORING_OP_URING_CMD);
+    EXPECT_EQ(r.sent[1].cdw10, 501u);
+    r.complete(0, 0);
+    r.complete(1, 0x4002);  // Invalid Field with DNR: an I/O error, not fenced
+    r.complete(2, 0x6083);  // DNR | More | Reservation Conflict
+    Completion out[4];
+    auto got = w->reap(out, 3);
+    ASSERT_TRUE(got.ok());
+    ASSERT_EQ(*got, 3u);
+    EXPECT_EQ(out[0].status, IoStatus::ok);
+    EXPECT_EQ(out[0].bytes, kFakeBlock);
+    EXPECT_EQ(out[1].status, IoStatus::io_error);
+    EXPECT_EQ(out[2].status, IoStatus::fenced);
+    EXPECT_EQ(out[2].error, make_nvme_error(0x83));
+    EXPECT_TRUE(w->fenced());
+    EXPECT_TRUE(w->settled());
+}
+
+TEST(FakeRingWriter, SubmitAccountingAcrossPartialAndFailedSubmits) {
+    auto w = fake_writer(WriterMode::block);
+    auto& r = w->ring();
+    AlignedBuffer buf(5 * kFakeBlock, 4096);
+    for (uint64_t i = 0; i < 5; ++i)
+        ASSERT_TRUE(w->queue_write(i, buf.span().subspan(i * kFakeBlock, kFakeBlock), 10 + i).ok());
+    r.submit_script = {2, -EAGAIN, -EBUSY, 5};
+    EXPECT_EQ(*w->submit(), 2u);
+    EXPECT_EQ(w->in_flight(), 5u);
+    auto s = w->submit();
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.error(), std::error_code(EAGAIN, std::system_category()));
+    EXPECT_EQ(w->in_flight(), 5u);
+    EXPECT_EQ(r.sent.size(), 2u);
+    // submit_and_reap with a completion ready: the error is not returned,
+    // the unsent stay queued.
+    r.complete(0, ok_res(r.sent[0]));
+    Completion out[8];
+    auto got = w->submit_and_reap(out, 1);
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(*got, 1u);
+    EXPECT_EQ(w->in_flight(), 4u);
+    EXPECT_EQ(r.sent.size(), 2u);
+    EXPECT_EQ(*w->submit(), 3u);
+    EXPECT_EQ(r.sent.size(), 5u);
+    // Each queued I/O was sent exactly once, in order.
+    for (size_t i = 0; i < 5; ++i) EXPECT_EQ(r.sent[i].off, i * kFakeBlock);
+    r.complete_all(ok_res);
+    got = w->reap(out, 4);
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(*got, 4u);
+    std::set<uint64_t> users;
+    for (size_t i = 0; i < 4; ++i) {
+        EXPECT_EQ(out[i].status, IoStatus::ok);
+        users.insert(out[i].user_data);
+    }
+    EXPECT_EQ(users, (std::set<uint64_t>{11, 12, 13, 14}));
+    EXPECT_EQ(w->in_flight(), 0u);
+    // A full queue is refused before any SQE is taken.
+    AlignedBuffer more(9 * kFakeBlock, 4096);
+    for (uint64_t i = 0; i < 8; ++i)
+        ASSERT_TRUE(w->queue_write(i, more.span().subspan(i * kFakeBlock, kFakeBlock), i).ok());
+    EXPECT_EQ(w->queue_write(8, more.span().subspan(8 * kFakeBlock, kFakeBlock), 8).error(), Errc::queue_full);
+    EXPECT_EQ(*w->submit(), 8u);
+    r.complete_all(ok_res);
+    EXPECT_EQ(*w->reap(out, 8), 8u);
+}
+
+TEST(FakeRingWriter, WaitsAreBoundedAndRetryInterruptions) {
+    auto w = fake_writer(WriterMode::block, 8, 50);
+    auto& r = w->ring();
+    AlignedBuffer buf(kFakeBlock, 4096);
+    ASSERT_TRUE(w->queue_write(0, buf.span().first(kFakeBlock), 1).ok());
+    ASSERT_EQ(*w->submit(), 1u);
+    Completion out[2];
+    // -ETIME from the kernel: the bound ran out, nothing arrived.
+    r.wait_script = {-ETIME};
+    auto got = w->reap(out, 1);
+    ASSERT_FALSE(got.ok());
+    EXPECT_EQ(got.error(), Errc::timeout);
+    EXPECT_EQ(w->in_flight(), 1u);
+    // -EINTR and -EAGAIN are retried; the completion that then arrives is returned.
+    r.wait_script = {-EINTR, -EAGAIN};
+    const unsigned before = r.wait_calls;
+    r.on_wait = [before](test::FakeRing& fr) {
+        if (fr.wait_calls == before + 3 && fr.outstanding() == 1) fr.complete(0, static_cast<int32_t>(kFakeBlock));
+    };
+    got = w->reap(out, 1);
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(*got, 1u);
+    EXPECT_EQ(out[0].status, IoStatus::ok);
+    EXPECT_EQ(r.wait_calls, before + 3);
+    // Another errno is returned as such.
+    r.on_wait = nullptr;
+    ASSERT_TRUE(w->queue_write(0, buf.span().first(kFakeBlock), 2).ok());
+    ASSERT_EQ(*w->submit(), 1u);
+    r.wait_script = {-EBADF};
+    got = w->reap(out, 1);
+    ASSERT_FALSE(got.ok());
+    EXPECT_EQ(got.error(), std::error_code(EBADF, std::system_category()));
+    r.complete(1, static_cast<int32_t>(kFakeBlock));
+    EXPECT_EQ(*w->reap(out, 1), 1u);
+}
+
+TEST(FakeRingWriter, DestructorSendsQueuedWritesAsNopsAndDrainsTheRest) {
+    std::vector<test::SentIo> log;
+    {
+        auto w = fake_writer(WriterMode::block);
+        auto& r = w->ring();
+        r.sent_log = &log;
+        AlignedBuffer buf(3 * kFakeBlock, 4096);
+        ASSERT_TRUE(w->queue_write(0, buf.span().first(kFakeBlock), 0).ok());
+        ASSERT_EQ(*w->submit(), 1u);
+        ASSERT_TRUE(w->queue_write(1, buf.span().subspan(kFakeBlock, kFakeBlock), 1).ok());
+        ASSERT_TRUE(w->queue_write(2, buf.span().subspan(2 * kFakeBlock, kFakeBlock), 2).ok());
+        // The device finishes the admitted write while the destructor waits.
+        r.on_wait = [](test::FakeRing& fr) {
+            if (fr.outstanding() > 0) fr.complete(0, static_cast<int32_t>(kFakeBlock));
+        };
+    }
+    ASSERT_EQ(log.size(), 3u);
+    EXPECT_EQ(log[0].opcode, IORING_OP_WRITE);
+    EXPECT_EQ(log[1].opcode, IORING_OP_NOP);
+    EXPECT_EQ(log[2].opcode, IORING_OP_NOP);
+}
+
+TEST(FakeRingWriterDeathTest, DestructorAbortsWhenTheDeviceNeverCompletes) {
+    ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+    EXPECT_DEATH(
+        {
+            auto w = fake_writer(WriterMode::block, 8, 20);
+            AlignedBuffer buf(kFakeBlock, 4096);
+            if (!w->queue_write(0, buf.span(), 0).ok()) std::_Exit(0);
+            (void)w->submit();
+            w.reset();
+        },
+        "still in flight");
 }
 
 }  // namespace

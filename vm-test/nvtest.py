@@ -78,8 +78,16 @@ def reset(lab):
 def start_load(host, key, writer_id, log_path, ramp_acks=100, extra=""):
     """Starts nvfence-load on host (QD32, stamped with key and writer_id,
     LBAs from 4096) in the background and waits until ramp_acks writes were
-    acknowledged. Returns the Background."""
+    acknowledged. Returns the Background; its exit code goes to
+    log_path + ".rc" (see exit_code)."""
     bg = host.spawn(f'nvfence-load "$NVFENCE_DEV" --start 4096 --count 60000 --qd 32 '
-                    f'--writer-id {writer_id} --key {key} {extra}', log_path=log_path)
+                    f'--writer-id {writer_id} --key {key} {extra}; echo $? > {log_path}.rc', log_path=log_path)
     host.wait_for(f"[ $(grep -c '^C .* ok' {log_path}) -ge {ramp_acks} ]", timeout_s=120).check()
     return bg
+
+
+def exit_code(bg):
+    """The real exit code of a Background started by start_load (None while
+    it runs or if it was killed before writing it)."""
+    r = bg.host.run(f"cat {bg.log_path}.rc 2>/dev/null", timeout_s=30)
+    return int(r.out.strip()) if r.rc == 0 and r.out.strip() else None

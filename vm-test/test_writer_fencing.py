@@ -8,7 +8,7 @@ import json
 import pytest
 
 import nvlab
-from nvtest import OK, nvf, reset, start_load
+from nvtest import OK, exit_code, nvf, reset, start_load
 
 
 @pytest.fixture(scope="module")
@@ -96,8 +96,9 @@ def test_preempt_fences_writer_in_flight(lab):
     r = nvf(b, "preempt", "--node", "2")
     assert r.rc == OK, r
     assert bg.wait(timeout_s=120), "the fenced writer hung"
-    rc, comps, latched, s = parse_load(3, bg.output())
-    assert s["fenced"] >= 1 and s["latched"] is True, s
+    rc, comps, latched, s = parse_load(exit_code(bg), bg.output())
+    assert rc == 3, (rc, s)                              # the documented "fenced" exit
+    assert s["fenced"] >= 1 and s["latched"] is True and s["settled"] is True, s
     assert s["error"] == 0 and s["in_flight"] == 0, s
     assert s["ok_after_first_fenced"] <= 32, s          # only I/O already in flight
     assert any("probe" in x and "fenced" in x for x in latched), latched
@@ -121,7 +122,8 @@ def test_paused_writer_is_fenced_on_resume(lab):
     finally:
         a.resume()
     assert bg.wait(timeout_s=180), "the fenced writer hung after resume"
-    rc, comps, latched, s = parse_load(3, bg.output())
+    rc, comps, latched, s = parse_load(exit_code(bg), bg.output())
+    assert rc == 3, (rc, s)
     assert s["fenced"] >= 1 and s["latched"] is True and s["in_flight"] == 0, s
     assert s["error"] == 0, s
     # B's blocks survive; A's fenced writes never landed.

@@ -28,6 +28,14 @@ inline constexpr uint8_t kGetFeatures = 0x0a;       ///< Admin Get Features.
 
 /// Reservation types (RTYPE), NVMe Base Specification "Reservation Type
 /// Encoding".
+///
+/// Reads: the Write Exclusive types (WE, WERO, WEAR) fence writes only. A
+/// preempted host can still READ the namespace, so an old leader may serve
+/// stale reads (or read the new holder's data). The Exclusive Access types
+/// (EA, EARO, EAAR) make the device refuse a preempted host's reads as well
+/// (vm-test/test_write_paths.py checks both); choose one of those when
+/// stale reads matter. Under the all-registrants types (WEAR, EAAR) every
+/// registrant holds, so fencing a host means preempting its key by name.
 enum class ResvType : uint8_t {
     none = 0,                          ///< No reservation held (report only).
     write_exclusive = 1,               ///< WE.

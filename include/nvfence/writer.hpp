@@ -24,6 +24,28 @@
 ///  - an I/O that was queued but never sent because the writer latched
 ///    first: Errc::fenced.
 ///
+/// Ordering contract, in the device's terms. A preempt-and-abort removes
+/// this host's registration at once (every command the device admits after
+/// that is refused), then waits for this host's commands it had already
+/// admitted before it completes. So:
+///  - a write that completes fenced never landed, none of it (one I/O is
+///    one NVMe command: see max_io_bytes());
+///  - a write that completes ok landed, and if it was admitted before the
+///    preempt completed it is ordered before every write of the new
+///    holder, even when its ok arrives after another write's fenced
+///    completion (a slow backing disk finishes it late);
+///  - a fenced completion therefore says nothing about the other I/Os in
+///    flight: they may still complete ok. It is not "everything after this
+///    failed". After the first fenced completion, settled() turns true
+///    once every I/O this writer had handed to the kernel has completed:
+///    from then on no write of this writer can still land. Reap until
+///    settled() before acting on "nothing more of mine will land".
+///
+/// Reads: under Write Exclusive (we, wero, wear) a preempted host can still
+/// read the namespace (it may read what the new holder writes, or stale
+/// data it cached); only the Exclusive Access types (ea, earo, eaar) make
+/// the device refuse a non-holder's reads as well.
+///
 /// Requirements: Linux >= 5.11 (IORING_FEAT_EXT_ARG, for bounded waits in
 /// one system call); passthrough needs >= 5.19 and a namespace formatted
 /// without metadata. The file is always registered with the ring; fixed
@@ -164,13 +186,27 @@ public:
     virtual uint64_t epoch() const = 0;
     /// True once a completion was fenced.
     virtual bool fenced() const = 0;
+    /// True once fenced() and every I/O handed to the kernel before the
+    /// latch has completed and been reaped (the I/Os queued but not sent
+    /// when the latch came never reach the device and do not count). From
+    /// then on no write of this writer can land on the media; before it, a
+    /// write admitted before the preempt may still complete ok (see the
+    /// ordering contract at the top of this file). False while not fenced.
+    virtual bool settled() const = 0;
     /// I/Os submitted or queued and not yet reaped.
     virtual uint32_t in_flight() const = 0;
     /// The bound on in_flight() given at open.
     virtual uint32_t queue_depth() const = 0;
-    /// Largest single read or write in bytes: block mode 1 GiB; passthrough
-    /// the smaller of 65536 blocks and the device's max_hw_sectors_kb
-    /// (128 KiB when sysfs does not say), since one I/O is one command.
+    /// Largest single read or write in bytes, so that one I/O is one NVMe
+    /// command and a fenced completion means none of it landed. Block mode
+    /// on a namespace: the queue's max_sectors_kb, and (max_segments - 1)
+    /// pages, read at open (128 KiB when sysfs does not say; the kernel
+    /// would split anything larger into several commands, and a preempt
+    /// between them would leave part written under a fenced completion; an
+    /// administrator lowering max_sectors_kb while the writer is open
+    /// reopens that gap). Passthrough: the smaller of 65536 blocks and the
+    /// device's max_hw_sectors_kb (128 KiB when sysfs does not say). A
+    /// regular file: 1 GiB.
     virtual uint32_t max_io_bytes() const = 0;
 
     /// Registers @p regions with the ring as fixed buffers, replacing any

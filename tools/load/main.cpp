@@ -7,10 +7,28 @@
 //
 // Log lines (one per event, flushed as they happen):
 //   C <lba> <seq> ok|fenced|error <detail>     a completion
+//   F <next>                                    the first fenced completion: every seq the
+//                                               writer had queued is below <next>
+//   Q <ms> <ok_after_fenced>                    settled: every I/O handed to the kernel
+//                                               before the latch completed, <ms> after F
 //   L <seq> <error>                             a submission refused at once after the latch
 //   E <text>                                    stopped early: too many I/O errors (--max-errors)
 //   S <json>                                    the summary, last line
+//
+// --plain MODE (pwrite | pwrite-buffered | mmap) does not use FencedWriter at
+// all: it is "another process" writing --count blocks of 512-byte text
+// records "NVFENCE-PLAIN <mode> <tag>" from --start (512-byte units) of a
+// block device or a file, as any program would, then syncs, and prints
+//   P <mode> write=<ok|errno text> sync=<ok|errno text>
+// exit 0 when both succeeded, 3 when either failed with EBADE (the
+// device's Reservation Conflict), 1 for any other failure.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
@@ -91,6 +109,56 @@ int bad_input(FencedWriter& w) {
     return failures ? 1 : 0;
 }
 
+// A program that knows nothing of nvfence: plain system calls.
+int plain_write(const std::string& path, const std::string& mode, uint64_t start, uint64_t count,
+                const std::string& tag) {
+    constexpr size_t kRec = 512;
+    if (mode != "pwrite" && mode != "pwrite-buffered" && mode != "mmap") {
+        std::fprintf(stderr, "nvfence-load: --plain: unknown mode '%s' (pwrite, pwrite-buffered, mmap)\n",
+                     mode.c_str());
+        return 2;
+    }
+    const size_t bytes = count * kRec;
+    const off_t off = static_cast<off_t>(start * kRec);
+    AlignedBuffer buf(bytes, 4096);
+    for (uint64_t i = 0; i < count; ++i) {
+        char* rec = reinterpret_cast<char*>(buf.data() + i * kRec);
+        std::snprintf(rec, kRec, "NVFENCE-PLAIN %s %s %llu\n", mode.c_str(), tag.c_str(),
+                      static_cast<unsigned long long>(start + i));
+    }
+    int werr = 0, serr = 0;
+    const int flags = O_RDWR | O_CLOEXEC | (mode == "pwrite" ? O_DIRECT : 0);
+    const int fd = ::open(path.c_str(), flags);
+    if (fd < 0) {
+        std::fprintf(stderr, "nvfence-load: %s: %s\n", path.c_str(), std::strerror(errno));
+        return 2;
+    }
+    if (mode == "mmap") {
+        // Map whole pages around the records; the file must already be that long.
+        const off_t pg = off / 4096 * 4096;
+        const size_t len = static_cast<size_t>(off - pg) + bytes;
+        void* m = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, pg);
+        if (m == MAP_FAILED) {
+            werr = errno;
+        } else {
+            std::memcpy(static_cast<uint8_t*>(m) + (off - pg), buf.data(), bytes);
+            if (::msync(m, len, MS_SYNC) != 0) serr = errno;
+            ::munmap(m, len);
+        }
+        if (!serr && ::fsync(fd) != 0) serr = errno;
+    } else {
+        const ssize_t n = ::pwrite(fd, buf.data(), bytes, off);
+        if (n < 0) werr = errno;
+        else if (static_cast<size_t>(n) != bytes) werr = EIO;
+        if (::fsync(fd) != 0) serr = errno;
+    }
+    ::close(fd);
+    std::printf("P %s write=%s sync=%s\n", mode.c_str(), werr ? std::strerror(werr) : "ok",
+                serr ? std::strerror(serr) : "ok");
+    if (werr == EBADE || serr == EBADE) return 3;
+    return werr || serr ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -98,8 +166,9 @@ int main(int argc, char** argv) {
     std::string dev, key_s;
     uint64_t start = 0, count = 1024;
     uint32_t qd = 32, timeout_ms = 30000, interval_us = 0, writer_id = static_cast<uint32_t>(::getpid());
-    uint32_t max_errors = 64;
+    uint32_t max_errors = 64, blocks_per_io = 1;
     bool passthrough = false, bad = false;
+    std::string plain, tag = "x";
     app.add_option("device", dev, "namespace block device or /dev/ngXnY")->required();
     app.add_option("--start", start, "first LBA");
     app.add_option("--count", count, "blocks to write, one I/O each")->check(CLI::Range(1ull, 1ull << 32));
@@ -110,10 +179,17 @@ int main(int argc, char** argv) {
     app.add_option("--interval-us", interval_us, "pause between submissions (0: none)")->check(CLI::Range(0u, 1000000u));
     app.add_option("--max-errors", max_errors, "stop submitting after this many I/O errors (a device gone)")
         ->check(CLI::Range(1u, 1000000u));
+    app.add_option("--blocks-per-io", blocks_per_io,
+                   "blocks per write (each stamped with its own LBA and the write's seq); I/O i covers LBAs "
+                   "start + i*N .. start + i*N + N-1")
+        ->check(CLI::Range(1u, 65536u));
     app.add_flag("--passthrough", passthrough, "NVMe passthrough on /dev/ngXnY");
+    app.add_option("--plain", plain, "write as a plain program would: pwrite (O_DIRECT), pwrite-buffered, mmap");
+    app.add_option("--tag", tag, "--plain: text put in every record");
     app.add_flag("--bad-input", bad, "check that bad input fails before reaching the device");
     CLI11_PARSE(app, argc, argv);
 
+    if (!plain.empty()) return plain_write(dev, plain, start, count, tag);
     uint64_t key = 0;
     if (!key_s.empty()) {
         auto k = parse_key(key_s);
@@ -137,9 +213,15 @@ int main(int argc, char** argv) {
     auto& w = **opened;
     setvbuf(stdout, nullptr, _IOLBF, 0);
     if (bad) return bad_input(w);
-    if (start + count > w.size_blocks()) {
+    if (uint64_t{blocks_per_io} * w.block_bytes() > w.max_io_bytes()) {
+        std::fprintf(stderr, "nvfence-load: --blocks-per-io %u is above this writer's max_io_bytes %u\n", blocks_per_io,
+                     w.max_io_bytes());
+        return 2;
+    }
+    const uint64_t span_blocks = count * blocks_per_io;
+    if (start + span_blocks > w.size_blocks()) {
         std::fprintf(stderr, "nvfence-load: LBAs %llu..%llu are past the end (%llu blocks)\n",
-                     static_cast<unsigned long long>(start), static_cast<unsigned long long>(start + count),
+                     static_cast<unsigned long long>(start), static_cast<unsigned long long>(start + span_blocks),
                      static_cast<unsigned long long>(w.size_blocks()));
         return 2;
     }
@@ -148,14 +230,16 @@ int main(int argc, char** argv) {
     std::vector<AlignedBuffer> slots;
     std::vector<uint32_t> free_slots;
     for (uint32_t i = 0; i < qd; ++i) {
-        slots.emplace_back(bs, 4096);
+        slots.emplace_back(size_t{bs} * blocks_per_io, 4096);
         free_slots.push_back(i);
     }
     std::vector<Completion> comps(qd);
     char host[32] = {};
     ::gethostname(host, sizeof host - 1);
     uint64_t next = 0, n_ok = 0, n_fenced = 0, n_err = 0, latched_rejects = 0, ok_after_fenced = 0;
-    bool seen_fenced = false;
+    bool seen_fenced = false, settled_seen = false;
+    double settled_ms = -1;
+    auto t_fenced = std::chrono::steady_clock::now();
     const auto t0 = std::chrono::steady_clock::now();
     int rc = 0;
     while (true) {
@@ -163,20 +247,24 @@ int main(int argc, char** argv) {
         bool queued_any = false;
         while (next < count && !free_slots.empty()) {
             const uint32_t slot = free_slots.back();
-            auto span = slots[slot].span().first(bs);
+            // AlignedBuffer rounds its size up to 4096: write exactly the blocks of this I/O.
+            auto span = slots[slot].span().first(size_t{bs} * blocks_per_io);
+            const uint64_t lba0 = start + next * blocks_per_io;
             Stamp s;
             s.key = key;
             s.epoch = fields ? fields->epoch : 0;
             s.node = fields ? fields->node : 0;
             s.tag = fields ? fields->tag : 0;
-            s.lba = start + next;
             s.seq = next;
             s.time_ns = now_ns();
             s.host = host;
             s.writer_id = writer_id;
-            write_stamp(span, s);
+            for (uint32_t j = 0; j < blocks_per_io; ++j) {
+                s.lba = lba0 + j;
+                write_stamp(span.subspan(size_t{j} * bs, bs), s);
+            }
             const uint64_t user = (next << 16) | slot;
-            auto st = w.queue_write(start + next, span, user);
+            auto st = w.queue_write(lba0, span, user);
             if (!st) {
                 if (st.error() == Errc::fenced) {
                     std::printf("L %llu %s\n", static_cast<unsigned long long>(next), st.error().message().c_str());
@@ -209,7 +297,7 @@ int main(int argc, char** argv) {
             const auto& c = comps[i];
             const uint64_t seq = c.user_data >> 16;
             free_slots.push_back(static_cast<uint32_t>(c.user_data & 0xffff));
-            std::printf("C %llu %llu %s %s\n", static_cast<unsigned long long>(start + seq),
+            std::printf("C %llu %llu %s %s\n", static_cast<unsigned long long>(start + seq * blocks_per_io),
                         static_cast<unsigned long long>(seq), status_word(c.status),
                         c.error ? c.error.message().c_str() : "-");
             if (c.status == IoStatus::ok) {
@@ -217,6 +305,10 @@ int main(int argc, char** argv) {
                 if (seen_fenced) ++ok_after_fenced;
             } else if (c.status == IoStatus::fenced) {
                 ++n_fenced;
+                if (!seen_fenced) {
+                    std::printf("F %llu\n", static_cast<unsigned long long>(next));
+                    t_fenced = std::chrono::steady_clock::now();
+                }
                 seen_fenced = true;
             } else {
                 ++n_err;
@@ -227,22 +319,27 @@ int main(int argc, char** argv) {
                 }
             }
         }
+        if (seen_fenced && !settled_seen && w.settled()) {
+            settled_seen = true;
+            settled_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_fenced).count();
+            std::printf("Q %.1f %llu\n", settled_ms, static_cast<unsigned long long>(ok_after_fenced));
+        }
         if (interval_us && next < count) std::this_thread::sleep_for(std::chrono::microseconds(interval_us));
     }
     // After the latch, one more submission must fail at once, unsent.
     if (w.fenced()) {
-        auto probe = w.queue_write(start, slots[0].span().first(bs), ~0ull);
+        auto probe = w.queue_write(start, slots[0].span().first(bs), ~0ull);  // one block is enough
         std::printf("L probe %s\n", probe ? "ACCEPTED" : probe.error().message().c_str());
         if (probe) rc = 1;
         else ++latched_rejects;
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("S {\"ok\":%llu,\"fenced\":%llu,\"error\":%llu,\"latched_rejects\":%llu,\"ok_after_first_fenced\":%llu,"
-                "\"latched\":%s,\"in_flight\":%u,\"seconds\":%.3f,\"mode\":\"%s\",\"qd\":%u}\n",
+                "\"latched\":%s,\"settled\":%s,\"settled_ms\":%.1f,\"in_flight\":%u,\"seconds\":%.3f,\"mode\":\"%s\",\"qd\":%u,\"max_io_bytes\":%u,\"blocks_per_io\":%u}\n",
                 static_cast<unsigned long long>(n_ok), static_cast<unsigned long long>(n_fenced),
                 static_cast<unsigned long long>(n_err), static_cast<unsigned long long>(latched_rejects),
-                static_cast<unsigned long long>(ok_after_fenced), w.fenced() ? "true" : "false", w.in_flight(), secs,
-                writer_mode_name(w.mode()), qd);
+                static_cast<unsigned long long>(ok_after_fenced), w.fenced() ? "true" : "false", w.settled() ? "true" : "false", settled_ms, w.in_flight(), secs,
+                writer_mode_name(w.mode()), qd, w.max_io_bytes(), blocks_per_io);
     if (rc) return rc;
     return n_fenced ? 3 : (n_err ? 1 : 0);
 }

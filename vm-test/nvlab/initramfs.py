@@ -30,7 +30,10 @@ from .util import GUEST_DIR, LabError, atomic_write, build_dir, cache_dir, file_
 
 MODULES = ["configfs", "nvmet", "nvme-loop", "nvme-fabrics", "nvme-tcp", "nvmet-tcp",
            "virtio_net", "failover", "net_failover", "virtio_blk"]
-TOOLS = ["/usr/sbin/nvme"]
+# e2fsprogs' mke2fs and e2fsck (busybox has neither ext4 nor a checker): the
+# write-path tests put ext4 on the shared namespace. Called by full path.
+TOOLS = ["/usr/sbin/nvme", "/usr/sbin/mke2fs", "/usr/sbin/e2fsck"]
+TOOL_FILES = ["/etc/mke2fs.conf"]
 # Big tools (fio pulls ~85 MB of libraries: ceph, gluster, rdma...) live on a
 # read-only "tools disk" (an uncompressed cpio on a virtio-blk device) and are
 # unpacked into the guest's / on first use by a wrapper, so they cost no boot time.
@@ -275,13 +278,13 @@ def _base_member(k: kmod.Kernel, cache: Path) -> Path:
     closure = module_closure(k.moddir, MODULES)
     for t in TOOLS + [BUSYBOX]:
         if not Path(t).exists():
-            raise LabError(f"{t} is missing (install busybox-static, nvme-cli and fio)")
+            raise LabError(f"{t} is missing (install busybox-static, nvme-cli, e2fsprogs and fio)")
     elfs = TOOLS
     libs = sorted({lib for e in elfs for lib in ldd_libs(e)})
     unpack = GUEST_DIR / "nvlab-unpack-tools"
     pgrep = GUEST_DIR / "pgrep"
     key_parts = [FORMAT_VERSION, k.release, k.version, content_hash(agent), content_hash(init),
-                 content_hash(unpack), content_hash(pgrep), file_sig(BUSYBOX)] + LAZY_TOOLS + [file_sig(t) for t in TOOLS] + [file_sig(x) for x in libs] + \
+                 content_hash(unpack), content_hash(pgrep), file_sig(BUSYBOX)] + LAZY_TOOLS + [file_sig(t) for t in TOOLS] + [file_sig(f) for f in TOOL_FILES if Path(f).exists()] + [file_sig(x) for x in libs] + \
                 [f"{n}:{file_sig(p)}" for n, p in closure]
     key = hashlib.sha256("\n".join(key_parts).encode()).hexdigest()[:20]
     out = cache / f"base-{key}.cpio"
@@ -312,6 +315,9 @@ def _base_member(k: kmod.Kernel, cache: Path) -> Path:
             a.symlink(f"usr/bin/{ap}" if bb.startswith("/usr/") else f"bin/{ap}", bb_guest)
     for t in TOOLS:
         a.host_path(t)
+    for f in TOOL_FILES:
+        if Path(f).exists():
+            a.host_path(f)
     for lib in libs:
         a.host_path(lib)
     a.file("sbin/nvlab-unpack-tools", unpack.read_bytes(), 0o755)
