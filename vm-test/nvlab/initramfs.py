@@ -41,7 +41,7 @@ LAZY_TOOLS = ["/usr/bin/fio"]
 TOOLS_DISK_SERIAL = "nvlab-tools"
 BUSYBOX = "/bin/busybox"
 GUEST_BIN = "usr/local/bin"          # project binaries go here (on PATH)
-FORMAT_VERSION = "5"                 # bump when the layout logic changes
+FORMAT_VERSION = "6"                 # bump when the layout logic changes
 
 
 # ---------------------------------------------------------------- cpio
@@ -386,11 +386,27 @@ def _project_member(cache: Path, base_libs: set) -> Path | None:
         # Debug info stripped by default (NVFENCE_LAB_STRIP=0 keeps it): a
         # debug build is ~10x bigger and the initramfs is copied at every boot.
         a.file(f"{GUEST_BIN}/{b.name}", _strip_debug(b), 0o755)
+    build = build_dir().resolve()
     for lib in libs:
+        if Path(lib).resolve().is_relative_to(build):
+            # The build's own libraries (libnvfence.so.N): the RUNPATH names
+            # their build path, which the guest may hide (its /tmp is a
+            # tmpfs, and CI clones under /tmp), so they also go where the
+            # loader looks by default, beside the C library.
+            a.file(f"{_default_lib_dir(base_libs)}/{Path(lib).name}", Path(lib).resolve().read_bytes(), 0o755)
         a.host_path(lib)
     data = _gz(a.serialize())
     atomic_write(out, data)
     return out
+
+
+def _default_lib_dir(base_libs: set) -> str:
+    """The directory of the C library ldd resolved (a default search path
+    of the loader), without the leading slash."""
+    for lib in base_libs:
+        if Path(lib).name == "libc.so.6":
+            return str(Path(lib).parent).strip("/")
+    raise LabError("ldd found no libc.so.6 for the guest's tools")
 
 
 def _tools_disk(cache: Path, base_libs: set) -> Path:
