@@ -85,7 +85,17 @@ def test_documentation_target_exists(lab):
     a = lab.hosts[0]
     docs = show(a, "Documentation")["Documentation"].split()
     assert docs, "the unit has no Documentation="
-    for url in docs:
+    for url in (d.strip('"') for d in docs):
+        if url.startswith("man:"):
+            # man:NAME(S): the page is installed under some prefix's man tree.
+            m = re.fullmatch(r"man:([\w.@-]+)\((\d)\)", url)
+            assert m, url
+            name, sec = m.groups()
+            paths = [f"{p}/share/man/man{sec}/{name}.{sec}{z}"
+                     for p in ("/usr", "/usr/local") for z in ("", ".gz")]
+            r = a.run(" || ".join(f"test -s {x}" for x in paths))
+            assert r.rc == 0, f"Documentation={url}: none of {paths} is installed"
+            continue
         assert url.startswith("file:"), url
         path = url[len("file:"):]
         r = a.run(f"test -s {shlex.quote(path)}")
