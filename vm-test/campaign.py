@@ -796,7 +796,18 @@ def check(blocks: list, writers: list, final_holder: int | None, samples: list, 
             u[0] += 1
             u[3] = min(u[3], seq)
         if st == "fenced":
-            raise Violation(f"invariant 1: LBA {lba} holds writer {wid} seq {seq}, a write that completed FENCED")
+            # A command the kernel sent again (after a path error or an
+            # abort) completes with the last attempt's status: an earlier
+            # attempt admitted before the preempt may have landed. That is
+            # ordered before the new holder, so it is judged by its effect:
+            # never above the final holder's epoch, never on top of a write
+            # acknowledged under a higher epoch (checked just below).
+            if final_holder and ep >= final_epoch:
+                raise Violation(f"invariant 1: LBA {lba} holds writer {wid} seq {seq} under epoch {ep}, a write "
+                                f"that completed FENCED, not below the final holder's epoch {final_epoch}")
+            totals["fenced_but_landed"] += 1
+            print(f"campaign: LBA {lba} holds writer {wid} seq {seq} (epoch {ep}), which completed FENCED: "
+                  "an earlier attempt landed before the preempt", flush=True)
         if acked and ep < acked[0]:
             raise Violation(f"invariant 1: LBA {lba} holds epoch {ep} (writer {wid} seq {seq}) on top of a write "
                             f"acknowledged under epoch {acked[0]} (writer {acked[1]} seq {acked[2]})")

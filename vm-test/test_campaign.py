@@ -64,8 +64,26 @@ def test_checker_catches_an_old_epoch_over_a_newer_acknowledged_write():
 
 
 def test_checker_catches_a_fenced_write_on_the_media():
+    # A fenced write of the final holder's epoch (or above) on the media.
+    a = Writer(11, "a", K1, [(0, 0, "ok", "-")])
+    b = Writer(21, "b", K2, [(0, 0, "ok", "-"), (1, 1, "fenced", "-")])
     with pytest.raises(Violation, match="completed FENCED"):
-        run([block(0, 21, 0, 2), block(1, 11, 1, 1)], writers(a_status="fenced"))
+        run([block(0, 21, 0, 2), block(1, 21, 1, 2)], [a, b])
+    # A fenced write of an older epoch on top of a newer acknowledged one.
+    with pytest.raises(Violation, match="invariant 1"):
+        run([block(0, 11, 0, 1), block(1, 11, 1, 1)],
+            writers(a_extra=[(0, 2, "fenced", "-")]))
+
+
+def test_checker_counts_a_retried_fenced_write_that_landed_before_the_preempt():
+    # A's seq 1 completed FENCED (the kernel's retry was refused) but an
+    # earlier attempt landed before B's preempt: older epoch, under nothing
+    # newer. Allowed, and counted.
+    from collections import Counter
+    totals = Counter()
+    check([block(0, 21, 0, 2), block(1, 11, 1, 1)], writers(a_status="fenced"), K2,
+          samples=[], grants=[], totals=totals, log=lambda *_: None)
+    assert totals["fenced_but_landed"] == 1
 
 
 def test_checker_catches_a_lost_acknowledged_write_of_the_holder():
