@@ -28,8 +28,13 @@
 /// this host's registration at once (every command the device admits after
 /// that is refused), then waits for this host's commands it had already
 /// admitted before it completes. So:
-///  - a write that completes fenced never landed, none of it (one I/O is
-///    one NVMe command: see max_io_bytes());
+///  - a write that completes fenced was refused by the device, all of it
+///    (one I/O is one NVMe command: see max_io_bytes()), in the attempt
+///    that completed. The kernel sends a command again after a path error
+///    (a fabric link lost and reconnected) or an abort; an earlier attempt
+///    admitted before the preempt may have landed, ordered before the new
+///    holder. So "fenced" means "nothing of it landed" only for an I/O that
+///    met no path error (docs/RELIABILITY.md, invariant 1);
 ///  - a write that completes ok landed, and if it was admitted before the
 ///    preempt completed it is ordered before every write of the new
 ///    holder, even when its ok arrives after another write's fenced
