@@ -91,3 +91,14 @@ def exit_code(bg):
     it runs or if it was killed before writing it)."""
     r = bg.host.run(f"cat {bg.log_path}.rc 2>/dev/null", timeout_s=30)
     return int(r.out.strip()) if r.rc == 0 and r.out.strip() else None
+
+
+def stamps(host, lba, n):
+    """{lba: block} of `nvfence read --json` over n blocks from lba, read in
+    chunks of 4096 blocks (what one read command takes)."""
+    blocks = []
+    for off in range(0, n, 4096):
+        r = nvf(host, "read", "--lba", str(lba + off), "--blocks", str(min(4096, n - off)), timeout_s=120)
+        assert r.rc == OK, r
+        blocks += r.json["blocks"]
+    return {b["lba"]: b for b in blocks}

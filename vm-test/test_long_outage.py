@@ -13,20 +13,12 @@ from collections import Counter
 
 import pytest
 
-from nvtest import OK, exit_code, nvf, reset
+from nvtest import OK, exit_code, nvf, reset, stamps
 
 CTRL_LOSS_TMO_S = 6
 START = 4096
 B_BLOCKS = 4096
 
-
-def stamps(host, lba, n):
-    blocks = []
-    for off in range(0, n, 4096):
-        r = nvf(host, "read", "--lba", str(lba + off), "--blocks", str(min(4096, n - off)), timeout_s=120)
-        assert r.rc == OK, r
-        blocks += r.json["blocks"]
-    return {b["lba"]: b for b in blocks}
 
 
 @pytest.mark.parametrize("multipath", ["N", "Y"])

@@ -16,7 +16,7 @@ import json
 
 import pytest
 
-from nvtest import CONFLICT, OK, exit_code, nvf, reset
+from nvtest import CONFLICT, OK, exit_code, nvf, reset, stamps
 
 BS = 512
 BUF_LBA = 80_000          # buffered-write scenario
@@ -57,14 +57,6 @@ def plain(host, mode, lba, count, tag, path='"$NVFENCE_DEV"'):
     r = host.run(f"nvfence-load {path} --plain {mode} --start {lba} --count {count} --tag {tag}", timeout_s=120)
     return r.rc, r.out + r.err
 
-
-def stamps(host, lba, n):
-    blocks = []
-    for off in range(0, n, 4096):
-        r = nvf(host, "read", "--lba", str(lba + off), "--blocks", str(min(4096, n - off)), timeout_s=120)
-        assert r.rc == OK, r
-        blocks += r.json["blocks"]
-    return {b["lba"]: b for b in blocks}
 
 
 def test_buffered_writes_with_the_device_held_open(lab):
