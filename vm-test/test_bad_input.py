@@ -513,9 +513,15 @@ def test_namespace_removed_while_a_command_is_in_flight(clean):
             time.sleep(2)
             host.pause()
             try:
-                target.ns_disable()
+                # The disable may wait for the paused host (a write of its
+                # waiting for data it has not sent): give it a few seconds,
+                # then resume the host, which is frozen across it either way.
+                job = target.ns_disable_begin()
+                early = job.wait(5)
             finally:
                 host.resume()
+            assert job.wait(60) and "DISABLED" in job.output(), job.output()
+            print(f"{tag}: namespace disabled {'before' if early else 'after'} the host resumed")
             rc, n, err = loop_result(bg)
             print(f"{tag}: exit {rc} after {n} rounds: {err}")
             assert rc in (FAIL, USAGE), (rc, err)

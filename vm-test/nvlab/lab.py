@@ -481,6 +481,15 @@ class Target(Host):
         """Disable the exported namespace (hosts see it go away)."""
         self.run(f"echo 0 > {self.ns_path}/enable", check=True, timeout_s=30)
 
+    def ns_disable_begin(self) -> Background:
+        """Start disabling the namespace without waiting for it. nvmet's
+        disable waits until every request that holds the namespace has
+        completed, and a write whose data a paused host has not sent yet (an
+        R2T outstanding on NVMe/TCP) holds it until that host runs again:
+        a caller that pauses a host disables with this, resumes the host,
+        then waits on the returned job."""
+        return self.spawn(f"echo 0 > {self.ns_path}/enable && echo DISABLED")
+
     def ns_enable(self, wait_hosts: bool = True, timeout_s: float = 60) -> None:
         """Re-enable the namespace; by default wait until every running,
         unpaused host sees it again (see Host.refresh_dev: its device name
