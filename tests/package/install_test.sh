@@ -12,6 +12,7 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
 cache() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt"; }
 prefix=$(cache CMAKE_INSTALL_PREFIX); unitdir=$(cache NVFENCE_SYSTEMDUNITDIR)
+case "$unitdir" in /*) ;; *) unitdir=$prefix/$unitdir ;; esac
 DESTDIR="$tmp/dest" cmake --install "$build" >"$tmp/install.log" 2>&1 \
     || { cat "$tmp/install.log"; echo "FAIL: cmake --install"; exit 1; }
 root="$tmp/dest$prefix"
