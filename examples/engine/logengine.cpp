@@ -25,8 +25,8 @@
 //                                "A <seq> <epoch> <payload>" (flushed). On a
 //                                fenced completion it stops appending and
 //                                exits 3; other I/O errors exit 1.
-//   check DEV                    scan the log, print "R <seq> <epoch> <payload>"
-//                                per record and a summary.
+//   check DEV [--count-only]     scan the log, print "R <seq> <epoch> <payload>"
+//                                per record (unless --count-only) and a summary.
 //   fill DEV --node N --records K  benchmark set-up: K records in large writes
 // Time to useful (serve prints): takeover_ms, recovery_ms (scan), records
 // recovered, recovery MiB/s, first_append_ms.
@@ -58,7 +58,8 @@ namespace {
 constexpr char kSbMagic[8] = {'N', 'V', 'F', 'L', 'O', 'G', 'S', 'B'};
 constexpr char kRecMagic[8] = {'N', 'V', 'F', 'L', 'O', 'G', 'R', 'C'};
 constexpr size_t kHeader = 48;  // magic 8, log id 8, seq 8, epoch 4, node 1, pad 3, len 4, crc 4, pad 8
-constexpr uint32_t kScanBatchBlocks = 256;
+constexpr uint32_t kScanBatchBlocks = 256;  // 128 KiB reads of 512-byte blocks
+constexpr uint32_t kScanInflight = 16;      // scan reads in flight
 constexpr int kExitFenced = 3;
 
 using Clock = std::chrono::steady_clock;
@@ -76,10 +77,13 @@ struct Record {
     std::string payload;
 };
 
+// The block's crc32c with its crc field (bytes 36..39) read as zero,
+// computed in place.
 uint32_t block_crc(std::span<const uint8_t> b) {
-    std::vector<uint8_t> tmp(b.begin(), b.end());
-    std::memset(tmp.data() + 36, 0, 4);
-    return crc32c(tmp);
+    static constexpr uint8_t kZero[4] = {0, 0, 0, 0};
+    uint32_t c = crc32c(b.first(36));
+    c = crc32c(kZero, c);
+    return crc32c(b.subspan(40), c);
 }
 
 void encode_record(std::span<uint8_t> b, uint64_t log_id, const Record& r) {
@@ -177,7 +181,7 @@ struct Log {
 Result<Log> open_log(const Opts& o, uint32_t epoch) {
     WriterOptions wo;
     wo.epoch = epoch;
-    wo.queue_depth = std::max(o.depth, kScanBatchBlocks / 8);
+    wo.queue_depth = std::max(o.depth, kScanInflight);
     wo.timeout_ms = o.timeout_ms;
     auto w = FencedWriter::open(o.dev, wo);
     if (!w) return w.error();
@@ -197,19 +201,59 @@ Result<uint64_t> read_superblock(Log& l) {
     return get<uint64_t>(b.data() + 8);
 }
 
-// Recovery: batched sequential reads (several in flight), stop at the first
-// block that does not continue the log.
-Result<std::vector<Record>> scan(Log& l, double* mib_s) {
+// What a recovery scan found: the log's length (records 0..records-1 are
+// valid), the epoch of its last record, and the read rate.
+struct ScanResult {
+    uint64_t records = 0;
+    uint32_t last_epoch = 0;
+    uint64_t bytes = 0;
+    double mib_s = 0;
+};
+
+// Whether block b is record `want` of this log with an epoch no lower than
+// min_epoch: the cheap header checks first, then the CRC in place.
+bool record_continues(std::span<const uint8_t> b, uint64_t log_id, uint64_t want, uint32_t min_epoch,
+                      uint32_t* epoch, const char** why) {
+    if (std::memcmp(b.data(), kRecMagic, 8) != 0 || get<uint64_t>(b.data() + 8) != log_id) {
+        *why = "not a record of this log";
+        return false;
+    }
+    if (get<uint64_t>(b.data() + 16) != want) {
+        *why = "sequence gap";
+        return false;
+    }
+    *epoch = get<uint32_t>(b.data() + 24);
+    if (*epoch < min_epoch) {
+        *why = "older epoch";
+        return false;
+    }
+    if (get<uint32_t>(b.data() + 32) > b.size() - kHeader || get<uint32_t>(b.data() + 36) != block_crc(b)) {
+        *why = "bad length or crc (torn or foreign block)";
+        return false;
+    }
+    return true;
+}
+
+// Recovery: sequential reads of kScanBatchBlocks blocks, kScanInflight of
+// them in flight (bounded: kScanInflight x 128 KiB of buffers), checked in
+// log order as they complete. While one batch is checked the others stay
+// in flight, and a checked buffer is reused at once for the next batch. The
+// check reads each block in place (no copy, no allocation); only `keep`
+// (check) gets decoded records. Stops at the first block that does not
+// continue the log.
+Result<ScanResult> scan(Log& l, std::vector<Record>* keep) {
     const auto t0 = Clock::now();
-    std::vector<Record> out;
+    ScanResult res;
     const uint64_t first = l.base + 1, end = l.w->size_blocks();
-    const uint32_t batch = std::min<uint32_t>(kScanBatchBlocks, l.w->max_io_bytes() / l.bs);
-    const uint32_t inflight = 4;
+    const uint32_t batch = std::max<uint32_t>(1, std::min<uint32_t>(kScanBatchBlocks, l.w->max_io_bytes() / l.bs));
+    const uint32_t slots = std::min<uint32_t>(kScanInflight, l.w->queue_depth());
     std::vector<AlignedBuffer> bufs;
-    for (uint32_t i = 0; i < inflight; ++i) bufs.emplace_back(size_t{batch} * l.bs, 4096);
-    std::vector<uint64_t> at(inflight);
-    uint64_t next = first, bytes = 0;
-    std::deque<uint32_t> order;  // buffers in submission order
+    for (uint32_t i = 0; i < slots; ++i) bufs.emplace_back(size_t{batch} * l.bs, 4096);
+    std::vector<uint64_t> at(slots);
+    std::vector<uint32_t> len(slots, 0);
+    std::vector<bool> done(slots, false);
+    std::deque<uint32_t> order;  // slots in submission (= log) order
+    uint64_t next = first;
     auto issue = [&](uint32_t i) -> Status {
         if (next >= end) return Ok{};
         const auto n = static_cast<uint32_t>(std::min<uint64_t>(batch, end - next));
@@ -219,61 +263,66 @@ Result<std::vector<Record>> scan(Log& l, double* mib_s) {
         order.push_back(i);
         return Ok{};
     };
-    for (uint32_t i = 0; i < inflight; ++i)
+    for (uint32_t i = 0; i < slots; ++i)
         if (auto s = issue(i); !s) return s.error();
     if (auto s = l.w->submit(); !s) return s.error();
-    std::vector<bool> done(inflight, false);
-    std::vector<uint32_t> len(inflight, 0);
+    const bool debug = std::getenv("LOGENGINE_DEBUG") != nullptr;
     bool stop = false;
-    while (!order.empty()) {
-        Completion cs[8];
-        auto r = l.w->reap(cs, 1);
-        if (!r) return r.error();
-        for (size_t k = 0; k < *r; ++k) {
-            if (cs[k].status != IoStatus::ok) return cs[k].error;
-            done[cs[k].user_data] = true;
-            len[cs[k].user_data] = cs[k].bytes;
+    Completion cs[kScanInflight];
+    while (!order.empty() && !stop) {
+        if (!done[order.front()]) {
+            auto r = l.w->reap(cs, 1);
+            if (!r) return r.error();
+            for (size_t k = 0; k < *r; ++k) {
+                if (cs[k].status != IoStatus::ok) return cs[k].error;
+                done[cs[k].user_data] = true;
+                len[cs[k].user_data] = cs[k].bytes;
+            }
+            continue;
         }
-        while (!order.empty() && done[order.front()]) {
-            const uint32_t i = order.front();
-            order.pop_front();
-            done[i] = false;
-            bytes += len[i];
-            for (uint32_t b = 0; !stop && b < len[i] / l.bs; ++b) {
-                auto rec = decode_record(bufs[i].span().subspan(size_t{b} * l.bs, l.bs), l.log_id);
-                const uint64_t want = at[i] + b - first;
-                if (!rec || rec->seq != want || (!out.empty() && rec->epoch < out.back().epoch)) {
-                    stop = true;
-                    if (std::getenv("LOGENGINE_DEBUG"))
-                        std::fprintf(stderr, "scan: stop at lba %llu (record %llu): %s\n",
-                                     static_cast<unsigned long long>(at[i] + b), static_cast<unsigned long long>(want),
-                                     !rec ? "not a record of this log" : rec->seq != want ? "sequence gap" : "older epoch");
-                    if (std::getenv("LOGENGINE_DEBUG")) {
-                        const uint8_t* x = bufs[i].data() + size_t{b} * l.bs;
-                        for (int q = 0; q < 48; ++q) std::fprintf(stderr, "%02x%s", x[q], q % 16 == 15 ? "\n" : " ");
-                        std::fprintf(stderr, "log id %016llx crc %08x\n", static_cast<unsigned long long>(l.log_id),
-                                     block_crc(std::span<const uint8_t>(x, l.bs)));
-                    }
+        const uint32_t i = order.front();
+        order.pop_front();
+        done[i] = false;
+        res.bytes += len[i];
+        for (uint32_t b = 0; b < len[i] / l.bs; ++b) {
+            const auto blk = std::span<const uint8_t>(bufs[i].data() + size_t{b} * l.bs, l.bs);
+            const uint64_t want = at[i] + b - first;
+            uint32_t epoch = 0;
+            const char* why = "";
+            if (!record_continues(blk, l.log_id, want, res.last_epoch, &epoch, &why)) {
+                stop = true;
+                if (debug) {
+                    std::fprintf(stderr, "scan: stop at lba %llu (record %llu): %s\n",
+                                 static_cast<unsigned long long>(at[i] + b), static_cast<unsigned long long>(want), why);
+                    for (int q = 0; q < 48; ++q) std::fprintf(stderr, "%02x%s", blk[q], q % 16 == 15 ? "\n" : " ");
+                    std::fprintf(stderr, "log id %016llx crc %08x\n", static_cast<unsigned long long>(l.log_id),
+                                 block_crc(blk));
                 }
-                else out.push_back(std::move(*rec));
+                break;
             }
-            if (!stop) {
-                if (auto s = issue(i); !s) return s.error();
-                if (auto s = l.w->submit(); !s) return s.error();
+            res.last_epoch = epoch;
+            ++res.records;
+            if (keep) {
+                auto rec = decode_record(blk, l.log_id);
+                if (!rec) return make_error_code(Errc::malformed_data);  // cannot happen: checked above
+                keep->push_back(std::move(*rec));
             }
         }
-        if (stop && !order.empty()) {
-            // Drain what is still in flight before the buffers go away.
-            while (l.w->in_flight() > 0) {
-                auto d = l.w->reap(cs, 1);
-                if (!d) return d.error();
-            }
-            order.clear();
+        if (!stop) {
+            // The slot goes back to the device before the next batch is checked.
+            if (auto s = issue(i); !s) return s.error();
+            if (auto s = l.w->submit(); !s) return s.error();
         }
     }
-    const double s = std::max(ms_since(t0), 0.001) / 1000.0;
-    if (mib_s) *mib_s = static_cast<double>(bytes) / (1024.0 * 1024.0) / s;
-    return out;
+    // Drain what is still in flight before the buffers go away (bounded: each
+    // reap waits at most the writer's timeout, and an error ends the scan).
+    while (l.w->in_flight() > 0) {
+        auto d = l.w->reap(cs, 1);
+        if (!d) return d.error();
+    }
+    const double sec = std::max(ms_since(t0), 0.001) / 1000.0;
+    res.mib_s = static_cast<double>(res.bytes) / (1024.0 * 1024.0) / sec;
+    return res;
 }
 
 int cmd_format(const Opts& o) {
@@ -311,14 +360,14 @@ int cmd_serve(const Opts& o) {
     if (!id) return fail("superblock", id.error());
     l->log_id = *id;
     const auto t1 = Clock::now();
-    double mib_s = 0;
-    auto recs = scan(*l, &mib_s);
-    if (!recs) return fail("recovery", recs.error());
+    auto scanned = scan(*l, nullptr);
+    if (!scanned) return fail("recovery", scanned.error());
     const double recovery_ms = ms_since(t1);
-    uint64_t seq = recs->size();
+    uint64_t seq = scanned->records;
     std::printf("serving: epoch %u node %u, recovered %llu records, takeover_ms %.1f recovery_ms %.1f "
-                "recovery_mib_s %.1f\n",
-                *epoch, o.node, static_cast<unsigned long long>(seq), takeover_ms, recovery_ms, mib_s);
+                "recovery_mib_s %.1f scan_io_kib %u scan_inflight %u\n",
+                *epoch, o.node, static_cast<unsigned long long>(seq), takeover_ms, recovery_ms, scanned->mib_s,
+                kScanBatchBlocks * l->bs / 1024, kScanInflight);
     std::fflush(stdout);
 
     FILE* acks = o.ack_log.empty() ? stdout : std::fopen(o.ack_log.c_str(), "a");
@@ -435,9 +484,9 @@ int cmd_fill(const Opts& o, uint64_t records) {
     auto id = read_superblock(*l);
     if (!id) return fail("superblock", id.error());
     l->log_id = *id;
-    auto recs = scan(*l, nullptr);
-    if (!recs) return fail("recovery", recs.error());
-    uint64_t seq = recs->size();
+    auto scanned = scan(*l, nullptr);
+    if (!scanned) return fail("recovery", scanned.error());
+    uint64_t seq = scanned->records;
     const uint64_t end = std::min<uint64_t>(seq + records, l->w->size_blocks() - l->base - 1);
     const uint32_t per_io = std::min<uint32_t>(256, l->w->max_io_bytes() / l->bs);
     AlignedBuffer buf(size_t{per_io} * l->bs, 4096);
@@ -456,19 +505,21 @@ int cmd_fill(const Opts& o, uint64_t records) {
     return 0;
 }
 
-int cmd_check(const Opts& o) {
+int cmd_check(const Opts& o, bool quiet) {
     auto l = open_log(o, 0);
     if (!l) return fail("open " + o.dev, l.error());
     auto id = read_superblock(*l);
     if (!id) return fail("superblock", id.error());
     l->log_id = *id;
-    double mib_s = 0;
     const auto t0 = Clock::now();
-    auto recs = scan(*l, &mib_s);
-    if (!recs) return fail("scan", recs.error());
-    for (const Record& r : *recs)
+    std::vector<Record> recs;
+    auto scanned = scan(*l, quiet ? nullptr : &recs);
+    if (!scanned) return fail("scan", scanned.error());
+    const double scan_ms = ms_since(t0);
+    for (const Record& r : recs)
         std::printf("R %llu %u %s\n", static_cast<unsigned long long>(r.seq), r.epoch, r.payload.c_str());
-    std::printf("records %zu scan_ms %.1f mib_s %.1f\n", recs->size(), ms_since(t0), mib_s);
+    std::printf("records %llu scan_ms %.1f mib_s %.1f\n", static_cast<unsigned long long>(scanned->records), scan_ms,
+                scanned->mib_s);
     return 0;
 }
 
@@ -496,6 +547,8 @@ int main(int argc, char** argv) {
     srv->add_option("--state-dir", o.state_dir, "where the highest epoch is persisted");
     auto* chk = app.add_subcommand("check", "scan the log and print every record");
     dev(chk);
+    bool quiet = false;
+    chk->add_flag("--count-only", quiet, "print only the summary (a pure scan, for benchmarks)");
     uint64_t records = 0;
     auto* fill = app.add_subcommand("fill", "benchmark set-up: append RECORDS records in large writes");
     dev(fill);
@@ -506,5 +559,5 @@ int main(int argc, char** argv) {
     if (fill->parsed()) return cmd_fill(o, records);
     if (fmt->parsed()) return cmd_format(o);
     if (srv->parsed()) return cmd_serve(o);
-    return cmd_check(o);
+    return cmd_check(o, quiet);
 }
