@@ -521,7 +521,11 @@ class Lab:
                  boot_timeout_s: float = 180, connect_opts: str = DEFAULT_CONNECT_OPTS,
                  extra_cmdline: str = "", answer_grace_s: float = 30,
                  hostids: dict | None = None, flavour: str = "busybox", packages=(),
-                 cluster_net: bool | None = None):
+                 cluster_net: bool | None = None, install_project: bool = True, volume_mib: int = VOLUME_SIZE >> 20):
+        # install_project=False (systemd flavour): the per-run project disk
+        # carries only the lab's own setup and agent, no `cmake --install` of
+        # the build; for tests that install the project themselves (the .deb).
+        # volume_mib: size of the shared namespace (a sparse file on the host).
         if topology not in TOPOLOGIES:
             raise ValueError(f"topology must be one of {TOPOLOGIES}, not {topology!r}")
         if flavour not in FLAVOURS:
@@ -537,6 +541,12 @@ class Lab:
         self.flavour = flavour
         self.packages = sdimage.normalize_packages(packages) if flavour == "systemd" else ()
         self.cluster_net = bool(cluster_net)
+        if not install_project and flavour != "systemd":
+            raise ValueError("install_project=False is for flavour='systemd' (busybox guests run <build>/bin)")
+        self.install_project = bool(install_project)
+        if not 16 <= int(volume_mib) <= 65536:
+            raise ValueError(f"volume_mib must be 16..65536, not {volume_mib!r}")
+        self.volume_bytes = int(volume_mib) << 20
         self.sd_image: sdimage.RootImage | None = None
         self.sd_initrd: Path | None = None
         self.project_disk: Path | None = None
@@ -627,7 +637,7 @@ class Lab:
         _live_labs.add(self)
         vol = self.run_dir / "vol.img"
         with open(vol, "wb") as f:
-            f.truncate(VOLUME_SIZE)
+            f.truncate(self.volume_bytes)
         cache = "none" if _o_direct_ok(vol) else "writeback"
         drive = f"file={vol},if=none,id=d0,format=raw,cache={cache}"
         nvme_dev = ["-device", f"nvme,serial={DISK_SERIAL},drive=d0"]
@@ -641,7 +651,8 @@ class Lab:
         log(f"starting {self.topology} lab, {self.n_hosts} {self.flavour} host(s), run dir {self.run_dir}")
         if self.flavour == "systemd":
             self.project_disk = self.run_dir / "project.tar"
-            self.project_info = sdimage.project_disk(self.project_disk, self.sd_image)
+            self.project_info = sdimage.project_disk(self.project_disk, self.sd_image,
+                                                     install=self.install_project)
             for n in names:
                 run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(self.sd_image.path), "-F", "raw",
                      str(self.run_dir / f"{n}.root.qcow2")], what="qemu-img create (overlay)")

@@ -405,17 +405,20 @@ def boot_initramfs(k: kmod.Kernel) -> Path:
 
 # ---------------------------------------------------------------- project disk
 
-def project_disk(out: Path, image: RootImage) -> dict:
+def project_disk(out: Path, image: RootImage, install: bool = True) -> dict:
     """Write the project disk (a tar) to out: `cmake --install` of the build
     dir (DESTDIR), the guest setup script and agent, and the shared libraries
-    the installed programs need that the image lacks. Returns a summary."""
+    the installed programs need that the image lacks. install=False leaves
+    the project out (the setup script and agent only). Returns a summary."""
     t0 = time.monotonic()
     stage = out.with_name(out.name + ".stage")
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir(parents=True)
     b = build_dir()
     installed = False
-    if (b / "cmake_install.cmake").exists():
+    if not install:
+        log("project disk without the project (install_project=False)")
+    elif (b / "cmake_install.cmake").exists():
         env = dict(os.environ, DESTDIR=str(stage))
         run(["cmake", "--install", str(b)], env=env, what="cmake --install (project disk)", timeout_s=300)
         installed = True

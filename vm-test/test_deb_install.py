@@ -1,0 +1,181 @@
+"""The .deb in a systemd guest (issue 17): `cpack -G DEB` of the build
+directory (the package's prefix is /usr whatever the build's, see
+cmake/NvfencePackage.cmake), installed with `dpkg -i` in a systemd host VM
+whose project disk carries no install of the project
+(Lab(install_project=False)): everything nvfence in the guest comes from
+the package.
+
+- The root image has the package's runtime dependencies and nothing else
+  of the project (no network in the guest: dpkg must find every Depends
+  satisfied).
+- dpkg -i: the rule lands in /usr/lib/udev/rules.d and the unit in
+  /usr/lib/systemd/system; the postinst reloads udev and triggers the NVMe
+  block devices, so /dev/nvfence/<volume> appears without us; systemd
+  knows nvfenced@.service from /usr/lib/systemd/system (postinst's
+  daemon-reload); the library resolves through ld.so.cache (ldconfig trigger).
+- With /etc/nvfence/<volume>.conf, the udev rule starts
+  nvfenced@<volume>.service for the shared namespace (nobody runs systemctl
+  start), it becomes active through READY=1 and `nvfence status` answers as
+  holder; the device reports the same holder key.
+- dpkg -r: prerm stops the agent cleanly (it releases the reservation), the
+  package's files are gone, udev and systemd no longer know the rule, the
+  unit or the /dev/nvfence link.
+"""
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+import nvlab
+from nvlab.util import build_dir
+
+VOL = "vol-0123456789abcdef0"
+UNIT = f"nvfenced@{VOL}.service"
+WAIT_S = 90          # bound for udev/systemd to act on an event under a loaded TCG host
+# The package's Depends not in the base systemd image (dpkg-shlibdeps of
+# libnvfence, nvfence, nvfenced and fence_nvfence; libnvme1, libc6,
+# libstdc++6 and libgcc-s1 are in the base image already).
+DEB_DEPS = ["liburing2", "libspdlog1.10", "libfmt9"]
+GUEST_DEB = "/root/nvfence.deb"
+
+
+@pytest.fixture(scope="module")
+def deb():
+    """cpack -G DEB in the build directory, into a temporary directory."""
+    b = build_dir()
+    if not (b / "CPackConfig.cmake").exists():
+        pytest.fail(f"no CMake build with CPack at {b} (set NVFENCE_BUILD_DIR)")
+    out = Path(tempfile.mkdtemp(prefix="nvfence-deb-"))
+    try:
+        r = subprocess.run(["cpack", "-G", "DEB", "-B", str(out)], cwd=b, capture_output=True, text=True,
+                           timeout=600)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        debs = sorted(out.glob("*.deb"))
+        assert len(debs) == 1, (debs, r.stdout[-2000:])
+        yield debs[0]
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def lab(deb):
+    with nvlab.Lab(hosts=1, flavour="systemd", packages=DEB_DEPS, install_project=False, cluster_net=False,
+                   boot_timeout_s=480) as lab:
+        yield lab
+
+
+def deb_field(deb, field):
+    return subprocess.run(["dpkg-deb", "-f", str(deb), field], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def show(host, *props):
+    r = host.run(f"systemctl show {UNIT} " + " ".join(f"-p {p}" for p in props), timeout_s=30, check=True)
+    return dict(line.split("=", 1) for line in r.out.splitlines() if "=" in line)
+
+
+def holders(host):
+    rep = json.loads(host.run("nvme resv-report $NVFENCE_DEV --eds -o json", check=True).out)
+    return [r["rkey"] for r in rep.get("regctlext", []) if r["rcsts"] & 1]
+
+
+def test_install_from_package(lab, deb):
+    (a,) = lab.hosts
+    assert lab.project_info["installed"] is False, lab.project_info
+    # Nothing of the project in the guest before dpkg.
+    r = a.run("command -v nvfence nvfenced; ls /usr/local/lib/systemd/system /usr/local/lib/udev/rules.d "
+              "/usr/lib/udev/rules.d/70-nvfence.rules /usr/lib/systemd/system/nvfenced@.service 2>/dev/null")
+    assert r.out.strip() == "", r.out
+    # Every Depends is satisfied by the image alone (dpkg -i would refuse):
+    # an installed package of that name, or one that Provides it.
+    depends = deb_field(deb, "Depends")
+    names = [d.strip().split()[0] for d in depends.split(",") if d.strip()]
+    have = set()
+    for line in a.run("dpkg-query -W -f='${db:Status-Abbrev}|${Package}|${Provides}\\n'", check=True).out.splitlines():
+        status, pkg, provides = (line.split("|") + ["", ""])[:3]
+        if status.strip() == "ii":
+            have.add(pkg)
+            have.update(p.strip().split()[0] for p in provides.split(",") if p.strip())
+    missing = [n for n in names if n not in have]
+    assert not missing, f"Depends ({depends}) not in the image: {missing}"
+
+    a.put(deb, GUEST_DEB)
+    r = a.run(f"dpkg -i {GUEST_DEB}", timeout_s=300)
+    assert r.rc == 0, (r.out, r.err)
+    print(f"\n{deb.name}: Depends: {depends}\n{r.out.strip()}")
+    files = a.run("dpkg -L nvfence", check=True).out.split()
+    for f in ("/usr/lib/udev/rules.d/70-nvfence.rules", "/usr/lib/systemd/system/nvfenced@.service",
+              "/usr/bin/nvfence", "/usr/sbin/nvfenced"):
+        assert f in files, (f, files)
+    assert not [f for f in files if f.startswith("/usr/local")], files
+    # The library through ld.so.cache (the package's ldconfig trigger).
+    assert "libnvfence.so." in a.run("ldconfig -p", check=True).out
+    r = a.run("nvfence --version")
+    assert r.rc == 0, (r.out, r.err)
+    # systemd reads the template from the package (postinst daemon-reload)...
+    st = show(a, "FragmentPath", "LoadState", "ExecStart", "ConditionPathExists")
+    # (Debian 12's systemd names its unit directory /lib/systemd/system,
+    # which is /usr/lib/systemd/system on its merged /usr.)
+    frag = a.run(f"readlink -f {st['FragmentPath']}", check=True).out.strip()
+    assert st["LoadState"] == "loaded" and frag == "/usr/lib/systemd/system/nvfenced@.service", (st, frag)
+    assert "/usr/sbin/nvfenced" in st["ExecStart"], st
+    # ...and udev runs its rule (postinst reload + trigger): the namespace
+    # got its /dev/nvfence link and the probe's properties without us.
+    r = a.wait_for(f"test -L /dev/nvfence/{VOL}", timeout_s=WAIT_S)
+    assert r.rc == 0, a.run("udevadm info --query=property $NVFENCE_DEV; ls -l /dev/nvfence").out
+    props = a.run("udevadm info --query=property $NVFENCE_DEV", check=True).out
+    assert f"NVFENCE_VOLUME_ID={VOL}" in props and "NVFENCE_RESERVATIONS=1" in props, props
+    assert a.run(f"systemctl is-active {UNIT}").out.strip() == "inactive", "started without a configuration"
+
+
+def test_udev_starts_unit_from_package(lab):
+    (a,) = lab.hosts
+    a.put(b"node_id = 1\nrole = acquire\ninterval_ms = 500\n", f"/etc/nvfence/{VOL}.conf")
+    # The namespace comes and goes as udev sees it: the package's rule
+    # wants the unit (SYSTEMD_WANTS), systemd starts it.
+    a.run("udevadm trigger --action=remove --settle $NVFENCE_DEV && "
+          "udevadm trigger --action=add --settle $NVFENCE_DEV", timeout_s=WAIT_S, check=True)
+    r = a.wait_for(f"systemctl is-active --quiet {UNIT}", timeout_s=WAIT_S)
+    assert r.rc == 0, (a.run("udevadm info --query=property $NVFENCE_DEV").out, a.journal(UNIT, lines=30))
+    wanted_by = [u.strip('"') for u in show(a, "WantedBy")["WantedBy"].split()]
+    assert any(u.endswith(".device") for u in wanted_by), wanted_by
+    st = show(a, "Type", "ActiveState", "SubState", "MainPID")
+    assert st["Type"] == "notify" and st["ActiveState"] == "active" and st["SubState"] == "running", st
+    r = a.wait_for(f"nvfence status {VOL} --json | grep -q '\"state\":\"HOLDER\"'", timeout_s=WAIT_S)
+    assert r.rc == 0, (a.run(f"nvfence status {VOL}").out, a.journal(UNIT, lines=30))
+    s = json.loads(a.run(f"nvfence status {VOL} --json", check=True).out.strip().splitlines()[-1])
+    assert s["state"] == "HOLDER" and [int(s["key"], 16)] == holders(a), (s, holders(a))
+    print(f"\nnvfence status: {s['state']} key {s['key']} (unit MainPID {st['MainPID']})")
+
+
+def test_remove_stops_agent_and_cleans_up(lab):
+    (a,) = lab.hosts
+    pid = int(show(a, "MainPID")["MainPID"])
+    assert pid > 0
+    r = a.run("dpkg -r nvfence", timeout_s=300)
+    assert r.rc == 0, (r.out, r.err)
+    # prerm stopped the agent: its process is gone and the stop was clean
+    # (a clean stop releases the reservation: nobody holds).
+    assert a.wait_for(f"! kill -0 {pid}", timeout_s=WAIT_S).rc == 0, "nvfenced still runs after dpkg -r"
+    assert a.run("pgrep -x nvfenced").rc != 0
+    assert a.run(f"systemctl is-active {UNIT}").out.strip() in ("inactive", "unknown")
+    log = a.journal(UNIT)
+    assert re.search(rf"Stopped .*{re.escape(VOL)}|{re.escape(UNIT)}: Deactivated successfully", log), log[-2000:]
+    assert not re.search(r"Failed with result|status=\d*/?(ABRT|KILL)", log), log[-2000:]
+    assert holders(a) == []
+    # The package's files are gone, and so is what udev and systemd had from them.
+    r = a.run("dpkg-query -W -f='${Status}' nvfence")
+    assert "install ok installed" not in r.out, r.out
+    for f in ("/usr/lib/udev/rules.d/70-nvfence.rules", "/usr/lib/systemd/system/nvfenced@.service",
+              "/usr/bin/nvfence", "/usr/sbin/nvfenced"):
+        assert a.run(f"test -e {f}").rc != 0, f"{f} left after dpkg -r"
+    assert "libnvfence.so." not in a.run("ldconfig -p", check=True).out
+    assert show(a, "LoadState")["LoadState"] == "not-found"
+    r = a.wait_for(f"test ! -e /dev/nvfence/{VOL}", timeout_s=WAIT_S)
+    assert r.rc == 0, a.run("ls -l /dev/nvfence; udevadm info --query=property $NVFENCE_DEV").out
+    props = a.run("udevadm info --query=property $NVFENCE_DEV", check=True).out
+    assert "NVFENCE_" not in props, props
