@@ -58,6 +58,19 @@ else
     [ -e "$L/libnvfence.a" ] || fail "neither libnvfence.so nor libnvfence.a installed"
 fi
 
+# The rules and the unit name the directories of the install's own prefix,
+# also when `cmake --install --prefix` (or cpack) gives another one.
+if [ "$(cache NVFENCE_SYSTEMDUNITDIR)" = lib/systemd/system ] && [ "$(cache NVFENCE_UDEVRULESDIR)" = lib/udev/rules.d ]; then
+    DESTDIR="$tmp/reloc" cmake --install "$build" --prefix /opt/nvf >"$tmp/reloc.log" 2>&1 \
+        || { cat "$tmp/reloc.log"; fail "cmake --install --prefix /opt/nvf"; }
+    grep -qx 'ExecStart=/opt/nvf/sbin/nvfenced --config /opt/nvf/etc/nvfence/%i.conf --name %i' \
+        "$tmp/reloc/opt/nvf/lib/systemd/system/nvfenced@.service" 2>/dev/null \
+        || fail "--prefix /opt/nvf: unit $(grep ExecStart "$tmp/reloc/opt/nvf/lib/systemd/system/nvfenced@.service" 2>&1)"
+    grep -q '^IMPORT{program}="/opt/nvf/bin/nvfence udev-probe ' "$tmp/reloc/opt/nvf/lib/udev/rules.d/70-nvfence.rules" 2>/dev/null \
+        || fail "--prefix /opt/nvf: rules $(grep IMPORT "$tmp/reloc/opt/nvf/lib/udev/rules.d/70-nvfence.rules" 2>&1)"
+    rm -rf "$tmp/reloc"
+fi
+
 # The installed headers stand alone: nothing includes the source tree.
 grep -rq "$src" "$root/include" "$L/cmake" "$L/pkgconfig" && fail "installed files name the source tree"
 
