@@ -120,6 +120,7 @@ const std::vector<std::string>& agent_setting_keys() {
         "reboot_method",    "fence_timeout_ms", "writer_units", "control_socket", "socket_group",
         "socket_mode",      "state_dir",      "keep_registration", "name",      "log_level",
         "view_timeout_ms",  "fence_on_view_loss",
+        "aen_wakeup",
     };
     return keys;
 }
@@ -277,6 +278,11 @@ Result<AgentSettings> parse_agent_settings(const SettingsMap& kv, std::string& w
         if (*v == "true" || *v == "yes" || *v == "1" || *v == "on") s.fence_on_view_loss = true;
         else if (*v == "false" || *v == "no" || *v == "0" || *v == "off") s.fence_on_view_loss = false;
         else return fail("fence_on_view_loss", "must be true or false");
+    }
+    if (const std::string* v = get("aen_wakeup")) {
+        if (*v == "true" || *v == "yes" || *v == "1" || *v == "on") s.aen_wakeup = true;
+        else if (*v == "false" || *v == "no" || *v == "0" || *v == "off") s.aen_wakeup = false;
+        else return fail("aen_wakeup", "must be true or false");
     }
     if (const std::string* v = get("name")) {
         if (!valid_instance_name(*v))

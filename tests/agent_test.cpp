@@ -1422,7 +1422,7 @@ TEST(AgentTransitionsTest, TheTableAllowsNoWayOutOfFencedButRejoinAndStop) {
 
 TEST(AgentSettingsTest, KeysAreDocumentedOnce) {
     const auto& keys = agent_setting_keys();
-    EXPECT_EQ(keys.size(), 22u);
+    EXPECT_EQ(keys.size(), 23u);
     std::set<std::string> unique(keys.begin(), keys.end());
     EXPECT_EQ(unique.size(), keys.size());
 }

@@ -32,6 +32,7 @@
 /// | log_level         | debug \| info \| warning \| error       | info    |
 /// | view_timeout_ms   | 0 (3 x interval + device timeout) or 1000..600000 | 0 |
 /// | fence_on_view_loss| true \| false (a HOLDER that lost its view fences itself) | true |
+/// | aen_wakeup        | true \| false (check at once on the controller's NVME_AEN uevent) | true |
 
 #include <cstdint>
 #include <map>
@@ -87,6 +88,7 @@ struct AgentSettings {
     std::string log_level = "info";            ///< log_level.
     uint32_t view_timeout_ms = 0;              ///< view_timeout_ms (0: automatic).
     bool fence_on_view_loss = true;            ///< fence_on_view_loss.
+    bool aen_wakeup = true;                    ///< aen_wakeup (see uevent.hpp).
 };
 
 /// Raw configuration: key -> value as written (writer_units: names

@@ -38,6 +38,7 @@
 #include "nvfence/key.hpp"
 #include "nvfence/namespace.hpp"
 #include "nvfence/state_file.hpp"
+#include "nvfence/uevent.hpp"
 #include "sd_notify.hpp"
 
 #ifndef NVFENCED_VERSION
@@ -93,6 +94,7 @@ const std::map<std::string, std::string>& key_help() {
         {"log_level", "debug, info (default), warning or error"},
         {"view_timeout_ms", "no successful check for this long = lost view of the device (0, default: 3 x interval_ms + device_timeout_ms)"},
         {"fence_on_view_loss", "a HOLDER that lost its view of the device fences itself (true, default) or only stops claiming HOLDER"},
+        {"aen_wakeup", "check at once when the controller reports an asynchronous event (NVME_AEN uevent), e.g. a preemption (true, default); the interval stays the fallback"},
     };
     return h;
 }
@@ -434,9 +436,22 @@ int run(const nvfence::AgentSettings& s, spdlog::logger& log) {
     };
     bool stopping = false;
     std::string shown_device = info.paths.block;
+    auto aen = s.aen_wakeup ? nvfence::UeventListener::open() : nvfence::Result<nvfence::UeventListener>(
+                                                                   nvfence::make_error_code(Errc::refused));
+    if (s.aen_wakeup && !aen) log.warn("uevents: {}: checking every interval only", aen.error().message());
     agent.run([&](nvfence::Clock::Ms wait) {
-        pollfd fds[2] = {{sigfd.get(), POLLIN, 0}, {listener->get(), POLLIN, 0}};
-        const int rc = ::poll(fds, 2, static_cast<int>(wait.count()));
+        pollfd fds[3] = {{sigfd.get(), POLLIN, 0}, {listener->get(), POLLIN, 0}, {aen ? aen->fd() : -1, POLLIN, 0}};
+        const int rc = ::poll(fds, 3, static_cast<int>(wait.count()));
+        if (rc > 0 && (fds[2].revents & (POLLIN | POLLERR))) {
+            auto d = aen->drain(device.info().paths.controller, nvfence::kUeventsPerWake);
+            if (!d) {
+                log.warn("uevents: {}: checking every interval only", d.error().message());
+                aen = d.error();
+            } else if (d->wants_check()) {
+                log.debug("uevents: asynchronous event of {}: checking now", device.info().paths.controller);
+                agent.request_check();
+            }
+        }
         if (rc < 0 && errno != EINTR) log.error("poll: {}", std::strerror(errno));
         if (rc > 0 && (fds[0].revents & POLLIN)) {
             signalfd_siginfo si;
