@@ -830,9 +830,14 @@ class ClusterHub:
             self.qmp.connect(30, self.alive)
         except LabError as e:
             raise LabError(f"cluster hub: {e}\n{self.log_path.read_text(errors='replace')[-2000:]}") from None
+        # QMP answers from its own I/O thread, possibly before the main
+        # thread has created every netdev (seen at load 30): wait, bounded.
+        deadline = time.monotonic() + 30
         for i in range(self.ports):
-            if not self.sock(i).exists():
-                raise LabError(f"cluster hub: socket {self.sock(i)} missing")
+            while not self.sock(i).exists():
+                if time.monotonic() > deadline or not self.alive():
+                    raise LabError(f"cluster hub: socket {self.sock(i)} missing after 30 s")
+                time.sleep(0.05)
 
     def stop(self) -> None:
         self.qmp.close()

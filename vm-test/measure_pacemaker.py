@@ -1,0 +1,76 @@
+#!/usr/bin/python3
+"""Failover figures of fence_nvfence inside a real Corosync/Pacemaker
+cluster (issue 15; docs/PERFORMANCE.md, docs/PACEMAKER.md).
+
+The cluster of test_pacemaker_cluster.py (three systemd hosts, knet on the
+cluster network, stonith resource fence_nvfence, writer resource
+systemd:nvwriter). Each round freezes the node that runs the writer (QMP
+stop) and times, on the host's monotonic clock:
+  - freeze -> the frozen node's key gone from the device (a survivor polls
+    `nvfence report` every 0.1 s in the guest),
+  - freeze -> the survivor's writer has its first acknowledged write
+    (Pacemaker asked where the writer runs every ~0.3 s, then its log
+    polled every 0.1 s in the guest),
+then resumes the node (its next write must be refused), checks the media
+and lets it rejoin. Printed beside corosync's token and consensus as the
+running cluster reports them (corosync-cmapctl runtime.config.totem.*).
+
+Usage: /usr/bin/python3 vm-test/measure_pacemaker.py [ROUNDS]   (default 5)
+"""
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import nvlab  # noqa: E402
+from nvtest import reset  # noqa: E402
+from pacemaker_lab import NO_ETCD, Cluster, freeze_writer  # noqa: E402
+
+
+def main() -> int:
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    t0 = time.monotonic()
+    with nvlab.Lab(hosts=3, topology="fabric", flavour="systemd", packages=list(nvlab.CLUSTER_PACKAGES),
+                   cluster_net=True, memory_mb=1024, boot_timeout_s=900,
+                   extra_cmdline=NO_ETCD) as lab:
+        reset(lab)
+        cl = Cluster(lab)
+        cl.install()
+        cl.start_stack()
+        cl.configure()
+        cl.wait_writer(timeout_s=600)
+        token = cl.cmap("runtime.config.totem.token")
+        consensus = cl.cmap("runtime.config.totem.consensus")
+        load = os.getloadavg()[0]
+        keys, writes = [], []
+        for i in range(rounds):
+            w, got, _ = freeze_writer(cl)
+            keys.append(got["key"])
+            writes.append(got["write"])
+            print(f"round {i + 1}: froze {w}: key removed {got['key']:.2f} s, first write on {got['writer']} "
+                  f"{got['write']:.2f} s", flush=True)
+            cl.set_writer("Stopped")
+            res = cl.check_media()
+            print(f"round {i + 1}: media check clean: {res['passes']} passes, {res['fenced_passes']} fenced, "
+                  f"last {res['last_writer']}", flush=True)
+            cl.rejoin(w)
+            cl.set_writer("Started")
+            cl.wait_writer()
+        detect = (token + consensus) / 1000
+        print(f"\ncorosync: token {token} ms, consensus {consensus} ms (detection {detect:.1f} s); "
+              f"load average at start {load:.1f}; {rounds} rounds")
+        print("| what | rounds (s) | median |")
+        print("|---|---|---|")
+        print(f"| freeze -> frozen node's key removed | {', '.join(f'{k:.2f}' for k in keys)} | "
+              f"**{statistics.median(keys):.2f} s** |")
+        print(f"| freeze -> survivor's first acknowledged write | {', '.join(f'{k:.2f}' for k in writes)} | "
+              f"**{statistics.median(writes):.2f} s** |")
+        print(f"| key removed minus token + consensus | | {statistics.median(keys) - detect:+.2f} s |")
+        print(f"total {time.monotonic() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

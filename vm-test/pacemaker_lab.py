@@ -1,0 +1,424 @@
+"""A real Corosync/Pacemaker cluster on the lab's systemd hosts, fencing
+through fence_nvfence (issue 15). Used by test_pacemaker_cluster.py and
+measure_pacemaker.py.
+
+- Corosync 3 (knet, no crypto: the lab's cluster network is private) on the
+  cluster network (169.254.100.n), nodeids a=1, b=2, c=3, with the token
+  lowered for the lab (TOKEN_MS, consensus CONSENSUS_MS, no per-node
+  token coefficient) so a failover fits the CI budget.
+- fence_nvfence as the stonith resource `nvfence` (provides=unfencing,
+  node_ids=a:1;b:2;c:3, the host list learnt through the agent's `list`
+  action: pcmk_host_check=dynamic-list). Pacemaker looks for agents in
+  /usr/sbin; the lab installs the project under /usr/local, so a symlink
+  /usr/sbin/fence_nvfence -> /usr/local/sbin/fence_nvfence is made.
+- The writer resource `writer` (systemd:nvwriter, requires=unfencing): a
+  loop of nvfence-load passes over one region of the shared namespace,
+  every block stamped (writer id, seq, epoch = the pass's start second),
+  every completion logged under /var/lib/nvwriter (root disk); a pass
+  that does not end cleanly (fenced, I/O error) ends the unit, so the
+  resource fails instead of spinning.
+- check_media(): the campaign's checker (campaign.check) over the region
+  and every pass's log: no write of a fenced writer on top of a newer
+  acknowledged one, the last writer's acknowledged writes on the media,
+  nothing acknowledged after a writer's first fenced completion except
+  what it had already handed to the device.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import tempfile
+import threading
+import time
+from collections import Counter
+
+import campaign
+from nvlab.util import build_dir
+from nvtest import CONFLICT, nvf, stamps
+
+NODE_IDS = {"a": 1, "b": 2, "c": 3}
+NODE_MAP = "a:1;b:2;c:3"
+TOKEN_MS = 3000          # corosync's default for 2 nodes; lowered from 3650 for 3 (token_coefficient 0)
+CONSENSUS_MS = 3600      # 1.2 x token, corosync's own rule
+REGION_START = 8192
+REGION_BLOCKS = 1024
+QD = campaign.QUEUE_DEPTH
+WRITER_DIR = "/var/lib/nvwriter"
+# The cluster image carries etcd too (one image for the cluster labs); its
+# unit, enabled by the package and unconfigured, restarts in a loop and
+# slows the boot: not started here.
+NO_ETCD = "systemd.mask=etcd.service"
+
+WRITER_SCRIPT = r"""#!/bin/sh
+# nvwriter: passes of nvfence-load over the region while the device takes
+# them. Pacemaker runs it as systemd:nvwriter.
+. /etc/nvwriter.conf
+mkdir -p @DIR@
+while :; do
+  n=$(cat @DIR@/count 2>/dev/null || echo 0); n=$((n+1)); echo $n > @DIR@/count
+  id=$((NODE * 100000 + n)); ep=$(date +%s)
+  echo "start $id $NODE $ep" >> @DIR@/index
+  nvfence-load "$DEV" --start @START@ --count @BLOCKS@ --qd @QD@ --interval-us 2000 \
+      --key nf:0:$NODE:$ep --writer-id $id --timeout-ms 60000 > @DIR@/$id.log 2>&1
+  rc=$?
+  echo "end $id $rc" >> @DIR@/index
+  [ $rc -eq 0 ] || exit $rc
+done
+""".replace("@DIR@", WRITER_DIR).replace("@START@", str(REGION_START)).replace(
+    "@BLOCKS@", str(REGION_BLOCKS)).replace("@QD@", str(QD))
+
+WRITER_UNIT = b"""[Unit]
+Description=nvfence lab writer (a Pacemaker resource)
+
+[Service]
+Type=simple
+ExecStart=/usr/local/bin/nvwriter
+"""
+
+
+def corosync_conf(hosts, token_ms=TOKEN_MS, consensus_ms=CONSENSUS_MS) -> bytes:
+    nodes = "".join(f"  node {{\n    ring0_addr: {h.cluster_ip}\n    name: {h.name}\n    nodeid: {NODE_IDS[h.name]}\n  }}\n"
+                    for h in hosts)
+    return ("totem {\n  version: 2\n  cluster_name: nvlab\n  transport: knet\n"
+            "  crypto_cipher: none\n  crypto_hash: none\n"
+            f"  token: {token_ms}\n  token_coefficient: 0\n  consensus: {consensus_ms}\n}}\n"
+            f"nodelist {{\n{nodes}}}\n"
+            "quorum {\n  provider: corosync_votequorum\n}\n"
+            "logging {\n  to_syslog: yes\n  to_stderr: no\n  timestamp: on\n}\n").encode()
+
+
+def stonith_xml(dev: str, monitor_s: int = 10) -> str:
+    return ('<primitive id="nvfence" class="stonith" type="fence_nvfence">'
+            '<instance_attributes id="nvfence-ia">'
+            f'<nvpair id="nvfence-devices" name="devices" value="{dev}"/>'
+            f'<nvpair id="nvfence-node-ids" name="node_ids" value="{NODE_MAP}"/>'
+            '<nvpair id="nvfence-host-check" name="pcmk_host_check" value="dynamic-list"/>'
+            '</instance_attributes>'
+            '<meta_attributes id="nvfence-meta">'
+            '<nvpair id="nvfence-provides" name="provides" value="unfencing"/></meta_attributes>'
+            f'<operations><op id="nvfence-monitor" name="monitor" interval="{monitor_s}s"/></operations>'
+            '</primitive>')
+
+
+WRITER_XML = ('<primitive id="writer" class="systemd" type="nvwriter">'
+              '<meta_attributes id="writer-meta">'
+              '<nvpair id="writer-requires" name="requires" value="unfencing"/>'
+              '<nvpair id="writer-stickiness" name="resource-stickiness" value="100"/></meta_attributes>'
+              '<operations><op id="writer-monitor" name="monitor" interval="5s"/></operations>'
+              '</primitive>')
+
+
+def wait(pred, timeout_s, what, interval_s=0.5):
+    """pred() until truthy (returned), bounded by timeout_s."""
+    end = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < end:
+        last = pred()
+        if last:
+            return last
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what} (last: {last!r})")
+
+
+def keys_by_node(st) -> dict:
+    out = {}
+    for r in st["registrants"]:
+        if not r["foreign"]:
+            out.setdefault(r["node"], []).append(r["epoch"])
+    return out
+
+
+class Cluster:
+    """The cluster on lab.hosts (a, b, c)."""
+
+    def __init__(self, lab, log=print):
+        self.lab = lab
+        self.hosts = list(lab.hosts)
+        self.by_name = {h.name: h for h in self.hosts}
+        self.log = log
+        devs = {h.dev for h in self.hosts}
+        assert len(devs) == 1, f"the hosts name the shared namespace differently: {devs}"
+        self.dev = devs.pop()
+        self.logs: dict = {}            # (host, file) -> longest text seen
+        self.killed: set = set()        # hosts whose VM was killed
+
+    # ---------------------------------------------------------------- setup
+    def install(self, token_ms=TOKEN_MS, consensus_ms=CONSENSUS_MS) -> None:
+        conf = corosync_conf(self.hosts, token_ms, consensus_ms)
+        # nvfence-load is a lab tool, not installed by cmake --install.
+        with tempfile.NamedTemporaryFile() as tmp:
+            subprocess.run(["strip", "--strip-debug", "-o", tmp.name, str(build_dir() / "bin" / "nvfence-load")],
+                           check=True)
+            load = open(tmp.name, "rb").read()
+
+        def one(h):
+            # The Debian packages start corosync (single-node default
+            # configuration) and pacemaker at boot: stop them, forget that CIB.
+            h.run("systemctl stop pacemaker corosync; rm -f /var/lib/pacemaker/cib/* "
+                  "/var/lib/pacemaker/pengine/* 2>/dev/null; true", timeout_s=180)
+            self.sync_clock(h)
+            h.put(conf, "/etc/corosync/corosync.conf")
+            h.put(WRITER_SCRIPT.encode(), "/usr/local/bin/nvwriter", mode=0o755)
+            h.put(load, "/usr/local/bin/nvfence-load", mode=0o755)
+            h.put(WRITER_UNIT, "/etc/systemd/system/nvwriter.service")
+            h.put(f"NODE={NODE_IDS[h.name]}\nDEV={self.dev}\n".encode(), "/etc/nvwriter.conf")
+            h.run(f"rm -rf {WRITER_DIR}; ln -sf /usr/local/sbin/fence_nvfence /usr/sbin/fence_nvfence && "
+                  "systemctl daemon-reload", timeout_s=120, check=True)
+            r = h.run("fence_nvfence -o metadata", timeout_s=30)
+            assert r.rc == 0 and "<resource-agent name=\"fence_nvfence\"" in r.out, r
+        self._all(one)
+
+    def sync_clock(self, h) -> None:
+        """The guests have no NTP; a VM that was paused resumes with its clock
+        behind by the pause, and the writer's stamps order passes by their
+        start second: set the guest's clock from the host's."""
+        h.run(f"date -s @{time.time():.3f} >/dev/null", timeout_s=30, check=True)
+
+    def _all(self, fn, hosts=None):
+        errs = []
+
+        def wrap(h):
+            try:
+                fn(h)
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errs.append((h.name, e))
+        ts = [threading.Thread(target=wrap, args=(h,)) for h in (hosts or self.hosts)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        if errs:
+            raise errs[0][1]
+
+    def start_stack(self, hosts=None, timeout_s=600) -> None:
+        self._all(lambda h: h.run("systemctl start corosync pacemaker", timeout_s=180, check=True), hosts)
+        names = " ".join(sorted(h.name for h in self.live()))
+        a = self.live()[0]
+        # Bounds for a loaded TCG host: the first join took 4+ min at load 25.
+        r = a.wait_for(f"crm_mon -1 2>/dev/null | grep -q 'Online: \\[ {names} \\]'", timeout_s=timeout_s,
+                       interval_s=3)
+        assert r.rc == 0, a.run("crm_mon -1; corosync-cfgtool -s; corosync-quorumtool -s").out
+
+    def configure(self, monitor_s: int = 10) -> None:
+        a = self.hosts[0]
+        for cmd in ("crm_attribute -t crm_config -n stonith-enabled -v true",
+                    "crm_attribute -t crm_config -n stonith-timeout -v 60s",
+                    f"cibadmin -C -o resources -X {shlex.quote(stonith_xml(self.dev, monitor_s))}",
+                    f"cibadmin -C -o resources -X {shlex.quote(WRITER_XML)}"):
+            a.run(cmd, timeout_s=60, check=True)
+
+    # ---------------------------------------------------------------- views
+    def live(self):
+        return [h for h in self.hosts if h.name not in self.killed and not h.paused]
+
+    def any(self, exclude=()):
+        return next(h for h in self.live() if h.name not in exclude)
+
+    def writer_node(self, via=None):
+        """The node Pacemaker says runs the writer (None when stopped)."""
+        h = via or self.any()
+        r = h.run("crm_resource --locate -r writer 2>/dev/null", timeout_s=30)
+        m = re.search(r"is running on: (\S+)", r.out)
+        return m.group(1) if m else None
+
+    def report(self, via=None):
+        from nvtest import report
+        return report(via or self.any())
+
+    def history(self, via=None) -> str:
+        h = via or self.any()
+        return h.run("stonith_admin --history '*' --verbose", timeout_s=60).out
+
+    def unfenced(self, names) -> bool:
+        ks = keys_by_node(self.report())
+        return all(NODE_IDS[n] in ks for n in names)
+
+    def wait_writer(self, timeout_s=180, exclude=()):
+        return wait(lambda: (lambda n: n if n and n not in exclude else None)(self.writer_node()), timeout_s,
+                    f"the writer to run (not on {list(exclude)})", 1)
+
+    def wait_writing(self, name, timeout_s=300):
+        """The writer on `name` has an acknowledged write in a pass started now or later."""
+        h = self.by_name[name]
+        r = h.wait_for(f"f=$(ls -t {WRITER_DIR}/*.log 2>/dev/null | head -1); [ -n \"$f\" ] && "
+                       f"grep -q '^C .* ok' $f", timeout_s=timeout_s, interval_s=0.2)
+        assert r.rc == 0, (name, h.run(f"tail -5 {WRITER_DIR}/index; systemctl status nvwriter --no-pager").out)
+
+    def rejoin(self, name, timeout_s=400) -> None:
+        """A node that was fenced at the storage (not rebooted: its
+        pacemaker stopped itself on learning so) rejoins: the cluster stack
+        restarts, Pacemaker unfences it (a new key) before anything runs there."""
+        h = self.by_name[name]
+        h.run("systemctl stop pacemaker; systemctl restart corosync && systemctl start pacemaker",
+              timeout_s=240, check=True)
+        names = " ".join(sorted(x.name for x in self.live()))
+        r = h.wait_for(f"crm_mon -1 2>/dev/null | grep -q 'Online: \\[ {names} \\]'", timeout_s=timeout_s,
+                       interval_s=1)
+        assert r.rc == 0, h.run("crm_mon -1; corosync-cfgtool -s").out
+        wait(lambda: self.unfenced([name]), timeout_s, f"{name} to be unfenced again", 1)
+
+    def set_writer(self, role: str, timeout_s=180) -> None:
+        self.any().run(f"crm_resource -r writer --meta -p target-role -v {role}", timeout_s=60, check=True)
+        if role == "Stopped":
+            wait(lambda: self.writer_node() is None, timeout_s, "the writer to stop", 1)
+
+    def cmap(self, key, via=None) -> int:
+        h = via or self.any()
+        r = h.run(f"corosync-cmapctl -g {key}", timeout_s=30, check=True)
+        return int(r.out.strip().split("=")[-1])
+
+    # ---------------------------------------------------------------- media
+    def snapshot(self) -> None:
+        for h in self.live():
+            r = h.run(f"cd {WRITER_DIR} 2>/dev/null && for f in index *.log; do [ -f \"$f\" ] && "
+                      "{ echo \"=== $f\"; cat \"$f\"; }; done; true", timeout_s=120)
+            cur, buf = None, []
+            for line in r.out.splitlines() + ["=== "]:
+                if line.startswith("=== "):
+                    if cur:
+                        text = "\n".join(buf)
+                        if len(text) >= len(self.logs.get((h.name, cur), "")):
+                            self.logs[(h.name, cur)] = text
+                    cur, buf = line[4:].strip(), []
+                else:
+                    buf.append(line)
+
+    def writers(self) -> list:
+        out = []
+        for (host, name), text in self.logs.items():
+            if not name.endswith(".log"):
+                continue
+            wid = int(name[:-4])
+            epoch = 0
+            for line in self.logs.get((host, "index"), "").splitlines():
+                p = line.split()
+                if len(p) >= 4 and p[0] == "start" and int(p[1]) == wid:
+                    epoch = int(p[3])
+            w = campaign.Writer(wid, host, (NODE_IDS[host] << 32) | epoch, killed_host=host in self.killed)
+            for line in text.splitlines():
+                p = line.split(None, 4)
+                if p and p[0] == "C" and len(p) >= 4:
+                    w.completions.append((int(p[1]), int(p[2]), p[3], p[4] if len(p) > 4 else ""))
+                elif p and p[0] == "F" and len(p) >= 2 and w.fenced_next is None:
+                    w.fenced_next = int(p[1])
+                elif p and p[0] == "Q" and len(p) >= 2:
+                    w.settled_ms = float(p[1])
+                elif p and p[0] == "S":
+                    w.ended = True
+            out.append(w)
+        return out
+
+    def check_media(self) -> dict:
+        """With the writer stopped: the campaign's invariants over the region
+        and every pass logged so far. The final holder is the last pass
+        that had an acknowledged write."""
+        assert self.writer_node() is None, "stop the writer first"
+        self.snapshot()
+        ws = self.writers()
+        blocks = list(stamps(self.any(), REGION_START, REGION_BLOCKS).values())
+        # A pass that a killed node started after its logs were last copied
+        # out: known by its stamps only (the campaign's killed-host rule).
+        known = {w.wid for w in ws}
+        by_node = {v: k for k, v in NODE_IDS.items()}
+        for b in blocks:
+            wid = b.get("writer_id") if b.get("stamp") else None
+            host = by_node.get(wid // 100000) if wid is not None else None
+            if wid is not None and wid not in known and host in self.killed:
+                ws.append(campaign.Writer(wid, host, (NODE_IDS[host] << 32) | b["epoch"], killed_host=True))
+                known.add(wid)
+        acked = [w for w in ws if any(c[2] == "ok" for c in w.completions)]
+        assert acked, "no writer pass had an acknowledged write"
+        last = max(acked, key=lambda w: (campaign.epoch_of(w.key), w.wid))
+        totals = Counter()
+        res = campaign.check(blocks, ws, last.key, [], [], totals, self.log)
+        res.update({"passes": len(ws), "fenced_passes": totals["fenced_writers"],
+                    "fenced_completions": totals["fenced_completions"], "last_writer": f"{last.wid}@{last.host}"})
+        return res
+
+    def fenced_passes(self, host) -> list:
+        """Passes of `host` that saw a fenced completion."""
+        return [w for w in self.writers() if w.host == host and any(c[2] == "fenced" for c in w.completions)]
+
+
+# stonith_admin --history names the actions "unfencing" (on), "turning
+# off" (off) and "reboot".
+def fenced_ok(hist: str, target: str) -> bool:
+    """The history shows a successful fencing (off or reboot) of target."""
+    return re.search(rf"(?:turning off|\boff|\breboot|\brebooting) of {target} successful\b", hist) is not None
+
+
+def fence_failed(hist: str, target: str) -> bool:
+    return re.search(rf"(?:turning off|\boff|\breboot|\brebooting) of {target} failed\b", hist) is not None
+
+
+def unfenced_ok(hist: str, target: str) -> bool:
+    return re.search(rf"(?:unfencing|\bon) of {target} successful\b", hist) is not None
+
+
+def _poll_key_and_writer(cl, frozen, t0, timeout_s=180):
+    """Times (s after t0) when the frozen node's key is gone from the
+    device and when a survivor's writer has its first acknowledged write."""
+    node = NODE_IDS[frozen.name]
+    out = {}
+    survivors = [h for h in cl.live() if h is not frozen]
+
+    def key_gone():
+        r = survivors[0].wait_for(f"r=$(nvfence report \"$NVFENCE_DEV\" --json) && "
+                                  f"! echo \"$r\" | grep -q '\"node\":{node},'", timeout_s=timeout_s, interval_s=0.1)
+        if r.rc == 0:
+            out["key"] = time.monotonic() - t0
+
+    def first_write():
+        before = {h.name: int(h.run(f"cat {WRITER_DIR}/count 2>/dev/null || echo 0", timeout_s=30).out.strip() or 0)
+                  for h in survivors}
+        # Where Pacemaker starts it (asked every ~0.3 s), then its first
+        # acknowledged write there (looked for every 0.1 s in the guest).
+        end = time.monotonic() + timeout_s
+        name = None
+        while time.monotonic() < end and name not in before:
+            name = cl.writer_node(survivors[0])
+            time.sleep(0.2)
+        if name not in before:
+            return
+        h = cl.by_name[name]
+        r = h.wait_for(f"[ $(cat {WRITER_DIR}/count 2>/dev/null || echo 0) -gt {before[name]} ] && "
+                       f"grep -q '^C .* ok' $(ls -t {WRITER_DIR}/*.log | head -1)",
+                       timeout_s=max(1.0, end - time.monotonic()), interval_s=0.1)
+        if r.rc == 0:
+            out["write"] = time.monotonic() - t0
+            out["writer"] = name
+    ts = [threading.Thread(target=key_gone), threading.Thread(target=first_write)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return out
+
+
+def freeze_writer(cl):
+    """Freeze the writer's node; returns the figures. The frozen node is
+    resumed, its writes checked, and it rejoins."""
+    w = cl.writer_node()
+    frozen = cl.by_name[w]
+    cl.wait_writing(w)
+    t0 = time.monotonic()
+    frozen.pause()
+    try:
+        got = _poll_key_and_writer(cl, frozen, t0)
+    finally:
+        frozen.resume()
+    assert "key" in got, f"{w}'s key was not removed: {cl.report()}\n{cl.history()}"
+    assert "write" in got, f"the writer did not write on a survivor: {cl.history()}"
+    # Right after resuming: the device refuses the node, whatever it believes.
+    assert nvf(frozen, "write", "--lba", "204").rc == CONFLICT
+    cl.sync_clock(frozen)
+    # Its writer's pass, frozen mid-flight, ends fenced.
+    frozen.wait_for("grep -q '^end ' /var/lib/nvwriter/index && "
+                    "[ \"$(tail -1 /var/lib/nvwriter/index | cut -d' ' -f1)\" = end ]", timeout_s=120).check()
+    cl.snapshot()
+    fenced = cl.fenced_passes(w)
+    assert fenced, f"{w}'s writer logged no fenced completion after resuming"
+    hist = cl.history()
+    assert fenced_ok(hist, w), hist
+    return w, got, hist
