@@ -854,6 +854,11 @@ def run_campaign(seed: int, schedules: int, steps: int, hosts: int = 3, log=prin
                 raise Violation(f"seed {s}: {e}\nevidence: {where}\n(replay: vm-test/campaign --seed {s} --schedules 1 --steps {steps} "
                                 f"--hosts {hosts}{' --cover' if cover else ''})\nevents: {camp.events[-30:]}") from None
             log(f"seed {s}: ok: {res}")
+            # Running figures after every schedule: a long run cut short
+            # (machine, deadline) still says what it covered.
+            log(f"running after seed {s}: schedules {len(summary['seeds']) + 1}, faults "
+                f"{json.dumps(dict(camp.faults), sort_keys=True)}, totals {json.dumps(dict(camp.totals), sort_keys=True)}, "
+                f"minutes {(time.monotonic() - t0) / 60:.1f}")
             summary["seeds"].append(s)
         summary.update(faults=dict(camp.faults), totals=dict(camp.totals),
                        recovery_s_median=sorted(camp.recoveries)[len(camp.recoveries) // 2] if camp.recoveries else None,
