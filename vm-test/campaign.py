@@ -841,7 +841,9 @@ def run_campaign(seed: int, schedules: int, steps: int, hosts: int = 3, log=prin
     raises Violation (with the seed) on the first broken invariant."""
     summary = {"seeds": [], "violations": 0}
     t0 = time.monotonic()
-    with nvlab.Lab(hosts=hosts, topology="fabric", ebs=True) as lab:
+    # A long run shares the machine: a boot (the first, or a killed host's)
+    # may take longer than the default bound under load.
+    with nvlab.Lab(hosts=hosts, topology="fabric", ebs=True, boot_timeout_s=480) as lab:
         camp = Campaign(lab, log=log)
         for s in range(seed, seed + schedules):
             try:
