@@ -185,6 +185,21 @@ class Node:
         base = self.num * 1_000_000 + self.boots * 10_000
         self.h.spawn(f"sh /tmp/wl.sh {base} {REGION_START} {REGION_BLOCKS} {QUEUE_DEPTH}", log_path="/tmp/wl.out")
 
+    def stop_writers(self, timeout_s: float = 180) -> None:
+        """Kill the writer loop and its nvfence-load, then make sure both are
+        gone: the media must never be checked while a writer still writes.
+        The lab's pkill is a shell scan of /proc (-f forks per process):
+        under load it can outlast a short bound, and a timed-out stop used to
+        pass silently (seed 51800: the checker read a writer's log, the
+        writer went on, and its next 194 blocks looked unlogged)."""
+        gone = "! pgrep -x nvfence-load >/dev/null && ! pgrep -f 'w[l].sh' >/dev/null"
+        for _ in range(2):
+            self.h.run("pkill -9 -f 'w[l].sh'; pkill -9 -x nvfence-load; true", timeout_s=timeout_s)
+            if self.h.wait_for(gone, timeout_s=timeout_s, interval_s=1.0).rc == 0:
+                return
+        raise Violation(f"{self.name}: the writer loop or nvfence-load is still running after two kills; "
+                        "the media cannot be checked")
+
     def status(self, timeout_s: float = 20):
         if self.dead or self.h.paused:
             return None
@@ -378,7 +393,9 @@ class Campaign:
                 n.h.resume()
             if n.h.is_cut:
                 n.h.heal()
-        self.lab.run_all("pkill -9 -f 'w[l].sh'; pkill -9 nvfenced; pkill -9 nvfence-load; "
+        for n in self.nodes:
+            n.stop_writers()
+        self.lab.run_all("pkill -9 nvfenced; "
                          "rm -rf /var/lib/nvfence /run/nvfence /tmp/w /tmp/fenced; mkdir -p /tmp/w; true")
         for n in self.nodes:
             n.logs.clear()
@@ -691,7 +708,7 @@ class Campaign:
     # ------------------------------------------------------------ check
     def finish(self) -> dict:
         for n in self.live(running=False):
-            n.run("pkill -9 -f 'w[l].sh'; pkill -9 -x nvfence-load; true")
+            n.stop_writers()
         for n in self.live(running=False):
             n.snapshot()
         rep = self.report()
