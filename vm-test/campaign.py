@@ -264,6 +264,9 @@ class Campaign:
         self.nodes = [Node(self, h, i + 1) for i, h in enumerate(lab.hosts)]
         self.faults = Counter()
         self.totals = Counter()
+        # Invariant 5's bound; a long run on a machine shared at load 20+
+        # may raise it (--recovery-bound-s), and must say so with its figures.
+        self.recovery_bound_s = RECOVERY_BOUND_S
         self.events: list = []
         self.samples: list = []
         self.sample_tries = 0
@@ -652,8 +655,8 @@ class Campaign:
         self.recoveries.append(time.monotonic() - t0)
         self.note(f"settled in {time.monotonic() - t0:.1f}s: {holders[0].name} holds and writes "
                   f"(first ack after {w:.1f}s)")
-        if time.monotonic() - t0 > RECOVERY_BOUND_S:
-            raise Violation(f"invariant 5: no writing holder within {RECOVERY_BOUND_S:.0f}s "
+        if time.monotonic() - t0 > self.recovery_bound_s:
+            raise Violation(f"invariant 5: no writing holder within {self.recovery_bound_s:.0f}s "
                             f"({time.monotonic() - t0:.1f}s)")
 
     # ------------------------------------------------------------ evidence
@@ -851,7 +854,8 @@ def check(blocks: list, writers: list, final_holder: int | None, samples: list, 
             "acked": sum(len(v) for v in acked_at.values()), "samples": len(samples), "grants": len(grants)}
 
 
-def run_campaign(seed: int, schedules: int, steps: int, hosts: int = 3, log=print, cover: bool = False) -> dict:
+def run_campaign(seed: int, schedules: int, steps: int, hosts: int = 3, log=print, cover: bool = False,
+                 recovery_bound_s: float = RECOVERY_BOUND_S) -> dict:
     """Runs `schedules` schedules (seeds seed, seed+1, ...) in one lab; a
     killed host is rebooted, so one lab serves them all. With cover, every
     schedule starts with each kind of fault once. Returns a summary;
@@ -862,6 +866,7 @@ def run_campaign(seed: int, schedules: int, steps: int, hosts: int = 3, log=prin
     # may take longer than the default bound under load.
     with nvlab.Lab(hosts=hosts, topology="fabric", ebs=True, boot_timeout_s=480) as lab:
         camp = Campaign(lab, log=log)
+        camp.recovery_bound_s = recovery_bound_s
         for s in range(seed, seed + schedules):
             try:
                 res = camp.run_schedule(s, steps, cover)
@@ -882,7 +887,7 @@ def run_campaign(seed: int, schedules: int, steps: int, hosts: int = 3, log=prin
         summary.update(faults=dict(camp.faults), totals=dict(camp.totals),
                        recovery_s_median=sorted(camp.recoveries)[len(camp.recoveries) // 2] if camp.recoveries else None,
                        recovery_s_max=max(camp.recoveries) if camp.recoveries else None,
-                       schedules=schedules, steps=steps, hosts=hosts,
+                       schedules=schedules, steps=steps, hosts=hosts, recovery_bound_s=recovery_bound_s,
                        minutes=round((time.monotonic() - t0) / 60, 1))
     return summary
 
@@ -895,12 +900,15 @@ def main(argv=None) -> int:
     ap.add_argument("--hosts", type=int, default=3, choices=(2, 3, 4))
     ap.add_argument("--cover", action="store_true", help="start every schedule with each kind of fault once")
     ap.add_argument("--json", help="write the summary here")
+    ap.add_argument("--recovery-bound-s", type=float, default=RECOVERY_BOUND_S,
+                    help=f"invariant 5's bound (default {RECOVERY_BOUND_S:.0f}); raise it only on an overloaded "
+                         "machine, and report it with the figures")
     a = ap.parse_args(argv)
 
     def log(msg):
         print(msg, flush=True)
     try:
-        summary = run_campaign(a.seed, a.schedules, a.steps, a.hosts, log, a.cover)
+        summary = run_campaign(a.seed, a.schedules, a.steps, a.hosts, log, a.cover, a.recovery_bound_s)
     except Violation as e:
         print(f"VIOLATION {e}", flush=True)
         return 1
