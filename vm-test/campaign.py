@@ -185,6 +185,21 @@ class Node:
         base = self.num * 1_000_000 + self.boots * 10_000
         self.h.spawn(f"sh /tmp/wl.sh {base} {REGION_START} {REGION_BLOCKS} {QUEUE_DEPTH}", log_path="/tmp/wl.out")
 
+    def stop_writers(self, timeout_s: float = 180) -> None:
+        """Kill the writer loop and its nvfence-load, then make sure both are
+        gone: the media must never be checked while a writer still writes.
+        The lab's pkill is a shell scan of /proc (-f forks per process):
+        under load it can outlast a short bound, and a timed-out stop used to
+        pass silently (seed 51800: the checker read a writer's log, the
+        writer went on, and its next 194 blocks looked unlogged)."""
+        gone = "! pgrep -x nvfence-load >/dev/null && ! pgrep -f 'w[l].sh' >/dev/null"
+        for _ in range(2):
+            self.h.run("pkill -9 -f 'w[l].sh'; pkill -9 -x nvfence-load; true", timeout_s=timeout_s)
+            if self.h.wait_for(gone, timeout_s=timeout_s, interval_s=1.0).rc == 0:
+                return
+        raise Violation(f"{self.name}: the writer loop or nvfence-load is still running after two kills; "
+                        "the media cannot be checked")
+
     def status(self, timeout_s: float = 20):
         if self.dead or self.h.paused:
             return None
@@ -249,6 +264,9 @@ class Campaign:
         self.nodes = [Node(self, h, i + 1) for i, h in enumerate(lab.hosts)]
         self.faults = Counter()
         self.totals = Counter()
+        # Invariant 5's bound; a long run on a machine shared at load 20+
+        # may raise it (--recovery-bound-s), and must say so with its figures.
+        self.recovery_bound_s = RECOVERY_BOUND_S
         self.events: list = []
         self.samples: list = []
         self.sample_tries = 0
@@ -378,7 +396,9 @@ class Campaign:
                 n.h.resume()
             if n.h.is_cut:
                 n.h.heal()
-        self.lab.run_all("pkill -9 -f 'w[l].sh'; pkill -9 nvfenced; pkill -9 nvfence-load; "
+        for n in self.nodes:
+            n.stop_writers()
+        self.lab.run_all("pkill -9 nvfenced; "
                          "rm -rf /var/lib/nvfence /run/nvfence /tmp/w /tmp/fenced; mkdir -p /tmp/w; true")
         for n in self.nodes:
             n.logs.clear()
@@ -635,8 +655,8 @@ class Campaign:
         self.recoveries.append(time.monotonic() - t0)
         self.note(f"settled in {time.monotonic() - t0:.1f}s: {holders[0].name} holds and writes "
                   f"(first ack after {w:.1f}s)")
-        if time.monotonic() - t0 > RECOVERY_BOUND_S:
-            raise Violation(f"invariant 5: no writing holder within {RECOVERY_BOUND_S:.0f}s "
+        if time.monotonic() - t0 > self.recovery_bound_s:
+            raise Violation(f"invariant 5: no writing holder within {self.recovery_bound_s:.0f}s "
                             f"({time.monotonic() - t0:.1f}s)")
 
     # ------------------------------------------------------------ evidence
@@ -691,7 +711,7 @@ class Campaign:
     # ------------------------------------------------------------ check
     def finish(self) -> dict:
         for n in self.live(running=False):
-            n.run("pkill -9 -f 'w[l].sh'; pkill -9 -x nvfence-load; true")
+            n.stop_writers()
         for n in self.live(running=False):
             n.snapshot()
         rep = self.report()
@@ -834,15 +854,19 @@ def check(blocks: list, writers: list, final_holder: int | None, samples: list, 
             "acked": sum(len(v) for v in acked_at.values()), "samples": len(samples), "grants": len(grants)}
 
 
-def run_campaign(seed: int, schedules: int, steps: int, hosts: int = 3, log=print, cover: bool = False) -> dict:
+def run_campaign(seed: int, schedules: int, steps: int, hosts: int = 3, log=print, cover: bool = False,
+                 recovery_bound_s: float = RECOVERY_BOUND_S) -> dict:
     """Runs `schedules` schedules (seeds seed, seed+1, ...) in one lab; a
     killed host is rebooted, so one lab serves them all. With cover, every
     schedule starts with each kind of fault once. Returns a summary;
     raises Violation (with the seed) on the first broken invariant."""
     summary = {"seeds": [], "violations": 0}
     t0 = time.monotonic()
-    with nvlab.Lab(hosts=hosts, topology="fabric", ebs=True) as lab:
+    # A long run shares the machine: a boot (the first, or a killed host's)
+    # may take longer than the default bound under load.
+    with nvlab.Lab(hosts=hosts, topology="fabric", ebs=True, boot_timeout_s=480) as lab:
         camp = Campaign(lab, log=log)
+        camp.recovery_bound_s = recovery_bound_s
         for s in range(seed, seed + schedules):
             try:
                 res = camp.run_schedule(s, steps, cover)
@@ -854,11 +878,16 @@ def run_campaign(seed: int, schedules: int, steps: int, hosts: int = 3, log=prin
                 raise Violation(f"seed {s}: {e}\nevidence: {where}\n(replay: vm-test/campaign --seed {s} --schedules 1 --steps {steps} "
                                 f"--hosts {hosts}{' --cover' if cover else ''})\nevents: {camp.events[-30:]}") from None
             log(f"seed {s}: ok: {res}")
+            # Running figures after every schedule: a long run cut short
+            # (machine, deadline) still says what it covered.
+            log(f"running after seed {s}: schedules {len(summary['seeds']) + 1}, faults "
+                f"{json.dumps(dict(camp.faults), sort_keys=True)}, totals {json.dumps(dict(camp.totals), sort_keys=True)}, "
+                f"minutes {(time.monotonic() - t0) / 60:.1f}")
             summary["seeds"].append(s)
         summary.update(faults=dict(camp.faults), totals=dict(camp.totals),
                        recovery_s_median=sorted(camp.recoveries)[len(camp.recoveries) // 2] if camp.recoveries else None,
                        recovery_s_max=max(camp.recoveries) if camp.recoveries else None,
-                       schedules=schedules, steps=steps, hosts=hosts,
+                       schedules=schedules, steps=steps, hosts=hosts, recovery_bound_s=recovery_bound_s,
                        minutes=round((time.monotonic() - t0) / 60, 1))
     return summary
 
@@ -871,12 +900,15 @@ def main(argv=None) -> int:
     ap.add_argument("--hosts", type=int, default=3, choices=(2, 3, 4))
     ap.add_argument("--cover", action="store_true", help="start every schedule with each kind of fault once")
     ap.add_argument("--json", help="write the summary here")
+    ap.add_argument("--recovery-bound-s", type=float, default=RECOVERY_BOUND_S,
+                    help=f"invariant 5's bound (default {RECOVERY_BOUND_S:.0f}); raise it only on an overloaded "
+                         "machine, and report it with the figures")
     a = ap.parse_args(argv)
 
     def log(msg):
         print(msg, flush=True)
     try:
-        summary = run_campaign(a.seed, a.schedules, a.steps, a.hosts, log, a.cover)
+        summary = run_campaign(a.seed, a.schedules, a.steps, a.hosts, log, a.cover, a.recovery_bound_s)
     except Violation as e:
         print(f"VIOLATION {e}", flush=True)
         return 1

@@ -159,3 +159,41 @@ def test_sampler_minimum():
         check_sampler(0, 40, 20.0, ["LabError: paused"])
     with pytest.raises(Violation, match="minimum 12"):
         check_sampler(11, 200, 120.0, [])
+
+
+class _Res:
+    def __init__(self, rc):
+        self.rc = rc
+
+
+class _StubbornHost:
+    """A guest whose writer survives the kill (the kill timed out under load),
+    or, with survive=False, one where it dies."""
+
+    def __init__(self, survive):
+        self.name = "a"
+        self.survive = survive
+        self.kills = 0
+
+    def run(self, cmd, timeout_s=60, check=False):
+        if "pkill" in cmd:
+            self.kills += 1
+        return _Res(0)
+
+    def wait_for(self, cmd, timeout_s=60, interval_s=0.1):
+        assert "pgrep -x nvfence-load" in cmd and "w[l].sh" in cmd, cmd
+        return _Res(1 if self.survive else 0)
+
+
+def test_writers_that_do_not_stop_stop_the_check():
+    # Seed 51800: the stop timed out, the checker read the media while the
+    # writer still wrote. The stop is now verified, and refuses to go on.
+    from campaign import Node
+    h = _StubbornHost(survive=True)
+    n = Node(None, h, 1)
+    with pytest.raises(Violation, match="still running"):
+        n.stop_writers(timeout_s=1)
+    assert h.kills == 2
+    ok = _StubbornHost(survive=False)
+    Node(None, ok, 1).stop_writers(timeout_s=1)
+    assert ok.kills == 1
