@@ -40,6 +40,7 @@ WAIT_S = 90          # bound for udev/systemd to act on an event under a loaded 
 # libnvfence, nvfence, nvfenced and fence_nvfence; libnvme1, libc6,
 # libstdc++6 and libgcc-s1 are in the base image already).
 DEB_DEPS = ["liburing2", "libspdlog1.10", "libfmt9"]
+assert set(DEB_DEPS) <= set(nvlab.CLUSTER_PACKAGES)
 GUEST_DEB = "/root/nvfence.deb"
 
 
@@ -63,7 +64,7 @@ def deb():
 
 @pytest.fixture(scope="module")
 def lab(deb):
-    with nvlab.Lab(hosts=1, flavour="systemd", packages=DEB_DEPS, install_project=False, cluster_net=False,
+    with nvlab.Lab(hosts=1, flavour="systemd", packages=list(nvlab.CLUSTER_PACKAGES), install_project=False, cluster_net=False,
                    boot_timeout_s=480) as lab:
         yield lab
 

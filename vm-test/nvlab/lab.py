@@ -43,9 +43,12 @@ FLAVOURS = ("busybox", "systemd")
 CUT_PATHS = ("storage", "cluster")
 # Cluster network: host i (0-based) is 169.254.100.<i+1>/24 on its second NIC.
 CLUSTER_PREFIX = "169.254.100."
-# The one package list of the cluster labs (Pacemaker, etcd): every systemd
-# test that runs cluster software uses it, so CI builds one extra root image.
-CLUSTER_PACKAGES = ("corosync", "pacemaker", "pacemaker-cli-utils", "etcd-server", "etcd-client")
+# The one package list of the cluster labs (Pacemaker, etcd) and of the .deb
+# install test (libnvfence's runtime Depends beyond the base image): every
+# systemd test that needs more than the base image uses it, so CI builds one
+# extra root image, not three.
+CLUSTER_PACKAGES = ("corosync", "pacemaker", "pacemaker-cli-utils", "etcd-server", "etcd-client",
+                    "liburing2", "libspdlog1.10", "libfmt9")
 HOST_NAMES = "abcdefgh"
 NQN = "nqn.2024-01.org.nvfence.lab:vol0"
 DISK_SERIAL = "vol0123456789abcdef0"
