@@ -33,6 +33,6 @@ step "fuzzers (${NVFENCE_FUZZ_SECONDS:-10}s each)"
 tests/fuzz/run.sh "${NVFENCE_FUZZ_SECONDS:-10}"
 
 step "lab tests (QEMU, kernel nvmet reservations)"
-NVFENCE_BUILD_DIR="$root/build" ctest --test-dir build -L vm --output-on-failure
+NVFENCE_BUILD_DIR="$root/build" ctest --test-dir build -L vm --output-on-failure -j 2
 
 step "all tests passed"
