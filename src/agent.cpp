@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: MIT
 #include "nvfence/agent.hpp"
-#include "nvfence/state_file.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "agent_text.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/fd.hpp"
 #include "nvfence/key.hpp"
@@ -30,10 +30,9 @@ namespace {
         if (!(c)) broken(#c, __FILE__, __LINE__);          \
     } while (0)
 
-constexpr size_t kMaxReasonBytes = 512;
-constexpr size_t kMaxListedRegistrants = 16;
-
-std::string key_text(uint64_t k) { return k ? format_key(k) : "none"; }
+using agent_detail::clean_text;
+using agent_detail::key_text;
+using agent_detail::kMaxReasonBytes;
 
 uint32_t epoch_of(uint64_t key) {
     auto f = decode_key(key);
@@ -48,26 +47,6 @@ uint64_t ms(Clock::Ms d) { return d.count() < 0 ? 0 : static_cast<uint64_t>(d.co
 
 Clock::Ms since(Clock::TimePoint a, Clock::TimePoint b) {
     return std::chrono::duration_cast<Clock::Ms>(b - a);
-}
-
-std::string clean_text(std::string_view s, size_t max) {
-    std::string out;
-    for (char c : s.substr(0, std::min(s.size(), max))) {
-        const auto u = static_cast<unsigned char>(c);
-        out.push_back((u < 0x20 || u == 0x7f) ? '?' : c);
-    }
-    return out;
-}
-
-std::string sanitize_volume(const std::string& volume) {
-    std::string v;
-    for (char c : volume) {
-        const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                          (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
-        v.push_back(keep ? c : '_');
-    }
-    if (v.empty() || v[0] == '.') v.insert(0, "v");
-    return v;
 }
 
 bool notifications_unsupported(std::error_code ec) {
@@ -109,189 +88,6 @@ bool agent_transition_allowed(AgentState from, AgentState to) {
     for (const auto& [f, t] : kAllowedTransitions)
         if (f == from && t == to) return true;
     return false;
-}
-
-// ---- events -----------------------------------------------------------------
-
-const char* agent_event_kind_name(AgentEventKind k) {
-    switch (k) {
-    case AgentEventKind::state_changed: return "state";
-    case AgentEventKind::holder_changed: return "holder";
-    case AgentEventKind::generation_reset: return "generation";
-    case AgentEventKind::notification: return "notification";
-    case AgentEventKind::notification_overflow: return "notification-overflow";
-    case AgentEventKind::check_failed: return "check-failed";
-    case AgentEventKind::check_recovered: return "check-recovered";
-    case AgentEventKind::slow_check: return "slow";
-    case AgentEventKind::loop_stalled: return "stalled";
-    case AgentEventKind::host_id_shared: return "host-id";
-    case AgentEventKind::request: return "request";
-    case AgentEventKind::action_failed: return "action-failed";
-    case AgentEventKind::info: return "info";
-    }
-    return "unknown";
-}
-
-std::string describe_report(const ReservationStatus& st, const HostId& self) {
-    std::string s = "gen " + std::to_string(st.generation) + ", ";
-    s += st.type == ResvType::none ? std::string("not reserved") : std::string(resv_type_short(st.type));
-    const Registrant* h = st.holder();
-    s += ", holder ";
-    s += h ? key_text(h->key) : std::string("none");
-    if (h && h->host_id == self) s += " (this host)";
-    s += ", registrants [";
-    size_t n = 0;
-    for (const auto& r : st.registrants) {
-        if (n == kMaxListedRegistrants) {
-            s += ", +" + std::to_string(st.registrants.size() - n) + " more";
-            break;
-        }
-        if (n++) s += ", ";
-        s += key_text(r.key);
-        if (r.host_id == self && r.holder) s += " (this host, holder)";
-        else if (r.host_id == self) s += " (this host)";
-        else if (r.holder) s += " (holder)";
-    }
-    s += "]";
-    if (st.truncated()) s += " (device claims " + std::to_string(st.num_registrants) + ")";
-    return s;
-}
-
-std::string format_event(const AgentEvent& e) {
-    std::string s;
-    if (e.kind == AgentEventKind::state_changed)
-        s = std::string(agent_state_name(e.from)) + " -> " + agent_state_name(e.to) + ": ";
-    s += e.text;
-    if (e.report) s += "; report: " + describe_report(*e.report, e.self);
-    return s;
-}
-
-// ---- persisted state ----------------------------------------------------------
-
-const char* fence_action_state_name(FenceActionState a) {
-    switch (a) {
-    case FenceActionState::none: return "none";
-    case FenceActionState::pending: return "pending";
-    case FenceActionState::done: return "done";
-    }
-    return "unknown";
-}
-
-const char* persisted_role_name(PersistedRole r) {
-    switch (r) {
-    case PersistedRole::none: return "none";
-    case PersistedRole::standby: return "standby";
-    case PersistedRole::holder: return "holder";
-    case PersistedRole::fenced: return "fenced";
-    }
-    return "unknown";
-}
-
-std::string encode_persisted_state(const PersistedState& s) {
-    std::string t = "# nvfenced state; written atomically by nvfenced, do not edit while it runs\n";
-    t += "version=1\n";
-    t += "node=" + std::to_string(s.node) + "\n";
-    t += "tag=" + std::to_string(s.tag) + "\n";
-    t += std::string("role=") + persisted_role_name(s.role) + "\n";
-    t += "key=" + format_key_hex(s.key) + "\n";
-    t += "fenced_unix_ms=" + std::to_string(s.fenced_unix_ms < 0 ? 0 : s.fenced_unix_ms) + "\n";
-    t += "reason=" + clean_text(s.reason, kMaxReasonBytes) + "\n";
-    t += std::string("action=") + fence_action_state_name(s.action) + "\n";
-    return t;
-}
-
-Result<PersistedState> parse_persisted_state(std::string_view text) {
-    const auto bad = make_error_code(Errc::state_io);
-    if (text.size() > 4096) return bad;
-    PersistedState s;
-    unsigned seen = 0;
-    enum : unsigned { kVersion = 1, kNode = 2, kTag = 4, kRole = 8, kKey = 16, kFenced = 32, kReason = 64, kAction = 128 };
-    while (!text.empty()) {
-        const size_t nl = text.find('\n');
-        if (nl == std::string_view::npos) return bad;  // a torn last line
-        std::string_view line = text.substr(0, nl);
-        text.remove_prefix(nl + 1);
-        if (line.empty() || line[0] == '#') continue;
-        const size_t eq = line.find('=');
-        if (eq == std::string_view::npos) return bad;
-        const std::string_view k = line.substr(0, eq), v = line.substr(eq + 1);
-        auto once = [&](unsigned bit) {
-            if (seen & bit) return false;
-            seen |= bit;
-            return true;
-        };
-        if (k == "version") {
-            if (!once(kVersion) || v != "1") return bad;
-        } else if (k == "node") {
-            auto n = parse_uint(v, 0, kMaxNode);
-            if (!once(kNode) || !n) return bad;
-            s.node = static_cast<uint8_t>(*n);
-        } else if (k == "tag") {
-            auto n = parse_uint(v, 0, 255);
-            if (!once(kTag) || !n) return bad;
-            s.tag = static_cast<uint8_t>(*n);
-        } else if (k == "role") {
-            if (!once(kRole)) return bad;
-            if (v == "none") s.role = PersistedRole::none;
-            else if (v == "standby") s.role = PersistedRole::standby;
-            else if (v == "holder") s.role = PersistedRole::holder;
-            else if (v == "fenced") s.role = PersistedRole::fenced;
-            else return bad;
-        } else if (k == "key") {
-            if (!once(kKey)) return bad;
-            if (v == "0x0000000000000000") {
-                s.key = 0;
-            } else {
-                auto key = parse_key(v);
-                if (!key) return bad;
-                s.key = *key;
-            }
-        } else if (k == "fenced_unix_ms") {
-            auto n = parse_uint(v, 0, INT64_MAX);
-            if (!once(kFenced) || !n) return bad;
-            s.fenced_unix_ms = static_cast<int64_t>(*n);
-        } else if (k == "reason") {
-            if (!once(kReason) || v.size() > kMaxReasonBytes) return bad;
-            for (char c : v)
-                if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return bad;
-            s.reason = std::string(v);
-        } else if (k == "action") {
-            if (!once(kAction)) return bad;
-            if (v == "none") s.action = FenceActionState::none;
-            else if (v == "pending") s.action = FenceActionState::pending;
-            else if (v == "done") s.action = FenceActionState::done;
-            else return bad;
-        } else {
-            return bad;
-        }
-    }
-    // An older agent wrote no action line: it ran the action at entry.
-    if (!(seen & kAction)) s.action = s.role == PersistedRole::fenced ? FenceActionState::done : FenceActionState::none;
-    if ((seen | kAction) != 255) return bad;
-    if (s.action != FenceActionState::none && s.role != PersistedRole::fenced) return bad;
-    const bool registered = s.role == PersistedRole::standby || s.role == PersistedRole::holder;
-    if (registered && (s.key == 0 || s.node == 0)) return bad;
-    if (s.role == PersistedRole::none && s.key != 0) return bad;
-    if (s.role == PersistedRole::fenced && s.node == 0) return bad;
-    return s;
-}
-
-AgentStateFile::AgentStateFile(std::string dir, const std::string& volume) : dir_(std::move(dir)) {
-    path_ = dir_ + "/" + sanitize_volume(volume) + ".agent";
-}
-
-Result<std::optional<PersistedState>> AgentStateFile::load() const {
-    bool absent = false;
-    auto text = read_state_file(path_, 4096, absent);
-    if (!text) return text.error();
-    if (absent) return std::optional<PersistedState>{};
-    auto s = parse_persisted_state(*text);
-    if (!s) return s.error();
-    return std::optional<PersistedState>(*s);
-}
-
-Status AgentStateFile::save(const PersistedState& s) const {
-    return write_file_atomic(dir_, path_, encode_persisted_state(s));
 }
 
 // ---- TimedPassthru ------------------------------------------------------------
