@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "device.hpp"
+#include "nvfence/following_device.hpp"
 
 #include <linux/fs.h>
 #include <sys/ioctl.h>
@@ -13,7 +13,7 @@
 
 #include "nvfence/error.hpp"
 
-namespace nvfenced {
+namespace nvfence {
 
 namespace {
 
@@ -41,7 +41,7 @@ std::optional<uint64_t> read_u64(const std::filesystem::path& p) {
 
 }  // namespace
 
-FollowingDevice::FollowingDevice(std::unique_ptr<nvfence::Namespace> ns, nvfence::OpenOptions open_opts,
+FollowingDevice::FollowingDevice(std::unique_ptr<Namespace> ns, OpenOptions open_opts,
                                  uint32_t min_search_interval_ms, LogFn log, std::string sys_root,
                                  std::string dev_root)
     : ns_(std::move(ns)),
@@ -56,11 +56,11 @@ FollowingDevice::FollowingDevice(std::unique_ptr<nvfence::Namespace> ns, nvfence
     open_opts_.read_host_id = true;
 }
 
-nvfence::Result<uint32_t> FollowingDevice::submit(const nvfence::Command& cmd, std::span<uint8_t> data) {
+Result<uint32_t> FollowingDevice::submit(const Command& cmd, std::span<uint8_t> data) {
     auto r = ns_->passthru().submit(cmd, data);
     // A reservation conflict or any other answer from the device means the
     // namespace is there; only failures without an answer are worth a look.
-    if (!r && r.error().category() != nvfence::nvme_category()) maybe_follow();
+    if (!r && r.error().category() != nvme_category()) maybe_follow();
     else if (!r && (r.error().value() & 0x700) == 0x300) maybe_follow();  // path-related status
     return r;
 }
@@ -100,7 +100,7 @@ void FollowingDevice::maybe_follow() {
     if (names.size() > kMaxCandidates) names.resize(kMaxCandidates);
     const std::string old = ns_->info().paths.block;
     for (const auto& n : names) {
-        auto cand = nvfence::Namespace::open(dev_root_ + "/" + n, open_opts_);
+        auto cand = Namespace::open(dev_root_ + "/" + n, open_opts_);
         if (!cand) continue;
         const auto& ci = (*cand)->info();
         if (ci.volume != volume_ || ci.nsid != nsid_) continue;
@@ -119,4 +119,4 @@ void FollowingDevice::maybe_follow() {
     reported_missing_ = true;
 }
 
-}  // namespace nvfenced
+}  // namespace nvfence

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-/// @file actions.hpp
+/// @file fence_actions.hpp
 /// What nvfenced does to this host outside the device: stop the writer
 /// units and run the fence action, each as a child process with a bounded
 /// run time (killed with its whole process group when it overruns).
@@ -14,7 +14,7 @@
 #include "nvfence/agent_config.hpp"
 #include "nvfence/result.hpp"
 
-namespace nvfenced {
+namespace nvfence {
 
 /// The category of child-process failures: value = exit status (1..255),
 /// or 1000 + signal number when killed by a signal.
@@ -26,7 +26,7 @@ const std::error_category& child_category() noexcept;
 /// most @p timeout_ms; then kills the group (Errc::timeout). A non-zero exit
 /// is an error in child_category(). While it waits it calls @p tick (if
 /// set) about once a second: the watchdog is fed while a bounded action runs.
-nvfence::Status run_bounded(const std::vector<std::string>& argv,
+Status run_bounded(const std::vector<std::string>& argv,
                             const std::vector<std::pair<std::string, std::string>>& env,
                             uint32_t timeout_ms, const std::function<void()>& tick = {});
 
@@ -38,14 +38,14 @@ class FenceActions {
 public:
     /// Acts as @p s says; @p env is added to the environment of every child
     /// (NVFENCE_VOLUME, NVFENCE_DEVICE, ...).
-    FenceActions(const nvfence::AgentSettings& s, std::vector<std::pair<std::string, std::string>> env)
+    FenceActions(const AgentSettings& s, std::vector<std::pair<std::string, std::string>> env)
         : s_(s), env_(std::move(env)) {}
     /// `systemctl stop UNIT` for every writer unit, each bounded by
     /// fence_timeout_ms. @p log receives one line per unit.
-    nvfence::Status stop_writers(const std::string& reason,
+    Status stop_writers(const std::string& reason,
                                  const std::function<void(bool, const std::string&)>& log) const;
     /// The fence action; for reboot this does not return when it works.
-    nvfence::Status fence_action(const std::string& reason,
+    Status fence_action(const std::string& reason,
                                  const std::function<void(bool, const std::string&)>& log) const;
 
     /// Called about once a second while a child runs (the watchdog keep-alive).
@@ -53,8 +53,8 @@ public:
 
 private:
     std::function<void()> tick_;
-    nvfence::AgentSettings s_;
+    AgentSettings s_;
     std::vector<std::pair<std::string, std::string>> env_;
 };
 
-}  // namespace nvfenced
+}  // namespace nvfence

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-/// @file device.hpp
+/// @file following_device.hpp
 /// The agent's device: a Passthru that follows its volume when the
 /// namespace it opened disappears and comes back (a target restart, a
 /// namespace disabled and re-enabled, a detach and re-attach), possibly
@@ -20,29 +20,29 @@
 #include "nvfence/namespace.hpp"
 #include "nvfence/passthru.hpp"
 
-namespace nvfenced {
+namespace nvfence {
 
 /// A Passthru over an open Namespace that, when a command fails and the
 /// opened namespace instance is gone, looks for the same volume (same
 /// volume name, nsid and host id) among the namespaces present and
 /// switches to it. The command that failed is not retried: the caller
 /// sees its error and the next command goes to the new namespace.
-class FollowingDevice final : public nvfence::Passthru {
+class FollowingDevice final : public Passthru {
 public:
     /// Called with one line for the log on every switch or failed search.
     using LogFn = std::function<void(bool warning, const std::string& line)>;
 
     /// Follows @p ns. Searches at most once per @p min_search_interval_ms;
     /// opens candidates with @p open_opts (their timeouts bound a search).
-    FollowingDevice(std::unique_ptr<nvfence::Namespace> ns, nvfence::OpenOptions open_opts,
+    FollowingDevice(std::unique_ptr<Namespace> ns, OpenOptions open_opts,
                     uint32_t min_search_interval_ms, LogFn log, std::string sys_root = "/sys",
                     std::string dev_root = "/dev");
 
     /// See Passthru::submit.
-    nvfence::Result<uint32_t> submit(const nvfence::Command& cmd, std::span<uint8_t> data) override;
+    Result<uint32_t> submit(const Command& cmd, std::span<uint8_t> data) override;
 
     /// The namespace in use now.
-    const nvfence::NamespaceInfo& info() const { return ns_->info(); }
+    const NamespaceInfo& info() const { return ns_->info(); }
 
     /// True when the namespace instance this object has open no longer
     /// exists (its block device was deleted, or its name and number now
@@ -55,18 +55,18 @@ public:
 private:
     void maybe_follow();
 
-    std::unique_ptr<nvfence::Namespace> ns_;
-    nvfence::OpenOptions open_opts_;
+    std::unique_ptr<Namespace> ns_;
+    OpenOptions open_opts_;
     std::chrono::milliseconds min_interval_;
     LogFn log_;
     std::string sys_root_, dev_root_;
     std::string volume_;
     uint32_t nsid_;
-    std::optional<nvfence::HostId> host_id_;
+    std::optional<HostId> host_id_;
     std::chrono::steady_clock::time_point last_search_{};
     bool searched_ = false;
     bool reported_missing_ = false;
     uint64_t switches_ = 0;
 };
 
-}  // namespace nvfenced
+}  // namespace nvfence

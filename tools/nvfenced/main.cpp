@@ -27,14 +27,14 @@
 #include <string>
 #include <vector>
 
-#include "actions.hpp"
-#include "device.hpp"
 #include "nvfence/agent.hpp"
 #include "nvfence/agent_config.hpp"
 #include "nvfence/clock.hpp"
 #include "nvfence/control.hpp"
 #include "nvfence/epoch_store.hpp"
 #include "nvfence/error.hpp"
+#include "nvfence/fence_actions.hpp"
+#include "nvfence/following_device.hpp"
 #include "nvfence/key.hpp"
 #include "nvfence/namespace.hpp"
 #include "nvfence/state_file.hpp"
@@ -154,7 +154,7 @@ std::string status_line(nvfence::Agent& a) {
 
 class DaemonHooks final : public nvfence::AgentHooks {
 public:
-    DaemonHooks(spdlog::logger& log, const FenceActions& actions, bool watchdog)
+    DaemonHooks(spdlog::logger& log, const nvfence::FenceActions& actions, bool watchdog)
         : log_(log), actions_(actions), watchdog_(watchdog) {}
     void event(const nvfence::AgentEvent& e) override {
         log_.log(level_of(e.level), "{}", nvfence::format_event(e));
@@ -180,7 +180,7 @@ public:
 
 private:
     spdlog::logger& log_;
-    const FenceActions& actions_;
+    const nvfence::FenceActions& actions_;
     bool watchdog_;
 };
 
@@ -366,7 +366,7 @@ int run(const nvfence::AgentSettings& s, spdlog::logger& log) {
         }
     }
 
-    FenceActions actions(s, {{"NVFENCE_VOLUME", volume},
+    nvfence::FenceActions actions(s, {{"NVFENCE_VOLUME", volume},
                              {"NVFENCE_DEVICE", info.paths.block},
                              {"NVFENCE_NODE", std::to_string(node)},
                              {"NVFENCE_NAME", name}});
@@ -411,7 +411,7 @@ int run(const nvfence::AgentSettings& s, spdlog::logger& log) {
              s.role == nvfence::StartRole::acquire ? "acquire" : "standby", s.interval_ms,
              nvfence::fence_action_name(s.fence_action), socket);
 
-    FollowingDevice device(std::move(ns), oo, s.interval_ms, [&](bool warning, const std::string& line) {
+    nvfence::FollowingDevice device(std::move(ns), oo, s.interval_ms, [&](bool warning, const std::string& line) {
         if (warning) log.warn("{}", line);
         else log.info("{}", line);
     });
