@@ -22,6 +22,10 @@
 ///     any      --stop()--> STOPPING
 ///
 /// A takeover request is refused while FENCED: only a rejoin leaves it.
+/// Every change goes through decide_transition() (agent_transition.hpp),
+/// one pure function of the state and what was observed, and apply(), the
+/// only code that changes the state and aborts on a change outside the
+/// static table of allowed transitions.
 ///
 /// Safety rules (docs/CONTRACTS.md) kept here:
 ///  - the device decides: every state is derived from a Report;
@@ -46,6 +50,7 @@
 
 #include "nvfence/agent_event.hpp"
 #include "nvfence/agent_state_file.hpp"
+#include "nvfence/agent_transition.hpp"
 #include "nvfence/clock.hpp"
 #include "nvfence/control.hpp"
 #include "nvfence/epoch_store.hpp"
@@ -94,10 +99,6 @@ struct AgentOptions {
     std::string volume;                            ///< Volume name (status only).
     std::string device;                            ///< Device path (status only).
 };
-
-/// True when the agent may change from @p from to @p to (the static table
-/// of allowed transitions that every state change is checked against).
-bool agent_transition_allowed(AgentState from, AgentState to);
 
 /// What the agent needs from its host process besides the device.
 class AgentHooks {
@@ -201,36 +202,42 @@ public:
     /// The options in force.
     const AgentOptions& options() const { return opts_; }
 
-private:
-    struct Notes {
-        uint32_t pages = 0;
-        bool registration_preempted = false;
-        bool reservation_released = false;
-        bool reservation_preempted = false;
-        uint64_t lost = 0;
-        bool more_pending = false;
-    };
+    /// Performs @p t, the only way the agent's state changes: aborts with a
+    /// message unless t.from is the current state and the change is in
+    /// agent_allowed_transitions(); on entry to FENCED stops the writers
+    /// first; sets the key; emits the state event (with @p st); persists
+    /// t.persist; then runs a fresh fence action. Fails when persisting did
+    /// (the error is also logged and kept as last_error()).
+    Status apply(const Transition& t, const ReservationStatus* st = nullptr);
 
-    Notes drain_notifications(bool report_events);
-    void observe(const ReservationStatus& st, const Notes& notes);
+private:
+    Status decide(const Observation& o);
+    AgentView view() const;
+    CheckNotes drain_notifications(bool report_events);
+    bool generation_went_back(const ReservationStatus& st);
+    void note_report(const ReservationStatus& st, const CheckNotes& notes);
+    void observe(const ReservationStatus& st, const CheckNotes& notes);
     void report_epochs();
     void run_fence_actions(bool stop_writers_first);
+    void stop_writers_at_fence(const std::string& reason);
     void check_view();
+    void check_timing(Clock::TimePoint t0, Clock::TimePoint t1);
     Status stop_writers_before_release(const char* why);
-    void enter_fenced(const std::string& reason, const ReservationStatus* st, bool run_action);
-    void transition(AgentState to, const std::string& why, const ReservationStatus* st = nullptr,
-                    EventLevel level = EventLevel::info);
     void emit(AgentEventKind kind, EventLevel level, const std::string& text,
               const ReservationStatus* st = nullptr);
     Status persist();
     Status save(PersistedRole role);
     bool holds(const ReservationStatus& st, const Registrant& me) const;
     bool ours(uint64_t key) const;
-    bool our_newer_key(uint64_t key) const;
-    void adopt(const ReservationStatus& st, const Registrant& me, bool was_holder, const std::string& why);
+    bool our_newer_key(uint64_t key, uint64_t known) const;
     void sync_after_request(const char* op);
     void set_baseline(const ReservationStatus& st);
+    Status load_start_state(std::optional<PersistedState>& saved);
+    Status resume_fenced(const PersistedState& saved, const ReservationStatus& st);
+    Status resume(const std::optional<PersistedState>& saved, const ReservationStatus& st, bool fresh);
+    Status register_fresh(bool fresh);
     Status apply_start_role(const ReservationStatus& st, bool resumed, bool fresh);
+    Status acquire_for_start_role();
     ControlReply do_takeover(const ControlRequest& req, const std::string& who);
     ControlReply do_release(const ControlRequest& req, const std::string& who);
     ControlReply do_rejoin(const ControlRequest& req, const std::string& who);
