@@ -35,7 +35,26 @@ std::error_code child_error(int status) {
     return {WEXITSTATUS(status), child_category()};
 }
 
+class SystemRunner final : public ProcessRunner {
+public:
+    Status run(const std::vector<std::string>& argv, const ChildEnv& env, uint32_t timeout_ms,
+               const std::function<void()>& tick) override {
+        return run_bounded(argv, env, timeout_ms, tick);
+    }
+    void sysrq_reboot() override {
+        // No sync: writeback to a device that refuses this host could
+        // hang the reboot, and fenced data must not be flushed anyway.
+        Fd fd(::open("/proc/sysrq-trigger", O_WRONLY | O_CLOEXEC));
+        if (fd && ::write(fd.get(), "b", 1) == 1) std::this_thread::sleep_for(std::chrono::seconds(10));
+    }
+};
+
 }  // namespace
+
+ProcessRunner& system_process_runner() {
+    static SystemRunner r;
+    return r;
+}
 
 const std::error_category& child_category() noexcept {
     static const ChildCategory c;
@@ -123,7 +142,7 @@ Status FenceActions::stop_writers(const std::string& reason,
     env.emplace_back("NVFENCE_REASON", reason);
     for (const auto& unit : s_.writer_units) {
         const std::vector<std::string> argv = {"systemctl", "stop", unit};
-        auto r = run_bounded(argv, env, s_.fence_timeout_ms, tick_);
+        auto r = runner_.run(argv, env, s_.fence_timeout_ms, tick_);
         if (r) {
             log(true, "stopped writer unit " + unit);
         } else {
@@ -149,10 +168,7 @@ Status FenceActions::fence_action(const std::string& reason,
     case FenceActionKind::reboot:
         if (s_.reboot_method == RebootMethod::sysrq) {
             log(true, "fence action: rebooting now through /proc/sysrq-trigger (no sync)");
-            // No sync: writeback to a device that refuses this host could
-            // hang the reboot, and fenced data must not be flushed anyway.
-            Fd fd(::open("/proc/sysrq-trigger", O_WRONLY | O_CLOEXEC));
-            if (fd && ::write(fd.get(), "b", 1) == 1) std::this_thread::sleep_for(std::chrono::seconds(10));
+            runner_.sysrq_reboot();
             log(false, "sysrq reboot did not happen; trying 'reboot -ff'");
             argv = {"reboot", "-ff"};
         } else {
@@ -161,7 +177,7 @@ Status FenceActions::fence_action(const std::string& reason,
         break;
     }
     log(true, "fence action: running '" + describe_argv(argv) + "'");
-    auto r = run_bounded(argv, env, s_.fence_timeout_ms, tick_);
+    auto r = runner_.run(argv, env, s_.fence_timeout_ms, tick_);
     if (r) log(true, "fence action '" + describe_argv(argv) + "' done");
     else log(false, "fence action '" + describe_argv(argv) + "' failed: " + r.error().message());
     return r;

@@ -33,13 +33,32 @@ Status run_bounded(const std::vector<std::string>& argv,
 /// The command line for a fence action or a unit stop, as logged.
 std::string describe_argv(const std::vector<std::string>& argv);
 
+/// Environment additions for a child: name, value.
+using ChildEnv = std::vector<std::pair<std::string, std::string>>;
+
+/// How FenceActions acts on this host: child processes and the sysrq
+/// reboot (the seam unit tests replace).
+class ProcessRunner {
+public:
+    virtual ~ProcessRunner() = default;
+    /// Runs @p argv as run_bounded() does.
+    virtual Status run(const std::vector<std::string>& argv, const ChildEnv& env, uint32_t timeout_ms,
+                       const std::function<void()>& tick) = 0;
+    /// Reboots at once through /proc/sysrq-trigger (no sync). Returns only
+    /// when the reboot did not happen.
+    virtual void sysrq_reboot() = 0;
+};
+
+/// The real runner: run_bounded() and /proc/sysrq-trigger.
+ProcessRunner& system_process_runner();
+
 /// Stops writer units and runs the configured fence action.
 class FenceActions {
 public:
-    /// Acts as @p s says; @p env is added to the environment of every child
-    /// (NVFENCE_VOLUME, NVFENCE_DEVICE, ...).
-    FenceActions(const AgentSettings& s, std::vector<std::pair<std::string, std::string>> env)
-        : s_(s), env_(std::move(env)) {}
+    /// Acts as @p s says through @p runner (borrowed); @p env is added to
+    /// the environment of every child (NVFENCE_VOLUME, NVFENCE_DEVICE, ...).
+    FenceActions(const AgentSettings& s, ChildEnv env, ProcessRunner& runner = system_process_runner())
+        : runner_(runner), s_(s), env_(std::move(env)) {}
     /// `systemctl stop UNIT` for every writer unit, each bounded by
     /// fence_timeout_ms. @p log receives one line per unit.
     Status stop_writers(const std::string& reason,
@@ -52,9 +71,10 @@ public:
     void set_tick(std::function<void()> tick) { tick_ = std::move(tick); }
 
 private:
+    ProcessRunner& runner_;
     std::function<void()> tick_;
     AgentSettings s_;
-    std::vector<std::pair<std::string, std::string>> env_;
+    ChildEnv env_;
 };
 
 }  // namespace nvfence
