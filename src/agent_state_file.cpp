@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "nvfence/agent_state_file.hpp"
 
+#include <array>
 #include <cstdint>
 
 #include "agent_text.hpp"
@@ -60,12 +61,86 @@ std::string encode_persisted_state(const PersistedState& s) {
     return t;
 }
 
+namespace {
+
+enum : unsigned { kVersion = 1, kNode = 2, kTag = 4, kRole = 8, kKey = 16, kFenced = 32, kReason = 64, kAction = 128 };
+
+// The enum value named @p v among @p names (in enum order), if any.
+template <typename E, size_t N>
+std::optional<E> named(std::string_view v, const std::array<const char*, N>& names) {
+    for (size_t i = 0; i < N; ++i)
+        if (v == names[i]) return static_cast<E>(i);
+    return std::nullopt;
+}
+
+// Parses one `key=value` into @p s; false when it is unknown, repeated or
+// out of range.
+bool parse_state_line(std::string_view k, std::string_view v, PersistedState& s, unsigned& seen) {
+    auto once = [&](unsigned bit) {
+        if (seen & bit) return false;
+        seen |= bit;
+        return true;
+    };
+    if (k == "version") return once(kVersion) && v == "1";
+    if (k == "node" || k == "tag") {
+        auto n = parse_uint(v, 0, k == "node" ? kMaxNode : 255);
+        if (!once(k == "node" ? kNode : kTag) || !n) return false;
+        (k == "node" ? s.node : s.tag) = static_cast<uint8_t>(*n);
+        return true;
+    }
+    if (k == "role") {
+        auto r = named<PersistedRole>(v, std::array{"none", "standby", "holder", "fenced"});
+        if (!once(kRole) || !r) return false;
+        s.role = *r;
+        return true;
+    }
+    if (k == "key") {
+        if (!once(kKey)) return false;
+        if (v == "0x0000000000000000") {
+            s.key = 0;
+            return true;
+        }
+        auto key = parse_key(v);
+        if (!key) return false;
+        s.key = *key;
+        return true;
+    }
+    if (k == "fenced_unix_ms") {
+        auto n = parse_uint(v, 0, INT64_MAX);
+        if (!once(kFenced) || !n) return false;
+        s.fenced_unix_ms = static_cast<int64_t>(*n);
+        return true;
+    }
+    if (k == "reason") {
+        if (!once(kReason) || v.size() > kMaxReasonBytes) return false;
+        for (char c : v)
+            if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return false;
+        s.reason = std::string(v);
+        return true;
+    }
+    if (k != "action") return false;
+    auto a = named<FenceActionState>(v, std::array{"none", "pending", "done"});
+    if (!once(kAction) || !a) return false;
+    s.action = *a;
+    return true;
+}
+
+// Role, key, node and fence progress agree with each other.
+bool consistent(const PersistedState& s) {
+    if (s.action != FenceActionState::none && s.role != PersistedRole::fenced) return false;
+    const bool registered = s.role == PersistedRole::standby || s.role == PersistedRole::holder;
+    if (registered && (s.key == 0 || s.node == 0)) return false;
+    if (s.role == PersistedRole::none && s.key != 0) return false;
+    return !(s.role == PersistedRole::fenced && s.node == 0);
+}
+
+}  // namespace
+
 Result<PersistedState> parse_persisted_state(std::string_view text) {
     const auto bad = make_error_code(Errc::state_io);
     if (text.size() > 4096) return bad;
     PersistedState s;
     unsigned seen = 0;
-    enum : unsigned { kVersion = 1, kNode = 2, kTag = 4, kRole = 8, kKey = 16, kFenced = 32, kReason = 64, kAction = 128 };
     while (!text.empty()) {
         const size_t nl = text.find('\n');
         if (nl == std::string_view::npos) return bad;  // a torn last line
@@ -74,65 +149,11 @@ Result<PersistedState> parse_persisted_state(std::string_view text) {
         if (line.empty() || line[0] == '#') continue;
         const size_t eq = line.find('=');
         if (eq == std::string_view::npos) return bad;
-        const std::string_view k = line.substr(0, eq), v = line.substr(eq + 1);
-        auto once = [&](unsigned bit) {
-            if (seen & bit) return false;
-            seen |= bit;
-            return true;
-        };
-        if (k == "version") {
-            if (!once(kVersion) || v != "1") return bad;
-        } else if (k == "node") {
-            auto n = parse_uint(v, 0, kMaxNode);
-            if (!once(kNode) || !n) return bad;
-            s.node = static_cast<uint8_t>(*n);
-        } else if (k == "tag") {
-            auto n = parse_uint(v, 0, 255);
-            if (!once(kTag) || !n) return bad;
-            s.tag = static_cast<uint8_t>(*n);
-        } else if (k == "role") {
-            if (!once(kRole)) return bad;
-            if (v == "none") s.role = PersistedRole::none;
-            else if (v == "standby") s.role = PersistedRole::standby;
-            else if (v == "holder") s.role = PersistedRole::holder;
-            else if (v == "fenced") s.role = PersistedRole::fenced;
-            else return bad;
-        } else if (k == "key") {
-            if (!once(kKey)) return bad;
-            if (v == "0x0000000000000000") {
-                s.key = 0;
-            } else {
-                auto key = parse_key(v);
-                if (!key) return bad;
-                s.key = *key;
-            }
-        } else if (k == "fenced_unix_ms") {
-            auto n = parse_uint(v, 0, INT64_MAX);
-            if (!once(kFenced) || !n) return bad;
-            s.fenced_unix_ms = static_cast<int64_t>(*n);
-        } else if (k == "reason") {
-            if (!once(kReason) || v.size() > kMaxReasonBytes) return bad;
-            for (char c : v)
-                if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return bad;
-            s.reason = std::string(v);
-        } else if (k == "action") {
-            if (!once(kAction)) return bad;
-            if (v == "none") s.action = FenceActionState::none;
-            else if (v == "pending") s.action = FenceActionState::pending;
-            else if (v == "done") s.action = FenceActionState::done;
-            else return bad;
-        } else {
-            return bad;
-        }
+        if (!parse_state_line(line.substr(0, eq), line.substr(eq + 1), s, seen)) return bad;
     }
     // An older agent wrote no action line: it ran the action at entry.
     if (!(seen & kAction)) s.action = s.role == PersistedRole::fenced ? FenceActionState::done : FenceActionState::none;
-    if ((seen | kAction) != 255) return bad;
-    if (s.action != FenceActionState::none && s.role != PersistedRole::fenced) return bad;
-    const bool registered = s.role == PersistedRole::standby || s.role == PersistedRole::holder;
-    if (registered && (s.key == 0 || s.node == 0)) return bad;
-    if (s.role == PersistedRole::none && s.key != 0) return bad;
-    if (s.role == PersistedRole::fenced && s.node == 0) return bad;
+    if ((seen | kAction) != 255 || !consistent(s)) return bad;
     return s;
 }
 
