@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: MIT
 #include "nvfence/agent.hpp"
-#include "nvfence/state_file.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "agent_text.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/fd.hpp"
 #include "nvfence/key.hpp"
@@ -30,10 +30,9 @@ namespace {
         if (!(c)) broken(#c, __FILE__, __LINE__);          \
     } while (0)
 
-constexpr size_t kMaxReasonBytes = 512;
-constexpr size_t kMaxListedRegistrants = 16;
-
-std::string key_text(uint64_t k) { return k ? format_key(k) : "none"; }
+using agent_detail::clean_text;
+using agent_detail::key_text;
+using agent_detail::kMaxReasonBytes;
 
 uint32_t epoch_of(uint64_t key) {
     auto f = decode_key(key);
@@ -48,26 +47,6 @@ uint64_t ms(Clock::Ms d) { return d.count() < 0 ? 0 : static_cast<uint64_t>(d.co
 
 Clock::Ms since(Clock::TimePoint a, Clock::TimePoint b) {
     return std::chrono::duration_cast<Clock::Ms>(b - a);
-}
-
-std::string clean_text(std::string_view s, size_t max) {
-    std::string out;
-    for (char c : s.substr(0, std::min(s.size(), max))) {
-        const auto u = static_cast<unsigned char>(c);
-        out.push_back((u < 0x20 || u == 0x7f) ? '?' : c);
-    }
-    return out;
-}
-
-std::string sanitize_volume(const std::string& volume) {
-    std::string v;
-    for (char c : volume) {
-        const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                          (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
-        v.push_back(keep ? c : '_');
-    }
-    if (v.empty() || v[0] == '.') v.insert(0, "v");
-    return v;
 }
 
 bool notifications_unsupported(std::error_code ec) {
@@ -85,214 +64,6 @@ FenceOptions fence_options(const AgentOptions& o) {
 }
 
 }  // namespace
-
-// ---- allowed transitions -------------------------------------------------------
-
-namespace {
-using S = AgentState;
-// Every state change the agent may make; transition() asserts membership.
-// Nothing leads out of FENCED but a rejoin (to STANDBY, or HOLDER when the
-// device shows this host holding) and a stop.
-constexpr std::pair<AgentState, AgentState> kAllowedTransitions[] = {
-    {S::starting, S::standby}, {S::starting, S::holder},  {S::starting, S::fenced},
-    {S::starting, S::stopping}, {S::standby, S::holder},  {S::standby, S::fenced},
-    {S::standby, S::stopping},  {S::holder, S::standby},  {S::holder, S::fenced},
-    {S::holder, S::stopping},   {S::fenced, S::standby},  {S::fenced, S::holder},
-    {S::fenced, S::stopping},
-    // A key replaced without a change of state (a request that re-keyed
-    // this host and then failed, found by the Report afterwards).
-    {S::standby, S::standby},   {S::holder, S::holder},
-};
-}  // namespace
-
-bool agent_transition_allowed(AgentState from, AgentState to) {
-    for (const auto& [f, t] : kAllowedTransitions)
-        if (f == from && t == to) return true;
-    return false;
-}
-
-// ---- events -----------------------------------------------------------------
-
-const char* agent_event_kind_name(AgentEventKind k) {
-    switch (k) {
-    case AgentEventKind::state_changed: return "state";
-    case AgentEventKind::holder_changed: return "holder";
-    case AgentEventKind::generation_reset: return "generation";
-    case AgentEventKind::notification: return "notification";
-    case AgentEventKind::notification_overflow: return "notification-overflow";
-    case AgentEventKind::check_failed: return "check-failed";
-    case AgentEventKind::check_recovered: return "check-recovered";
-    case AgentEventKind::slow_check: return "slow";
-    case AgentEventKind::loop_stalled: return "stalled";
-    case AgentEventKind::host_id_shared: return "host-id";
-    case AgentEventKind::request: return "request";
-    case AgentEventKind::action_failed: return "action-failed";
-    case AgentEventKind::info: return "info";
-    }
-    return "unknown";
-}
-
-std::string describe_report(const ReservationStatus& st, const HostId& self) {
-    std::string s = "gen " + std::to_string(st.generation) + ", ";
-    s += st.type == ResvType::none ? std::string("not reserved") : std::string(resv_type_short(st.type));
-    const Registrant* h = st.holder();
-    s += ", holder ";
-    s += h ? key_text(h->key) : std::string("none");
-    if (h && h->host_id == self) s += " (this host)";
-    s += ", registrants [";
-    size_t n = 0;
-    for (const auto& r : st.registrants) {
-        if (n == kMaxListedRegistrants) {
-            s += ", +" + std::to_string(st.registrants.size() - n) + " more";
-            break;
-        }
-        if (n++) s += ", ";
-        s += key_text(r.key);
-        if (r.host_id == self && r.holder) s += " (this host, holder)";
-        else if (r.host_id == self) s += " (this host)";
-        else if (r.holder) s += " (holder)";
-    }
-    s += "]";
-    if (st.truncated()) s += " (device claims " + std::to_string(st.num_registrants) + ")";
-    return s;
-}
-
-std::string format_event(const AgentEvent& e) {
-    std::string s;
-    if (e.kind == AgentEventKind::state_changed)
-        s = std::string(agent_state_name(e.from)) + " -> " + agent_state_name(e.to) + ": ";
-    s += e.text;
-    if (e.report) s += "; report: " + describe_report(*e.report, e.self);
-    return s;
-}
-
-// ---- persisted state ----------------------------------------------------------
-
-const char* fence_action_state_name(FenceActionState a) {
-    switch (a) {
-    case FenceActionState::none: return "none";
-    case FenceActionState::pending: return "pending";
-    case FenceActionState::done: return "done";
-    }
-    return "unknown";
-}
-
-const char* persisted_role_name(PersistedRole r) {
-    switch (r) {
-    case PersistedRole::none: return "none";
-    case PersistedRole::standby: return "standby";
-    case PersistedRole::holder: return "holder";
-    case PersistedRole::fenced: return "fenced";
-    }
-    return "unknown";
-}
-
-std::string encode_persisted_state(const PersistedState& s) {
-    std::string t = "# nvfenced state; written atomically by nvfenced, do not edit while it runs\n";
-    t += "version=1\n";
-    t += "node=" + std::to_string(s.node) + "\n";
-    t += "tag=" + std::to_string(s.tag) + "\n";
-    t += std::string("role=") + persisted_role_name(s.role) + "\n";
-    t += "key=" + format_key_hex(s.key) + "\n";
-    t += "fenced_unix_ms=" + std::to_string(s.fenced_unix_ms < 0 ? 0 : s.fenced_unix_ms) + "\n";
-    t += "reason=" + clean_text(s.reason, kMaxReasonBytes) + "\n";
-    t += std::string("action=") + fence_action_state_name(s.action) + "\n";
-    return t;
-}
-
-Result<PersistedState> parse_persisted_state(std::string_view text) {
-    const auto bad = make_error_code(Errc::state_io);
-    if (text.size() > 4096) return bad;
-    PersistedState s;
-    unsigned seen = 0;
-    enum : unsigned { kVersion = 1, kNode = 2, kTag = 4, kRole = 8, kKey = 16, kFenced = 32, kReason = 64, kAction = 128 };
-    while (!text.empty()) {
-        const size_t nl = text.find('\n');
-        if (nl == std::string_view::npos) return bad;  // a torn last line
-        std::string_view line = text.substr(0, nl);
-        text.remove_prefix(nl + 1);
-        if (line.empty() || line[0] == '#') continue;
-        const size_t eq = line.find('=');
-        if (eq == std::string_view::npos) return bad;
-        const std::string_view k = line.substr(0, eq), v = line.substr(eq + 1);
-        auto once = [&](unsigned bit) {
-            if (seen & bit) return false;
-            seen |= bit;
-            return true;
-        };
-        if (k == "version") {
-            if (!once(kVersion) || v != "1") return bad;
-        } else if (k == "node") {
-            auto n = parse_uint(v, 0, kMaxNode);
-            if (!once(kNode) || !n) return bad;
-            s.node = static_cast<uint8_t>(*n);
-        } else if (k == "tag") {
-            auto n = parse_uint(v, 0, 255);
-            if (!once(kTag) || !n) return bad;
-            s.tag = static_cast<uint8_t>(*n);
-        } else if (k == "role") {
-            if (!once(kRole)) return bad;
-            if (v == "none") s.role = PersistedRole::none;
-            else if (v == "standby") s.role = PersistedRole::standby;
-            else if (v == "holder") s.role = PersistedRole::holder;
-            else if (v == "fenced") s.role = PersistedRole::fenced;
-            else return bad;
-        } else if (k == "key") {
-            if (!once(kKey)) return bad;
-            if (v == "0x0000000000000000") {
-                s.key = 0;
-            } else {
-                auto key = parse_key(v);
-                if (!key) return bad;
-                s.key = *key;
-            }
-        } else if (k == "fenced_unix_ms") {
-            auto n = parse_uint(v, 0, INT64_MAX);
-            if (!once(kFenced) || !n) return bad;
-            s.fenced_unix_ms = static_cast<int64_t>(*n);
-        } else if (k == "reason") {
-            if (!once(kReason) || v.size() > kMaxReasonBytes) return bad;
-            for (char c : v)
-                if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return bad;
-            s.reason = std::string(v);
-        } else if (k == "action") {
-            if (!once(kAction)) return bad;
-            if (v == "none") s.action = FenceActionState::none;
-            else if (v == "pending") s.action = FenceActionState::pending;
-            else if (v == "done") s.action = FenceActionState::done;
-            else return bad;
-        } else {
-            return bad;
-        }
-    }
-    // An older agent wrote no action line: it ran the action at entry.
-    if (!(seen & kAction)) s.action = s.role == PersistedRole::fenced ? FenceActionState::done : FenceActionState::none;
-    if ((seen | kAction) != 255) return bad;
-    if (s.action != FenceActionState::none && s.role != PersistedRole::fenced) return bad;
-    const bool registered = s.role == PersistedRole::standby || s.role == PersistedRole::holder;
-    if (registered && (s.key == 0 || s.node == 0)) return bad;
-    if (s.role == PersistedRole::none && s.key != 0) return bad;
-    if (s.role == PersistedRole::fenced && s.node == 0) return bad;
-    return s;
-}
-
-AgentStateFile::AgentStateFile(std::string dir, const std::string& volume) : dir_(std::move(dir)) {
-    path_ = dir_ + "/" + sanitize_volume(volume) + ".agent";
-}
-
-Result<std::optional<PersistedState>> AgentStateFile::load() const {
-    bool absent = false;
-    auto text = read_state_file(path_, 4096, absent);
-    if (!text) return text.error();
-    if (absent) return std::optional<PersistedState>{};
-    auto s = parse_persisted_state(*text);
-    if (!s) return s.error();
-    return std::optional<PersistedState>(*s);
-}
-
-Status AgentStateFile::save(const PersistedState& s) const {
-    return write_file_atomic(dir_, path_, encode_persisted_state(s));
-}
 
 // ---- TimedPassthru ------------------------------------------------------------
 
@@ -343,19 +114,53 @@ void Agent::emit(AgentEventKind kind, EventLevel level, const std::string& text,
     hooks_.event(e);
 }
 
-void Agent::transition(AgentState to, const std::string& why, const ReservationStatus* st,
-                       EventLevel level) {
+AgentView Agent::view() const {
+    AgentView v;
+    v.state = state_;
+    v.key = key_;
+    v.type = opts_.type;
+    v.self = self_;
+    v.fence_on_view_loss = opts_.fence_on_view_loss;
+    return v;
+}
+
+Status Agent::decide(const Observation& o) {
+    auto t = decide_transition(view(), o);
+    if (!t) return Ok{};
+    return apply(*t, o.report);
+}
+
+Status Agent::apply(const Transition& t, const ReservationStatus* st) {
+    if (t.from != state_ || !agent_transition_allowed(t.from, t.to)) {
+        const std::string what = std::string("transition ") + agent_state_name(t.from) + " -> " +
+                                 agent_state_name(t.to) +
+                                 (t.from != state_ ? std::string(" applied while the agent is ") + agent_state_name(state_)
+                                                   : std::string(" is not in the table of allowed transitions"));
+        broken(what.c_str(), __FILE__, __LINE__);
+    }
+    if (t.fence == FenceEntry::fresh) stop_writers_at_fence(t.why);
+    if (t.to == AgentState::standby || t.to == AgentState::holder) {
+        action_ = FenceActionState::none;
+        fence_reason_.clear();
+        fenced_at_.reset();
+        fenced_unix_ms_ = 0;
+    }
+    key_ = t.key;
     AgentEvent e;
     e.kind = AgentEventKind::state_changed;
-    e.level = level;
+    e.level = t.level;
     e.from = state_;
-    e.to = to;
-    e.text = why;
+    e.to = t.to;
+    e.text = t.why;
     if (st) e.report = *st;
     e.self = self_;
-    NVF_INVARIANT(agent_transition_allowed(state_, to));
-    state_ = to;
+    state_ = t.to;
     hooks_.event(e);
+    // Persist before acting: the action may be a reboot, or the watchdog
+    // may kill us mid-way; a pending action is run again after a restart.
+    const Status saved = t.persist ? save(*t.persist) : Status(Ok{});
+    if (t.fence == FenceEntry::fresh) run_fence_actions(false);
+    return saved;
 }
 
 Status Agent::save(PersistedRole role) {
@@ -402,10 +207,10 @@ bool Agent::ours(uint64_t key) const {
 // before a crash or a failed request: this node's key, not older than the
 // one we know, and not above the highest epoch persisted (Fence persists an
 // epoch before the key reaches the device, so anything above it is not ours).
-bool Agent::our_newer_key(uint64_t key) const {
+bool Agent::our_newer_key(uint64_t key, uint64_t known) const {
     auto f = decode_key(key);
     if (!f || f->tag != opts_.tag || f->node != opts_.node) return false;
-    if (f->epoch < epoch_of(key_)) return false;
+    if (f->epoch < epoch_of(known)) return false;
     if (!epochs_) return true;
     // The floor also rises with epochs seen on the device, so compare with
     // what this host used: the floor read before this run's first Report,
@@ -423,8 +228,8 @@ void Agent::set_baseline(const ReservationStatus& st) {
         [&](const Registrant& r) { return r.host_id == self_; }));
 }
 
-Agent::Notes Agent::drain_notifications(bool report_events) {
-    Notes n;
+CheckNotes Agent::drain_notifications(bool report_events) {
+    CheckNotes n;
     if (!notifications_supported_) return n;
     for (uint32_t i = 0; i < opts_.max_notification_pages; ++i) {
         auto log = resv_.notification_log();
@@ -481,8 +286,7 @@ void Agent::report_epochs() {
     }
 }
 
-void Agent::enter_fenced(const std::string& reason, const ReservationStatus* st, bool run_action) {
-    if (state_ == AgentState::fenced) return;
+void Agent::stop_writers_at_fence(const std::string& reason) {
     // Unknown is not owned: the writers stop before anything else, even
     // before the state change is written down.
     if (auto s = hooks_.stop_writers(clean_text(reason, kMaxReasonBytes)); !s)
@@ -492,12 +296,7 @@ void Agent::enter_fenced(const std::string& reason, const ReservationStatus* st,
     fence_reason_ = clean_text(reason, kMaxReasonBytes);
     fenced_at_ = clock_.now();
     fenced_unix_ms_ = unix_ms(clock_.wall_now());
-    action_ = run_action ? FenceActionState::pending : FenceActionState::done;
-    transition(AgentState::fenced, reason, st, EventLevel::error);
-    // Persist before acting: the action may be a reboot, or the watchdog
-    // may kill us mid-way; a pending action is run again after a restart.
-    (void)persist();
-    if (run_action) run_fence_actions(false);
+    action_ = FenceActionState::pending;
 }
 
 void Agent::run_fence_actions(bool stop_writers_first) {
@@ -529,21 +328,19 @@ Status Agent::stop_writers_before_release(const char* why) {
     return s;
 }
 
-void Agent::observe(const ReservationStatus& st, const Notes& notes) {
-    bool reset = false;
-    if (last_gen_ && st.generation < *last_gen_) {
-        // GEN is 32 bits and may wrap; only a fall from near the top to near
-        // zero is a wrap, anything else is lost state.
-        const bool wrapped = *last_gen_ >= 0xf0000000u && st.generation < 0x10000000u;
-        if (!wrapped) {
-            reset = true;
-            emit(AgentEventKind::generation_reset, EventLevel::warning,
-                 "generation went backwards (" + std::to_string(*last_gen_) + " -> " +
-                     std::to_string(st.generation) +
-                     "): the target restarted or lost its reservation state",
-                 &st);
-        }
-    }
+bool Agent::generation_went_back(const ReservationStatus& st) {
+    if (!last_gen_ || st.generation >= *last_gen_) return false;
+    // GEN is 32 bits and may wrap; only a fall from near the top to near
+    // zero is a wrap, anything else is lost state.
+    if (*last_gen_ >= 0xf0000000u && st.generation < 0x10000000u) return false;
+    emit(AgentEventKind::generation_reset, EventLevel::warning,
+         "generation went backwards (" + std::to_string(*last_gen_) + " -> " + std::to_string(st.generation) +
+             "): the target restarted or lost its reservation state",
+         &st);
+    return true;
+}
+
+void Agent::note_report(const ReservationStatus& st, const CheckNotes& notes) {
     const Registrant* h = st.holder();
     const uint64_t holder = h ? h->key : 0;
     if (last_gen_ && holder != last_holder_)
@@ -574,54 +371,18 @@ void Agent::observe(const ReservationStatus& st, const Notes& notes) {
     // Fence::verify() raised the floor from this Report; say loudly what it
     // could not use.
     report_epochs();
+}
 
+void Agent::observe(const ReservationStatus& st, const CheckNotes& notes) {
+    Observation o;
+    o.kind = ObservationKind::report;
+    o.generation_reset = generation_went_back(st);
+    note_report(st, notes);
     if (state_ != AgentState::standby && state_ != AgentState::holder) return;
     NVF_INVARIANT(key_ != 0);
-    const Registrant* me = st.find_host(self_);
-    const std::string k = key_text(key_);
-    if (!me) {
-        std::string why;
-        if (reset)
-            why = "target restart: the generation went backwards and this host's key " + k + " is gone";
-        else if (notes.registration_preempted)
-            why = "preempted: registration " + k + " was removed (Registration Preempted notification)";
-        else if (notes.reservation_preempted)
-            why = "registration " + k + " was removed: the reservation was cleared";
-        else
-            why = "registration " + k + " is gone: preempted or unregistered by another host";
-        enter_fenced(why, &st, true);
-        return;
-    }
-    if (me->key != key_) {
-        enter_fenced("this host's host id is now registered with key " + key_text(me->key) +
-                         " instead of " + k +
-                         ": another host shares this host id, or the key was changed outside the agent",
-                     &st, true);
-        return;
-    }
-    const bool hold = holds(st, *me);
-    if (state_ == AgentState::holder && !hold) {
-        const std::string who = h ? "the holder is now " + key_text(h->key) : "nobody holds it";
-        if (opts_.type == ResvType::write_exclusive) {
-            enter_fenced("reservation lost while still registered (" + who +
-                             "): the device refuses this host's writes",
-                         &st, true);
-        } else {
-            transition(AgentState::standby,
-                       "reservation lost (" + who +
-                           "); still registered, and Registrants Only lets registrants write",
-                       &st, EventLevel::warning);
-            (void)persist();
-        }
-        return;
-    }
-    if (state_ == AgentState::standby && hold) {
-        transition(AgentState::holder,
-                   "the device shows this host holding the reservation with " + k +
-                       " (acquired outside the agent)",
-                   &st, EventLevel::warning);
-        (void)persist();
-    }
+    o.report = &st;
+    o.notes = notes;
+    (void)decide(o);
 }
 
 void Agent::check() {
@@ -634,7 +395,7 @@ void Agent::check() {
                  std::to_string(opts_.interval_ms) +
                  " ms): the agent was paused or starved; checking now");
     timed_.reset_slowest();
-    const Notes notes = drain_notifications(true);
+    const CheckNotes notes = drain_notifications(true);
     auto st = fence_.verify();
     ++checks_;
     if (!st) {
@@ -658,8 +419,14 @@ void Agent::check() {
         observe(*st, notes);
     }
     const auto t1 = clock_.now();
+    check_timing(t0, t1);
+    next_check_ = std::max(t0 + interval, t1);
+    hooks_.keepalive();
+}
+
+void Agent::check_timing(Clock::TimePoint t0, Clock::TimePoint t1) {
     const auto took = since(t0, t1);
-    if (took > interval) {
+    if (took > Clock::Ms(opts_.interval_ms)) {
         if (!slow_)
             emit(AgentEventKind::slow_check, EventLevel::warning,
                  "check took " + std::to_string(ms(took)) + " ms, longer than the interval (" +
@@ -671,8 +438,6 @@ void Agent::check() {
         emit(AgentEventKind::slow_check, EventLevel::info,
              "the device is responsive again: check took " + std::to_string(ms(took)) + " ms");
     }
-    next_check_ = std::max(t0 + interval, t1);
-    hooks_.keepalive();
 }
 
 void Agent::check_view() {
@@ -684,17 +449,12 @@ void Agent::check_view() {
     const auto blind = since(*last_ok_, clock_.now());
     if (blind < Clock::Ms(bound_ms)) return;
     view_lost_ = true;
-    const std::string why = "lost the view of the device: no check succeeded for " + std::to_string(ms(blind)) +
-                            " ms (bound " + std::to_string(bound_ms) + " ms; last error: " + last_error_ + ")";
-    emit(AgentEventKind::check_failed, EventLevel::error, why);
-    if (state_ != AgentState::holder) return;
-    if (opts_.fence_on_view_loss) {
-        enter_fenced(why + ": fencing this host, as it cannot know whether it still holds", nullptr, true);
-        return;
-    }
-    transition(AgentState::standby, why + ": no longer claiming HOLDER (fence_on_view_loss = false)", nullptr,
-               EventLevel::error);
-    (void)persist();
+    Observation o;
+    o.kind = ObservationKind::view_lost;
+    o.text = "lost the view of the device: no check succeeded for " + std::to_string(ms(blind)) +
+             " ms (bound " + std::to_string(bound_ms) + " ms; last error: " + last_error_ + ")";
+    emit(AgentEventKind::check_failed, EventLevel::error, o.text);
+    (void)decide(o);
 }
 
 void Agent::request_check() { next_check_ = clock_.now(); }
@@ -710,27 +470,6 @@ void Agent::run(const std::function<bool(Clock::Ms)>& wait) {
         if (clock_.now() >= next_check_) check();
         if (!wait(until_next_check())) return;
     }
-}
-
-void Agent::adopt(const ReservationStatus& st, const Registrant& me, bool was_holder,
-                  const std::string& why) {
-    key_ = me.key;
-    const std::string k = key_text(key_);
-    if (holds(st, me)) {
-        transition(AgentState::holder, why + ": the device shows this host holding with " + k, &st);
-        (void)persist();
-        return;
-    }
-    if (was_holder && opts_.type == ResvType::write_exclusive) {
-        const Registrant* h = st.holder();
-        enter_fenced(why + ": this host held the reservation with " + k + " but the device shows " +
-                         (h ? key_text(h->key) + " holding" : std::string("nobody holding")) +
-                         ": lost while the agent was down",
-                     &st, true);
-        return;
-    }
-    transition(AgentState::standby, why + ": registered with " + k + ", not holding", &st);
-    (void)persist();
 }
 
 Status Agent::apply_start_role(const ReservationStatus& st, bool resumed, bool fresh) {
@@ -749,7 +488,9 @@ Status Agent::apply_start_role(const ReservationStatus& st, bool resumed, bool f
     }
     if (resumed) {
         // An acquisition always takes a fresh epoch, also with a key kept
-        // from before the restart.
+        // from before the restart. The agent takes the new key when the
+        // acquire succeeds, or from the Report when it fails (a crash in
+        // between resumes with it: it is this node's, persisted first).
         auto j = fence_.join(std::nullopt, true);
         if (!j) {
             emit(AgentEventKind::info, EventLevel::warning,
@@ -757,10 +498,12 @@ Status Agent::apply_start_role(const ReservationStatus& st, bool resumed, bool f
             sync_after_request("re-key");
             return Ok{};
         }
-        key_ = j->key;
         set_baseline(j->after);
-        (void)persist();
     }
+    return acquire_for_start_role();
+}
+
+Status Agent::acquire_for_start_role() {
     auto a = fence_.acquire();
     if (!a) {
         if (a.error() == Errc::held_by_other) {
@@ -777,21 +520,20 @@ Status Agent::apply_start_role(const ReservationStatus& st, bool resumed, bool f
         sync_after_request("acquire");
         return Ok{};
     }
-    key_ = a->key;
     set_baseline(a->after);
     const Registrant* me = a->after.find_host(self_);
-    NVF_INVARIANT(me && holds(a->after, *me));
-    transition(AgentState::holder,
-               std::string("acquired the reservation (") + resv_type_short(opts_.type) + ") with " +
-                   key_text(key_) + ": nobody held it",
-               &a->after);
-    (void)persist();
+    NVF_INVARIANT(me && me->key == a->key && holds(a->after, *me));
+    Observation o;
+    o.kind = ObservationKind::acquired;
+    o.report = &a->after;
+    o.key = a->key;
+    o.text = std::string("acquired the reservation (") + resv_type_short(opts_.type) + ") with " +
+             key_text(a->key) + ": nobody held it";
+    (void)decide(o);
     return Ok{};
 }
 
-Status Agent::start() {
-    NVF_INVARIANT(state_ == AgentState::starting);
-    std::optional<PersistedState> saved;
+Status Agent::load_start_state(std::optional<PersistedState>& saved) {
     if (statefile_) {
         auto l = statefile_->load();
         if (!l) {
@@ -801,8 +543,6 @@ Status Agent::start() {
         }
         saved = *l;
     }
-    const PersistedRole role = saved ? saved->role : PersistedRole::none;
-    const bool fresh = !saved.has_value();
     if (epochs_) {
         auto f = epochs_->load();
         if (!f) {
@@ -811,6 +551,7 @@ Status Agent::start() {
         }
         start_floor_ = *f;
     }
+    const PersistedRole role = saved ? saved->role : PersistedRole::none;
     if (role != PersistedRole::none && (saved->node != opts_.node || saved->tag != opts_.tag)) {
         last_error_ = "the state file " + statefile_->path() + " belongs to node " +
                       std::to_string(saved->node) + " (cluster tag " + std::to_string(saved->tag) +
@@ -819,10 +560,17 @@ Status Agent::start() {
                       "): unregister with the old identity first, or fix node_id/cluster_tag";
         return make_error_code(Errc::refused);
     }
+    return Ok{};
+}
+
+Status Agent::start() {
+    NVF_INVARIANT(state_ == AgentState::starting);
+    std::optional<PersistedState> saved;
+    if (auto l = load_start_state(saved); !l) return l;
     if (auto m = resv_.set_notification_mask(NotificationMask{}); !m)
         emit(AgentEventKind::info, EventLevel::info,
              "could not enable reservation notifications (" + m.error().message() + ")");
-    const Notes stale = drain_notifications(false);
+    const CheckNotes stale = drain_notifications(false);
     if (stale.pages > 0)
         emit(AgentEventKind::info, EventLevel::info,
              "discarded " + std::to_string(stale.pages) + " reservation notification(s) from before this start");
@@ -835,74 +583,84 @@ Status Agent::start() {
     last_ok_ = clock_.now();
     last_ok_wall_ = clock_.wall_now();
     next_check_ = clock_.now() + Clock::Ms(opts_.interval_ms);
-    const Registrant* me = st->find_host(self_);
+    if (saved && saved->role == PersistedRole::fenced) return resume_fenced(*saved, *st);
+    return resume(saved, *st, !saved.has_value());
+}
 
-    if (role == PersistedRole::fenced) {
-        key_ = saved->key;
-        fence_reason_ = saved->reason;
-        fenced_unix_ms_ = saved->fenced_unix_ms;
-        action_ = saved->action;
-        const int64_t age = std::max<int64_t>(0, unix_ms(clock_.wall_now()) - fenced_unix_ms_);
-        fenced_at_ = clock_.now() - Clock::Ms(age);
-        transition(AgentState::fenced,
-                   "still FENCED from before the restart (" + saved->reason +
-                       "); only 'nvfence rejoin' or a takeover request brings this host back",
-                   &*st, EventLevel::warning);
-        if (action_ == FenceActionState::pending) {
-            // Killed (watchdog, crash) before the action finished: run it now.
-            emit(AgentEventKind::info, EventLevel::warning,
-                 "the fence action was pending when the agent stopped: running it again");
-            run_fence_actions(true);
-            return Ok{};
-        }
-        // The writers may have been started again at boot; a done action is
-        // not repeated, or a reboot action would loop.
-        if (auto s = hooks_.stop_writers(fence_reason_); !s)
-            emit(AgentEventKind::action_failed, EventLevel::error,
-                 "stopping the writers failed: " + s.error().message());
+Status Agent::resume_fenced(const PersistedState& saved, const ReservationStatus& st) {
+    fence_reason_ = saved.reason;
+    fenced_unix_ms_ = saved.fenced_unix_ms;
+    action_ = saved.action;
+    const int64_t age = std::max<int64_t>(0, unix_ms(clock_.wall_now()) - fenced_unix_ms_);
+    fenced_at_ = clock_.now() - Clock::Ms(age);
+    Observation o;
+    o.kind = ObservationKind::resumed_fenced;
+    o.report = &st;
+    o.key = saved.key;
+    o.text = saved.reason;
+    (void)decide(o);
+    if (action_ == FenceActionState::pending) {
+        // Killed (watchdog, crash) before the action finished: run it now.
+        emit(AgentEventKind::info, EventLevel::warning,
+             "the fence action was pending when the agent stopped: running it again");
+        run_fence_actions(true);
         return Ok{};
     }
+    // The writers may have been started again at boot; a done action is
+    // not repeated, or a reboot action would loop.
+    if (auto s = hooks_.stop_writers(fence_reason_); !s)
+        emit(AgentEventKind::action_failed, EventLevel::error,
+             "stopping the writers failed: " + s.error().message());
+    return Ok{};
+}
 
+Status Agent::resume(const std::optional<PersistedState>& saved, const ReservationStatus& st, bool fresh) {
+    const PersistedRole role = saved ? saved->role : PersistedRole::none;
+    const Registrant* me = st.find_host(self_);
+    Observation o;
+    o.kind = ObservationKind::resumed;
+    o.report = &st;
+    o.persisted = role;
+    o.found_key = me ? me->key : 0;
     if (role == PersistedRole::standby || role == PersistedRole::holder) {
-        key_ = saved->key;
-        if (me && (me->key == saved->key || our_newer_key(me->key))) {
-            adopt(*st, *me, role == PersistedRole::holder, "resumed after a restart");
-            // A holder that came back without the reservation lost it while
-            // it was down: the start role must not win it back.
-            if (role == PersistedRole::holder) return Ok{};
-            return apply_start_role(*st, true, fresh);
-        }
-        enter_fenced(me ? "while the agent was down, this host's host id got key " + key_text(me->key) +
-                              " instead of " + key_text(saved->key)
-                        : "while the agent was down, key " + key_text(saved->key) +
-                              " was removed (preempted or unregistered)",
-                     &*st, true);
-        return Ok{};
+        o.key = saved->key;
+        o.found_ours = me && (me->key == saved->key || our_newer_key(me->key, saved->key));
+        o.text = "resumed after a restart";
+        (void)decide(o);
+        // A holder that came back without the reservation lost it while
+        // it was down: the start role must not win it back.
+        if (role == PersistedRole::holder) return Ok{};
+        return apply_start_role(st, true, fresh);
     }
+    if (!me) return register_fresh(fresh);
+    if (!ours(me->key)) {
+        last_error_ = "this host's host id " + format_host_id(self_) + " is already registered with key " +
+                      key_text(me->key) + ", which is not node " + std::to_string(opts_.node) +
+                      "'s (cluster tag " + std::to_string(opts_.tag) +
+                      "): another host shares this host id, or another tool registered it";
+        return make_error_code(Errc::host_id_conflict);
+    }
+    o.key = me->key;
+    o.found_ours = true;
+    o.text = "found this host registered with " + key_text(me->key);
+    (void)decide(o);
+    return apply_start_role(st, true, fresh);
+}
 
-    if (me) {
-        if (!ours(me->key)) {
-            last_error_ = "this host's host id " + format_host_id(self_) +
-                          " is already registered with key " + key_text(me->key) + ", which is not node " +
-                          std::to_string(opts_.node) + "'s (cluster tag " + std::to_string(opts_.tag) +
-                          "): another host shares this host id, or another tool registered it";
-            return make_error_code(Errc::host_id_conflict);
-        }
-        adopt(*st, *me, false, "found this host registered with " + key_text(me->key));
-        return apply_start_role(*st, true, fresh);
-    }
+Status Agent::register_fresh(bool fresh) {
     auto j = fence_.join(std::nullopt, false);
     if (!j) {
         last_error_ = "registering failed: " + j.error().message();
         return j.error();
     }
-    key_ = j->key;
-    NVF_INVARIANT(key_ != 0 && ours(key_));
+    NVF_INVARIANT(j->key != 0 && ours(j->key));
     set_baseline(j->after);
-    transition(AgentState::standby,
-               "registered with fresh key " + key_text(key_) + " (epoch " + std::to_string(epoch_of(key_)) + ")",
-               &j->after);
-    (void)persist();
+    Observation o;
+    o.kind = ObservationKind::registered;
+    o.report = &j->after;
+    o.key = j->key;
+    o.text = "registered with fresh key " + key_text(j->key) + " (epoch " + std::to_string(epoch_of(j->key)) + ")";
+    (void)decide(o);
     return apply_start_role(j->after, false, fresh);
 }
 
@@ -911,23 +669,20 @@ void Agent::sync_after_request(const char* op) {
     if (!lr) return;
     const ReservationStatus st = *lr;
     const Registrant* me = st.find_host(self_);
-    if (me && me->key != key_ && our_newer_key(me->key)) {
-        key_ = me->key;
-        fence_reason_.clear();
-        fenced_at_.reset();
-        fenced_unix_ms_ = 0;
+    if (me && me->key != key_ && our_newer_key(me->key, key_)) {
         set_baseline(st);
-        if (holds(st, *me))
-            transition(AgentState::holder, std::string(op) + " left this host holding with " + key_text(key_), &st);
-        else
-            transition(AgentState::standby,
-                       std::string(op) + " left this host registered with fresh key " + key_text(key_) +
-                           ", not holding",
-                       &st, EventLevel::warning);
-        (void)persist();
+        Observation o;
+        o.kind = ObservationKind::rekeyed;
+        o.report = &st;
+        o.key = me->key;
+        o.holding = holds(st, *me);
+        o.text = o.holding ? std::string(op) + " left this host holding with " + key_text(me->key)
+                           : std::string(op) + " left this host registered with fresh key " + key_text(me->key) +
+                                 ", not holding";
+        (void)decide(o);
         return;
     }
-    observe(st, Notes{});
+    observe(st, CheckNotes{});
 }
 
 ControlReply Agent::status() {
@@ -1026,22 +781,30 @@ ControlReply Agent::do_takeover(const ControlRequest& req, const std::string& by
     }
     const Registrant* me = out->after.find_host(self_);
     NVF_INVARIANT(me && me->key == out->key && holds(out->after, *me));
-    key_ = out->key;
     set_baseline(out->after);
+    Observation o;
+    o.kind = ObservationKind::acquired;
+    o.report = &out->after;
+    o.key = out->key;
     std::string msg;
     if (!out->changed) {
-        msg = "already the holder with " + key_text(key_) + "; nothing changed";
+        msg = "already the holder with " + key_text(out->key) + "; nothing changed";
         emit(AgentEventKind::request, EventLevel::info, by + ": takeover: " + msg);
+        // The device showed this host holding before the next check did.
+        if (state_ != AgentState::holder || key_ != out->key) {
+            o.text = by + ": takeover: " + msg;
+            (void)decide(o);
+        }
     } else {
-        msg = "took the reservation with fresh key " + key_text(key_);
+        msg = "took the reservation with fresh key " + key_text(out->key);
         if (out->previous_holder) msg += ", preempted-and-aborted " + key_text(*out->previous_holder);
         if (!out->removed.empty()) {
             msg += " (removed";
             for (auto k : out->removed) msg += " " + key_text(k);
             msg += ")";
         }
-        transition(AgentState::holder, by + ": takeover: " + msg, &out->after);
-        (void)persist();
+        o.text = by + ": takeover: " + msg;
+        (void)decide(o);
     }
     ControlReply r = reply_for(req);
     r.changed = out->changed;
@@ -1074,10 +837,11 @@ ControlReply Agent::do_release(const ControlRequest& req, const std::string& by)
     }
     set_baseline(out->after);
     const std::string msg = "released the reservation; still registered with " + key_text(key_);
-    if (state_ == AgentState::holder) {
-        transition(AgentState::standby, by + ": handoff: " + msg, &out->after);
-        (void)persist();
-    }
+    Observation o;
+    o.kind = ObservationKind::released;
+    o.report = &out->after;
+    o.text = by + ": handoff: " + msg;
+    (void)decide(o);
     ControlReply r = reply_for(req);
     r.changed = out->changed;
     r.message = msg;
@@ -1099,18 +863,17 @@ ControlReply Agent::do_rejoin(const ControlRequest& req, const std::string& by) 
     }
     const Registrant* me = out->after.find_host(self_);
     NVF_INVARIANT(me && me->key == out->key);
-    key_ = out->key;
     set_baseline(out->after);
     host_id_shared_reported_ = false;
-    action_ = FenceActionState::none;
-    fence_reason_.clear();
-    fenced_at_.reset();
-    fenced_unix_ms_ = 0;
-    const std::string msg = "rejoined with fresh key " + key_text(key_) + " (epoch " +
-                            std::to_string(epoch_of(key_)) + ")";
-    transition(holds(out->after, *me) ? AgentState::holder : AgentState::standby, by + ": " + msg,
-               &out->after);
-    (void)persist();
+    const std::string msg = "rejoined with fresh key " + key_text(out->key) + " (epoch " +
+                            std::to_string(epoch_of(out->key)) + ")";
+    Observation o;
+    o.kind = ObservationKind::rejoined;
+    o.report = &out->after;
+    o.key = out->key;
+    o.holding = holds(out->after, *me);
+    o.text = by + ": " + msg;
+    (void)decide(o);
     ControlReply r = reply_for(req);
     r.changed = true;
     r.message = msg;
@@ -1119,13 +882,11 @@ ControlReply Agent::do_rejoin(const ControlRequest& req, const std::string& by) 
 
 Status Agent::stop() {
     const AgentState before = state_;
-    if (before == AgentState::starting || before == AgentState::stopping) {
-        state_ = AgentState::stopping;
-        return Ok{};
-    }
-    if (before == AgentState::fenced) {
-        transition(AgentState::stopping,
-                   "stopping while FENCED: the device is left as it is and the state file keeps FENCED");
+    Observation o;
+    o.kind = ObservationKind::stopped;
+    if (before == AgentState::starting || before == AgentState::stopping || before == AgentState::fenced) {
+        o.text = "stopped before the start finished";
+        (void)decide(o);
         return Ok{};
     }
     const std::string k = key_text(key_);
@@ -1143,31 +904,29 @@ Status Agent::stop() {
         }
         set_baseline(r->after);
     }
-    if (!opts_.keep_registration) {
-        auto l = fence_.leave();
-        if (!l) {
-            last_error_ = "unregistering failed: " + l.error().message();
-            emit(AgentEventKind::info, EventLevel::error, "stop: " + last_error_);
-            if (state_ != AgentState::standby)
-                transition(AgentState::standby, "stop: unregistering failed; still registered", nullptr,
-                           EventLevel::error);
-            (void)persist();
-            return l.error();
-        }
-        set_baseline(l->after);
-        transition(AgentState::stopping,
-                   std::string("clean stop: ") + (before == AgentState::holder ? "released and " : "") +
-                       "unregistered " + k,
-                   &l->after);
-        (void)save(PersistedRole::none);
-        key_ = 0;
+    const char* released = before == AgentState::holder ? "released and " : "";
+    if (opts_.keep_registration) {
+        o.report = report_ ? &*report_ : nullptr;
+        o.text = std::string("clean stop: ") + (before == AgentState::holder ? "released; " : "") +
+                 "still registered with " + k + " (keep_registration)";
+        (void)decide(o);
         return Ok{};
     }
-    transition(AgentState::stopping,
-               std::string("clean stop: ") + (before == AgentState::holder ? "released; " : "") +
-                   "still registered with " + k + " (keep_registration)",
-               report_ ? &*report_ : nullptr);
-    (void)save(PersistedRole::standby);
+    auto l = fence_.leave();
+    if (!l) {
+        last_error_ = "unregistering failed: " + l.error().message();
+        emit(AgentEventKind::info, EventLevel::error, "stop: " + last_error_);
+        Observation failed;
+        failed.kind = ObservationKind::unregister_failed;
+        failed.text = "stop: unregistering failed; still registered";
+        (void)decide(failed);
+        return l.error();
+    }
+    set_baseline(l->after);
+    o.report = &l->after;
+    o.unregistered = true;
+    o.text = std::string("clean stop: ") + released + "unregistered " + k;
+    (void)decide(o);
     return Ok{};
 }
 

@@ -22,6 +22,10 @@
 ///     any      --stop()--> STOPPING
 ///
 /// A takeover request is refused while FENCED: only a rejoin leaves it.
+/// Every change goes through decide_transition() (agent_transition.hpp),
+/// one pure function of the state and what was observed, and apply(), the
+/// only code that changes the state and aborts on a change outside the
+/// static table of allowed transitions.
 ///
 /// Safety rules (docs/CONTRACTS.md) kept here:
 ///  - the device decides: every state is derived from a Report;
@@ -44,6 +48,9 @@
 #include <string>
 #include <string_view>
 
+#include "nvfence/agent_event.hpp"
+#include "nvfence/agent_state_file.hpp"
+#include "nvfence/agent_transition.hpp"
 #include "nvfence/clock.hpp"
 #include "nvfence/control.hpp"
 #include "nvfence/epoch_store.hpp"
@@ -93,53 +100,6 @@ struct AgentOptions {
     std::string device;                            ///< Device path (status only).
 };
 
-/// True when the agent may change from @p from to @p to (the static table
-/// of allowed transitions that every state change is checked against).
-bool agent_transition_allowed(AgentState from, AgentState to);
-
-/// What an AgentEvent reports.
-enum class AgentEventKind : uint8_t {
-    state_changed,          ///< from -> to, with the reason and the report.
-    holder_changed,         ///< The holder is another key than at the last check.
-    generation_reset,       ///< The generation went backwards (target restart).
-    notification,           ///< A Reservation Notification log page was read.
-    notification_overflow,  ///< Notification pages were lost or left unread.
-    check_failed,           ///< A check could not read the device (first failure).
-    check_recovered,        ///< A check succeeded again after failures.
-    slow_check,             ///< A check took longer than the interval.
-    loop_stalled,           ///< A check ran much later than scheduled (paused?).
-    host_id_shared,         ///< Another controller registered with this host's id.
-    request,                ///< A control request was served.
-    action_failed,          ///< Stopping writers or the fence action failed.
-    info,                   ///< Anything else worth one line.
-};
-
-/// How loud an event is.
-enum class EventLevel : uint8_t { debug, info, warning, error };
-
-/// One thing the agent observed or did: one log line.
-struct AgentEvent {
-    AgentEventKind kind = AgentEventKind::info;  ///< What.
-    EventLevel level = EventLevel::info;         ///< How loud.
-    AgentState from = AgentState::starting;      ///< State before.
-    AgentState to = AgentState::starting;        ///< State after.
-    std::string text;                            ///< What happened, in words.
-    std::optional<ReservationStatus> report;     ///< The observed report, if any.
-    HostId self{};                               ///< This host (to mark it in the report).
-};
-
-/// Words for an event kind, e.g. "state", "holder", "notification".
-const char* agent_event_kind_name(AgentEventKind k);
-
-/// A report in one line: generation, type, holder and registrants, with
-/// this host marked, e.g.
-/// `gen 7, WE, holder nf:0:2:5, registrants [nf:0:1:3 (this host), nf:0:2:5 (holder)]`.
-std::string describe_report(const ReservationStatus& st, const HostId& self);
-
-/// An event in one line (no timestamp, no level): state changes read
-/// `STANDBY -> FENCED: <text>; report: <describe_report>`.
-std::string format_event(const AgentEvent& e);
-
 /// What the agent needs from its host process besides the device.
 class AgentHooks {
 public:
@@ -157,69 +117,6 @@ public:
     /// Called after every completed check and around every bounded action:
     /// the watchdog keep-alive (the hooks also feed it while an action runs).
     virtual void keepalive() {}
-};
-
-/// The role recorded in the state file.
-enum class PersistedRole : uint8_t {
-    none,     ///< Not registered (fresh, or stopped and unregistered).
-    standby,  ///< Registered with key, not holding.
-    holder,   ///< Registered with key and holding.
-    fenced,   ///< Fenced: wait for rejoin; never register by itself.
-};
-
-/// Words for a persisted role: "none", "standby", "holder", "fenced".
-const char* persisted_role_name(PersistedRole r);
-
-/// Where the self-fence action stands (persisted: a restart re-runs a
-/// pending one, never a done one).
-enum class FenceActionState : uint8_t {
-    none,     ///< Not fenced, or nothing to run.
-    pending,  ///< FENCED was entered; stopping writers and the action not yet done.
-    done,     ///< Both ran (successfully or not) to their bounded end.
-};
-
-/// Words for a fence action state: "none", "pending", "done".
-const char* fence_action_state_name(FenceActionState a);
-
-/// What the agent persists across restarts (besides the epoch, which
-/// EpochStore keeps).
-struct PersistedState {
-    uint8_t node = 0;                          ///< Node id in use (0: none yet).
-    uint8_t tag = 0;                           ///< Cluster tag in use.
-    PersistedRole role = PersistedRole::none;  ///< Last role.
-    uint64_t key = 0;                          ///< Key registered (0: none).
-    int64_t fenced_unix_ms = 0;                ///< When FENCED began (0: not fenced).
-    std::string reason;                        ///< Why FENCED ("" otherwise).
-    FenceActionState action = FenceActionState::none;  ///< Self-fence action progress.
-    friend bool operator==(const PersistedState&, const PersistedState&) = default;
-};
-
-/// The state file's text: `key=value` lines (version, node, tag, role, key,
-/// fenced_unix_ms, reason, action; a file without `action`, from an older
-/// agent, reads as action done). The reason is truncated to 512 bytes and control
-/// characters replaced.
-std::string encode_persisted_state(const PersistedState& s);
-/// Parses encode_persisted_state()'s text strictly (every key exactly once,
-/// values in range, role and key consistent); Errc::state_io otherwise.
-Result<PersistedState> parse_persisted_state(std::string_view text);
-
-/// The agent's state file `<dir>/<volume>.agent`, written atomically
-/// (temporary file, fsync, rename, fsync of the directory).
-class AgentStateFile {
-public:
-    /// A file for @p volume (sanitised as EpochStore does) under @p dir.
-    AgentStateFile(std::string dir, const std::string& volume);
-    /// The stored state, std::nullopt when there is no file; Errc::state_io
-    /// when it cannot be read or does not parse (never guessed around).
-    Result<std::optional<PersistedState>> load() const;
-    /// Replaces the stored state.
-    Status save(const PersistedState& s) const;
-    /// The file's path.
-    const std::string& path() const { return path_; }
-
-private:
-    std::string dir_;
-    std::string path_;
 };
 
 /// A Passthru decorator for the agent: gives every command a timeout (when
@@ -305,36 +202,42 @@ public:
     /// The options in force.
     const AgentOptions& options() const { return opts_; }
 
-private:
-    struct Notes {
-        uint32_t pages = 0;
-        bool registration_preempted = false;
-        bool reservation_released = false;
-        bool reservation_preempted = false;
-        uint64_t lost = 0;
-        bool more_pending = false;
-    };
+    /// Performs @p t, the only way the agent's state changes: aborts with a
+    /// message unless t.from is the current state and the change is in
+    /// agent_allowed_transitions(); on entry to FENCED stops the writers
+    /// first; sets the key; emits the state event (with @p st); persists
+    /// t.persist; then runs a fresh fence action. Fails when persisting did
+    /// (the error is also logged and kept as last_error()).
+    Status apply(const Transition& t, const ReservationStatus* st = nullptr);
 
-    Notes drain_notifications(bool report_events);
-    void observe(const ReservationStatus& st, const Notes& notes);
+private:
+    Status decide(const Observation& o);
+    AgentView view() const;
+    CheckNotes drain_notifications(bool report_events);
+    bool generation_went_back(const ReservationStatus& st);
+    void note_report(const ReservationStatus& st, const CheckNotes& notes);
+    void observe(const ReservationStatus& st, const CheckNotes& notes);
     void report_epochs();
     void run_fence_actions(bool stop_writers_first);
+    void stop_writers_at_fence(const std::string& reason);
     void check_view();
+    void check_timing(Clock::TimePoint t0, Clock::TimePoint t1);
     Status stop_writers_before_release(const char* why);
-    void enter_fenced(const std::string& reason, const ReservationStatus* st, bool run_action);
-    void transition(AgentState to, const std::string& why, const ReservationStatus* st = nullptr,
-                    EventLevel level = EventLevel::info);
     void emit(AgentEventKind kind, EventLevel level, const std::string& text,
               const ReservationStatus* st = nullptr);
     Status persist();
     Status save(PersistedRole role);
     bool holds(const ReservationStatus& st, const Registrant& me) const;
     bool ours(uint64_t key) const;
-    bool our_newer_key(uint64_t key) const;
-    void adopt(const ReservationStatus& st, const Registrant& me, bool was_holder, const std::string& why);
+    bool our_newer_key(uint64_t key, uint64_t known) const;
     void sync_after_request(const char* op);
     void set_baseline(const ReservationStatus& st);
+    Status load_start_state(std::optional<PersistedState>& saved);
+    Status resume_fenced(const PersistedState& saved, const ReservationStatus& st);
+    Status resume(const std::optional<PersistedState>& saved, const ReservationStatus& st, bool fresh);
+    Status register_fresh(bool fresh);
     Status apply_start_role(const ReservationStatus& st, bool resumed, bool fresh);
+    Status acquire_for_start_role();
     ControlReply do_takeover(const ControlRequest& req, const std::string& who);
     ControlReply do_release(const ControlRequest& req, const std::string& who);
     ControlReply do_rejoin(const ControlRequest& req, const std::string& who);

@@ -27,14 +27,14 @@
 #include <string>
 #include <vector>
 
-#include "actions.hpp"
-#include "device.hpp"
 #include "nvfence/agent.hpp"
 #include "nvfence/agent_config.hpp"
 #include "nvfence/clock.hpp"
 #include "nvfence/control.hpp"
 #include "nvfence/epoch_store.hpp"
 #include "nvfence/error.hpp"
+#include "nvfence/fence_actions.hpp"
+#include "nvfence/following_device.hpp"
 #include "nvfence/key.hpp"
 #include "nvfence/namespace.hpp"
 #include "nvfence/state_file.hpp"
@@ -156,7 +156,7 @@ std::string status_line(nvfence::Agent& a) {
 
 class DaemonHooks final : public nvfence::AgentHooks {
 public:
-    DaemonHooks(spdlog::logger& log, const FenceActions& actions, bool watchdog)
+    DaemonHooks(spdlog::logger& log, const nvfence::FenceActions& actions, bool watchdog)
         : log_(log), actions_(actions), watchdog_(watchdog) {}
     void event(const nvfence::AgentEvent& e) override {
         log_.log(level_of(e.level), "{}", nvfence::format_event(e));
@@ -182,7 +182,7 @@ public:
 
 private:
     spdlog::logger& log_;
-    const FenceActions& actions_;
+    const nvfence::FenceActions& actions_;
     bool watchdog_;
 };
 
@@ -264,49 +264,57 @@ int lock_socket(const std::string& socket, spdlog::logger& log, nvfence::Fd& loc
     return 0;
 }
 
-int run(const nvfence::AgentSettings& s, spdlog::logger& log) {
-    // When the socket is known from the configuration, a second agent for
-    // it is refused before it touches the device.
-    nvfence::Fd sock_lock;
-    if (!s.control_socket.empty() || !s.name.empty()) {
-        const std::string early = s.control_socket.empty() ? nvfence::default_socket_path(s.name) : s.control_socket;
-        if (int rc = lock_socket(early, log, sock_lock)) return rc;
-    }
+// What run() sets up before the agent starts, in that order.
+struct Setup {
+    nvfence::Fd sock_lock, vol_lock;
+    nvfence::OpenOptions open_opts;
+    std::unique_ptr<nvfence::Namespace> ns;
+    nvfence::NamespaceInfo info;  // a copy: the device may switch to a reappeared namespace
+    std::string volume, name, socket;
+    uint8_t node = 0;
+    int64_t gid = -1;
+};
+
+// Resolves and opens the device and checks it can be fenced; 0 or an exit code.
+int open_namespace(const nvfence::AgentSettings& s, spdlog::logger& log, Setup& d) {
     std::string why;
     auto path = nvfence::resolve_device_spec(s.device, "/sys", why);
     if (!path) {
         log.error("{}", why);
         return exit_for(path.error());
     }
-    nvfence::OpenOptions oo;
-    oo.timeout_ms = s.device_timeout_ms;
-    auto opened = nvfence::Namespace::open(*path, oo);
+    d.open_opts.timeout_ms = s.device_timeout_ms;
+    auto opened = nvfence::Namespace::open(*path, d.open_opts);
     if (!opened) {
         log.error("{}", open_failure(*path, opened.error()));
         return exit_for(opened.error());
     }
-    auto ns = std::move(*opened);
-    // A copy: the device below may switch to a reappeared namespace.
-    const nvfence::NamespaceInfo info = ns->info();
-    if (auto r = ns->require_reservations(&why); !r) {
+    d.ns = std::move(*opened);
+    d.info = d.ns->info();
+    if (auto r = d.ns->require_reservations(&why); !r) {
         log.error("{}", why);
         return kExitUnsupported;
     }
-    if (!info.ns.rescap.supports(s.type)) {
-        log.error("{}: the namespace does not support {} (mode = {}); see 'nvfence info'", info.paths.block,
+    if (!d.info.ns.rescap.supports(s.type)) {
+        log.error("{}: the namespace does not support {} (mode = {}); see 'nvfence info'", d.info.paths.block,
                   nvfence::resv_type_name(s.type), s.type == nvfence::ResvType::write_exclusive ? "exclusive" : "shared");
         return kExitUnsupported;
     }
-    if (!info.host_id) {
+    if (!d.info.host_id) {
         log.error("{}: cannot read this host's NVMe host identifier (Get Features Host Identifier failed "
                   "and the controller has no sysfs hostid); nvfenced needs it to find its registration",
-                  info.paths.block);
+                  d.info.paths.block);
         return static_cast<int>(ExitCode::failure);
     }
-    const std::string volume = nvfence::agent_volume_name(info);
-    const std::string name = s.name.empty() ? sanitize_name(volume) : s.name;
-    const std::string socket = s.control_socket.empty() ? nvfence::default_socket_path(name) : s.control_socket;
+    d.volume = nvfence::agent_volume_name(d.info);
+    d.name = s.name.empty() ? sanitize_name(d.volume) : s.name;
+    d.socket = s.control_socket.empty() ? nvfence::default_socket_path(d.name) : s.control_socket;
+    return 0;
+}
 
+// Creates and checks the state directory, then takes the volume's lock and
+// the socket's (unless taken early); 0 or an exit code.
+int lock_volume(const nvfence::AgentSettings& s, spdlog::logger& log, Setup& d) {
     if (!make_dirs(s.state_dir, std::filesystem::perms::owner_all)) {
         log.error("state_dir = \"{}\": cannot create it", s.state_dir);
         return static_cast<int>(ExitCode::failure);
@@ -317,30 +325,31 @@ int run(const nvfence::AgentSettings& s, spdlog::logger& log) {
         return static_cast<int>(ExitCode::failure);
     }
     std::string owner;
-    const std::string vol_lock = s.state_dir + "/" + sanitize_name(volume) + ".lock";
-    auto lock1 = take_lock(vol_lock, owner);
-    if (!lock1) {
-        if (lock1.error() == Errc::refused) {
+    const std::string vol_lock = s.state_dir + "/" + sanitize_name(d.volume) + ".lock";
+    auto lock = take_lock(vol_lock, owner);
+    if (!lock) {
+        if (lock.error() == Errc::refused) {
             log.error("another nvfenced (pid {}) already manages volume {} on this host (lock {}); refusing to start a second one",
-                      owner.empty() ? "?" : owner, volume, vol_lock);
+                      owner.empty() ? "?" : owner, d.volume, vol_lock);
             return kExitConflict;
         }
-        log.error("cannot lock {}: {}", vol_lock, lock1.error().message());
-        return exit_for(lock1.error());
+        log.error("cannot lock {}: {}", vol_lock, lock.error().message());
+        return exit_for(lock.error());
     }
-    if (!sock_lock) {
-        if (int rc = lock_socket(socket, log, sock_lock)) return rc;
-    }
+    d.vol_lock = std::move(*lock);
+    if (!d.sock_lock) return lock_socket(d.socket, log, d.sock_lock);
+    return 0;
+}
 
-    nvfence::EpochStore epochs(s.state_dir, volume);
-    nvfence::AgentStateFile statefile(s.state_dir, volume);
+// The node id: configured (and matching the state file) or persisted; 0 or an exit code.
+int choose_node(const nvfence::AgentSettings& s, const nvfence::AgentStateFile& statefile, spdlog::logger& log,
+                uint8_t& node) {
     auto saved = statefile.load();
     if (!saved) {
         log.error("cannot use the state file {}: {} (inspect it, or remove it to start afresh)", statefile.path(),
                   saved.error().message());
         return static_cast<int>(ExitCode::failure);
     }
-    uint8_t node = 0;
     const bool registered_before = *saved && (*saved)->role != nvfence::PersistedRole::none;
     if (s.node) {
         node = *s.node;
@@ -350,83 +359,81 @@ int run(const nvfence::AgentSettings& s, spdlog::logger& log) {
                       node, statefile.path(), (*saved)->node, nvfence::persisted_role_name((*saved)->role));
             return kExitConfig;
         }
-    } else if (*saved && (*saved)->node != 0) {
+        return 0;
+    }
+    if (*saved && (*saved)->node != 0) {
         node = (*saved)->node;
+        return 0;
+    }
+    log.error("node_id: required (no node id persisted yet in {})", statefile.path());
+    return kExitConfig;
+}
+
+// socket_group as a gid (-1: none); 0 or an exit code.
+int socket_gid(const nvfence::AgentSettings& s, spdlog::logger& log, int64_t& gid) {
+    if (s.socket_group.empty()) return 0;
+    if (auto n = nvfence::parse_uint(s.socket_group, 0, UINT32_MAX - 1)) {
+        gid = static_cast<int64_t>(*n);
+    } else if (const group* g = ::getgrnam(s.socket_group.c_str())) {
+        gid = g->gr_gid;
     } else {
-        log.error("node_id: required (no node id persisted yet in {})", statefile.path());
+        log.error("socket_group = \"{}\": no such group", s.socket_group);
         return kExitConfig;
     }
-    int64_t gid = -1;
-    if (!s.socket_group.empty()) {
-        if (auto n = nvfence::parse_uint(s.socket_group, 0, UINT32_MAX - 1)) {
-            gid = static_cast<int64_t>(*n);
-        } else if (const group* g = ::getgrnam(s.socket_group.c_str())) {
-            gid = g->gr_gid;
-        } else {
-            log.error("socket_group = \"{}\": no such group", s.socket_group);
-            return kExitConfig;
-        }
-    }
+    return 0;
+}
 
-    FenceActions actions(s, {{"NVFENCE_VOLUME", volume},
-                             {"NVFENCE_DEVICE", info.paths.block},
-                             {"NVFENCE_NODE", std::to_string(node)},
-                             {"NVFENCE_NAME", name}});
+// The watchdog interval (0: none), warning when a slow device could trip it.
+std::chrono::microseconds check_watchdog(const nvfence::AgentSettings& s, spdlog::logger& log) {
     const auto wd = watchdog_timeout();
     if (wd.count() > 0 &&
         wd < std::chrono::milliseconds(2 * uint64_t{s.interval_ms} + 2 * uint64_t{s.device_timeout_ms}))
         log.warn("WatchdogSec ({} ms) is shorter than 2 x (interval_ms + device_timeout_ms) = {} ms: "
                  "a slow device may get nvfenced killed by the watchdog",
                  wd.count() / 1000, 2 * (s.interval_ms + s.device_timeout_ms));
-    if (wd.count() > 0) actions.set_tick([] { sd_notify("WATCHDOG=1"); });
-    DaemonHooks hooks(log, actions, wd.count() > 0);
-    nvfence::SystemClock clock;
-    auto opts = nvfence::agent_options(s, node);
-    opts.volume = volume;
-    opts.device = info.paths.block;
+    return wd;
+}
 
+// SIGTERM, SIGINT and SIGHUP arrive on the returned signalfd; SIGPIPE is ignored.
+nvfence::Fd signal_fd() {
     sigset_t sigs;
     sigemptyset(&sigs);
     for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&sigs, sig);
     ::sigprocmask(SIG_BLOCK, &sigs, nullptr);
     ::signal(SIGPIPE, SIG_IGN);
-    nvfence::Fd sigfd(::signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK));
-    if (!sigfd) {
-        log.error("signalfd: {}", std::strerror(errno));
-        return static_cast<int>(ExitCode::failure);
-    }
-    nvfence::ControlListenOptions lo;
-    lo.path = socket;
-    lo.mode = s.socket_mode;
-    lo.gid = gid;
-    auto listener = nvfence::control_listen(lo);
-    if (!listener) {
-        log.error("control_socket = \"{}\": cannot listen: {}", socket, listener.error().message());
-        return exit_for(listener.error());
-    }
+    return nvfence::Fd(::signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK));
+}
 
+void log_start(const nvfence::AgentSettings& s, const Setup& d, spdlog::logger& log) {
     log.info("nvfenced {} starting: volume {} ({}, nsid {}, model \"{}\"), host id {}, node {}, cluster tag {}, "
              "mode {}, role {}, interval {} ms, fence action {}, socket {}",
-             NVFENCED_VERSION, volume, info.paths.block, info.nsid, info.ctrl.model,
-             nvfence::format_host_id(*info.host_id), node, s.tag,
+             NVFENCED_VERSION, d.volume, d.info.paths.block, d.info.nsid, d.info.ctrl.model,
+             nvfence::format_host_id(*d.info.host_id), d.node, s.tag,
              s.type == nvfence::ResvType::write_exclusive ? "exclusive" : "shared",
              s.role == nvfence::StartRole::acquire ? "acquire" : "standby", s.interval_ms,
-             nvfence::fence_action_name(s.fence_action), socket);
+             nvfence::fence_action_name(s.fence_action), d.socket);
+}
 
-    FollowingDevice device(std::move(ns), oo, s.interval_ms, [&](bool warning, const std::string& line) {
-        if (warning) log.warn("{}", line);
-        else log.info("{}", line);
-    });
-    nvfence::Agent agent(device, info.nsid, *info.host_id, opts, clock, hooks, &epochs, &statefile);
-    if (auto st = agent.start(); !st) {
-        log.error("cannot start: {}", agent.last_error());
-        ::unlink(socket.c_str());
-        if (st.error() == Errc::host_id_conflict) return kExitConflict;
-        if (st.error() == Errc::refused) return kExitConfig;
-        return exit_for(st.error());
+// Reads the pending uevents; this controller's asynchronous event (e.g. a
+// preemption's reservation notification) asks the agent to check now. A
+// failing socket is given up: the interval stays the fallback.
+void on_uevents(nvfence::Result<nvfence::UeventListener>& aen, nvfence::Agent& agent,
+                nvfence::FollowingDevice& device, spdlog::logger& log) {
+    auto d = aen->drain(device.info().paths.controller, nvfence::kUeventsPerWake);
+    if (!d) {
+        log.warn("uevents: {}: checking every interval only", d.error().message());
+        aen = d.error();
+    } else if (d->wants_check()) {
+        log.debug("uevents: asynchronous event of {}: checking now", device.info().paths.controller);
+        agent.request_check();
     }
-    sd_notify("READY=1\nSTATUS=" + status_line(agent));
+}
 
+// The agent's loop: checks when due; between them waits for a signal, a
+// control connection or (aen_wakeup) a uevent. Returns when a termination
+// signal arrived.
+void serve(nvfence::Agent& agent, nvfence::FollowingDevice& device, int sigfd, int listener, bool aen_wakeup,
+           spdlog::logger& log) {
     const nvfence::ControlHandler handler = [&](const nvfence::ControlRequest& q,
                                                 const nvfence::ControlPeer& p) {
         const std::string who = "uid " + std::to_string(p.uid) + " pid " + std::to_string(p.pid);
@@ -435,27 +442,18 @@ int run(const nvfence::AgentSettings& s, spdlog::logger& log) {
         return agent.handle(q, who);
     };
     bool stopping = false;
-    std::string shown_device = info.paths.block;
-    auto aen = s.aen_wakeup ? nvfence::UeventListener::open() : nvfence::Result<nvfence::UeventListener>(
-                                                                   nvfence::make_error_code(Errc::refused));
-    if (s.aen_wakeup && !aen) log.warn("uevents: {}: checking every interval only", aen.error().message());
+    std::string shown_device = device.info().paths.block;
+    auto aen = aen_wakeup ? nvfence::UeventListener::open()
+                          : nvfence::Result<nvfence::UeventListener>(nvfence::make_error_code(Errc::refused));
+    if (aen_wakeup && !aen) log.warn("uevents: {}: checking every interval only", aen.error().message());
     agent.run([&](nvfence::Clock::Ms wait) {
-        pollfd fds[3] = {{sigfd.get(), POLLIN, 0}, {listener->get(), POLLIN, 0}, {aen ? aen->fd() : -1, POLLIN, 0}};
+        pollfd fds[3] = {{sigfd, POLLIN, 0}, {listener, POLLIN, 0}, {aen ? aen->fd() : -1, POLLIN, 0}};
         const int rc = ::poll(fds, 3, static_cast<int>(wait.count()));
-        if (rc > 0 && (fds[2].revents & (POLLIN | POLLERR))) {
-            auto d = aen->drain(device.info().paths.controller, nvfence::kUeventsPerWake);
-            if (!d) {
-                log.warn("uevents: {}: checking every interval only", d.error().message());
-                aen = d.error();
-            } else if (d->wants_check()) {
-                log.debug("uevents: asynchronous event of {}: checking now", device.info().paths.controller);
-                agent.request_check();
-            }
-        }
+        if (rc > 0 && (fds[2].revents & (POLLIN | POLLERR))) on_uevents(aen, agent, device, log);
         if (rc < 0 && errno != EINTR) log.error("poll: {}", std::strerror(errno));
         if (rc > 0 && (fds[0].revents & POLLIN)) {
             signalfd_siginfo si;
-            while (::read(sigfd.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+            while (::read(sigfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
                 if (si.ssi_signo == SIGHUP) {
                     log.info("status: {}", status_line(agent));
                 } else {
@@ -470,21 +468,102 @@ int run(const nvfence::AgentSettings& s, spdlog::logger& log) {
             agent.set_device(shown_device);
         }
         if (rc > 0 && (fds[1].revents & POLLIN)) {
-            auto served = nvfence::control_serve_pending(listener->get(), kConnectionsPerWake,
-                                                         kConnectionTimeoutMs, handler);
+            auto served = nvfence::control_serve_pending(listener, kConnectionsPerWake, kConnectionTimeoutMs, handler);
             if (!served) log.warn("control socket: {}", served.error().message());
         }
         return true;
     });
+}
+
+// Everything up to the agent: device, locks, node id, socket group; 0 or an exit code.
+int prepare(const nvfence::AgentSettings& s, spdlog::logger& log, Setup& d) {
+    // When the socket is known from the configuration, a second agent for
+    // it is refused before it touches the device.
+    if (!s.control_socket.empty() || !s.name.empty()) {
+        const std::string early = s.control_socket.empty() ? nvfence::default_socket_path(s.name) : s.control_socket;
+        if (int rc = lock_socket(early, log, d.sock_lock)) return rc;
+    }
+    if (int rc = open_namespace(s, log, d)) return rc;
+    if (int rc = lock_volume(s, log, d)) return rc;
+    if (int rc = choose_node(s, nvfence::AgentStateFile(s.state_dir, d.volume), log, d.node)) return rc;
+    return socket_gid(s, log, d.gid);
+}
+
+int run(const nvfence::AgentSettings& s, spdlog::logger& log) {
+    Setup d;
+    if (int rc = prepare(s, log, d)) return rc;
+    nvfence::EpochStore epochs(s.state_dir, d.volume);
+    nvfence::AgentStateFile statefile(s.state_dir, d.volume);
+    nvfence::FenceActions actions(s, {{"NVFENCE_VOLUME", d.volume},
+                                      {"NVFENCE_DEVICE", d.info.paths.block},
+                                      {"NVFENCE_NODE", std::to_string(d.node)},
+                                      {"NVFENCE_NAME", d.name}});
+    const auto wd = check_watchdog(s, log);
+    if (wd.count() > 0) actions.set_tick([] { sd_notify("WATCHDOG=1"); });
+    DaemonHooks hooks(log, actions, wd.count() > 0);
+    nvfence::SystemClock clock;
+    auto opts = nvfence::agent_options(s, d.node);
+    opts.volume = d.volume;
+    opts.device = d.info.paths.block;
+    nvfence::Fd sigfd = signal_fd();
+    if (!sigfd) {
+        log.error("signalfd: {}", std::strerror(errno));
+        return static_cast<int>(ExitCode::failure);
+    }
+    nvfence::ControlListenOptions lo;
+    lo.path = d.socket;
+    lo.mode = s.socket_mode;
+    lo.gid = d.gid;
+    auto listener = nvfence::control_listen(lo);
+    if (!listener) {
+        log.error("control_socket = \"{}\": cannot listen: {}", d.socket, listener.error().message());
+        return exit_for(listener.error());
+    }
+    log_start(s, d, log);
+    nvfence::FollowingDevice device(std::move(d.ns), d.open_opts, s.interval_ms, [&](bool warning, const std::string& line) {
+        if (warning) log.warn("{}", line);
+        else log.info("{}", line);
+    });
+    nvfence::Agent agent(device, d.info.nsid, *d.info.host_id, opts, clock, hooks, &epochs, &statefile);
+    if (auto st = agent.start(); !st) {
+        log.error("cannot start: {}", agent.last_error());
+        ::unlink(d.socket.c_str());
+        if (st.error() == Errc::host_id_conflict) return kExitConflict;
+        if (st.error() == Errc::refused) return kExitConfig;
+        return exit_for(st.error());
+    }
+    sd_notify("READY=1\nSTATUS=" + status_line(agent));
+    serve(agent, device, sigfd.get(), listener->get(), s.aen_wakeup, log);
     sd_notify("STOPPING=1");
     auto stopped = agent.stop();
-    ::unlink(socket.c_str());
+    ::unlink(d.socket.c_str());
     if (!stopped) {
         log.error("stop failed: {}", agent.last_error());
         return static_cast<int>(ExitCode::failure);
     }
     log.info("stopped");
     return 0;
+}
+
+// The keys given on the command line or in the configuration file.
+nvfence::SettingsMap settings_given(const std::map<std::string, CLI::Option*>& options,
+                                    std::map<std::string, std::string>& values,
+                                    const std::vector<std::string>& units) {
+    nvfence::SettingsMap kv;
+    for (const auto& [k, opt] : options) {
+        if (opt->count() == 0) continue;
+        if (k == "writer_units") {
+            std::string joined;
+            for (const auto& u : units) joined += (joined.empty() ? "" : " ") + u;
+            kv[k] = joined;
+        } else {
+            kv[k] = values[k];
+        }
+    }
+    // nvfenced@<volume id>.service passes --name %i: the instance name is
+    // the volume, so a config file need not repeat it as the device.
+    if (!kv.count("device") && kv.count("name")) kv["device"] = kv["name"];
+    return kv;
 }
 
 int real_main(int argc, char** argv) {
@@ -533,20 +612,7 @@ int real_main(int argc, char** argv) {
         std::cout << "nvfenced " << NVFENCED_VERSION << " (control protocol " << nvfence::kControlVersion << ")\n";
         return 0;
     }
-    nvfence::SettingsMap kv;
-    for (const auto& [k, opt] : options) {
-        if (opt->count() == 0) continue;
-        if (k == "writer_units") {
-            std::string joined;
-            for (const auto& u : units) joined += (joined.empty() ? "" : " ") + u;
-            kv[k] = joined;
-        } else {
-            kv[k] = values[k];
-        }
-    }
-    // nvfenced@<volume id>.service passes --name %i: the instance name is
-    // the volume, so a config file need not repeat it as the device.
-    if (!kv.count("device") && kv.count("name")) kv["device"] = kv["name"];
+    const nvfence::SettingsMap kv = settings_given(options, values, units);
     std::string why;
     auto settings = nvfence::parse_agent_settings(kv, why);
     if (!settings) {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "actions.hpp"
+#include "nvfence/fence_actions.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -18,7 +18,7 @@
 
 extern char** environ;
 
-namespace nvfenced {
+namespace nvfence {
 namespace {
 
 class ChildCategory final : public std::error_category {
@@ -35,7 +35,26 @@ std::error_code child_error(int status) {
     return {WEXITSTATUS(status), child_category()};
 }
 
+class SystemRunner final : public ProcessRunner {
+public:
+    Status run(const std::vector<std::string>& argv, const ChildEnv& env, uint32_t timeout_ms,
+               const std::function<void()>& tick) override {
+        return run_bounded(argv, env, timeout_ms, tick);
+    }
+    void sysrq_reboot() override {
+        // No sync: writeback to a device that refuses this host could
+        // hang the reboot, and fenced data must not be flushed anyway.
+        Fd fd(::open("/proc/sysrq-trigger", O_WRONLY | O_CLOEXEC));
+        if (fd && ::write(fd.get(), "b", 1) == 1) std::this_thread::sleep_for(std::chrono::seconds(10));
+    }
+};
+
 }  // namespace
+
+ProcessRunner& system_process_runner() {
+    static SystemRunner r;
+    return r;
+}
 
 const std::error_category& child_category() noexcept {
     static const ChildCategory c;
@@ -51,10 +70,10 @@ std::string describe_argv(const std::vector<std::string>& argv) {
     return s;
 }
 
-nvfence::Status run_bounded(const std::vector<std::string>& argv,
+Status run_bounded(const std::vector<std::string>& argv,
                             const std::vector<std::pair<std::string, std::string>>& env,
                             uint32_t timeout_ms, const std::function<void()>& tick) {
-    if (argv.empty()) return nvfence::make_error_code(nvfence::Errc::invalid_argument);
+    if (argv.empty()) return make_error_code(Errc::invalid_argument);
     std::vector<std::string> envs;
     for (char** e = environ; e && *e; ++e) {
         const std::string kv(*e);
@@ -89,7 +108,7 @@ nvfence::Status run_bounded(const std::vector<std::string>& argv,
     const int rc = posix_spawnp(&pid, cargv[0], &fa, &attr, cargv.data(), cenv.data());
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&attr);
-    if (rc != 0) return nvfence::errno_error(rc);
+    if (rc != 0) return errno_error(rc);
 
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
     auto next_tick = std::chrono::steady_clock::now();
@@ -101,29 +120,29 @@ nvfence::Status run_bounded(const std::vector<std::string>& argv,
         int status = 0;
         const pid_t w = ::waitpid(pid, &status, WNOHANG);
         if (w == pid) {
-            if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return nvfence::Ok{};
+            if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Ok{};
             return child_error(status);
         }
-        if (w < 0 && errno != EINTR) return nvfence::errno_error(errno);
+        if (w < 0 && errno != EINTR) return errno_error(errno);
         if (std::chrono::steady_clock::now() >= deadline) {
             ::kill(-pid, SIGKILL);
             ::kill(pid, SIGKILL);
             while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
             }
-            return nvfence::make_error_code(nvfence::Errc::timeout);
+            return make_error_code(Errc::timeout);
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
 }
 
-nvfence::Status FenceActions::stop_writers(const std::string& reason,
+Status FenceActions::stop_writers(const std::string& reason,
                                            const std::function<void(bool, const std::string&)>& log) const {
-    nvfence::Status result = nvfence::Ok{};
+    Status result = Ok{};
     auto env = env_;
     env.emplace_back("NVFENCE_REASON", reason);
     for (const auto& unit : s_.writer_units) {
         const std::vector<std::string> argv = {"systemctl", "stop", unit};
-        auto r = run_bounded(argv, env, s_.fence_timeout_ms, tick_);
+        auto r = runner_.run(argv, env, s_.fence_timeout_ms, tick_);
         if (r) {
             log(true, "stopped writer unit " + unit);
         } else {
@@ -135,24 +154,21 @@ nvfence::Status FenceActions::stop_writers(const std::string& reason,
     return result;
 }
 
-nvfence::Status FenceActions::fence_action(const std::string& reason,
+Status FenceActions::fence_action(const std::string& reason,
                                            const std::function<void(bool, const std::string&)>& log) const {
     auto env = env_;
     env.emplace_back("NVFENCE_REASON", reason);
     std::vector<std::string> argv;
     switch (s_.fence_action) {
-    case nvfence::FenceActionKind::none:
+    case FenceActionKind::none:
         log(true, "fence action: none configured (writers stopped; the device refuses this host's writes)");
-        return nvfence::Ok{};
-    case nvfence::FenceActionKind::command: argv = {"/bin/sh", "-c", s_.fence_command}; break;
-    case nvfence::FenceActionKind::stop_unit: argv = {"systemctl", "stop", s_.fence_unit}; break;
-    case nvfence::FenceActionKind::reboot:
-        if (s_.reboot_method == nvfence::RebootMethod::sysrq) {
+        return Ok{};
+    case FenceActionKind::command: argv = {"/bin/sh", "-c", s_.fence_command}; break;
+    case FenceActionKind::stop_unit: argv = {"systemctl", "stop", s_.fence_unit}; break;
+    case FenceActionKind::reboot:
+        if (s_.reboot_method == RebootMethod::sysrq) {
             log(true, "fence action: rebooting now through /proc/sysrq-trigger (no sync)");
-            // No sync: writeback to a device that refuses this host could
-            // hang the reboot, and fenced data must not be flushed anyway.
-            nvfence::Fd fd(::open("/proc/sysrq-trigger", O_WRONLY | O_CLOEXEC));
-            if (fd && ::write(fd.get(), "b", 1) == 1) std::this_thread::sleep_for(std::chrono::seconds(10));
+            runner_.sysrq_reboot();
             log(false, "sysrq reboot did not happen; trying 'reboot -ff'");
             argv = {"reboot", "-ff"};
         } else {
@@ -161,10 +177,10 @@ nvfence::Status FenceActions::fence_action(const std::string& reason,
         break;
     }
     log(true, "fence action: running '" + describe_argv(argv) + "'");
-    auto r = run_bounded(argv, env, s_.fence_timeout_ms, tick_);
+    auto r = runner_.run(argv, env, s_.fence_timeout_ms, tick_);
     if (r) log(true, "fence action '" + describe_argv(argv) + "' done");
     else log(false, "fence action '" + describe_argv(argv) + "' failed: " + r.error().message());
     return r;
 }
 
-}  // namespace nvfenced
+}  // namespace nvfence

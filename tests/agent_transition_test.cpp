@@ -1,0 +1,258 @@
+// SPDX-License-Identifier: MIT
+// Unit tests of the agent's one decision (decide_transition) over the
+// static table of allowed transitions, and of Agent::apply refusing a
+// transition outside it.
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <vector>
+
+#include "agent_sim.hpp"
+#include "nvfence/agent_transition.hpp"
+
+namespace nvfence::test {
+namespace {
+
+using S = AgentState;
+using K = ObservationKind;
+
+constexpr uint8_t kTag = 7;
+const S kStates[] = {S::starting, S::standby, S::holder, S::fenced, S::stopping};
+const K kKinds[] = {K::report,   K::view_lost, K::resumed_fenced, K::resumed,  K::registered,        K::acquired,
+                    K::rekeyed,  K::released,  K::rejoined,       K::unregister_failed, K::stopped};
+const ResvType kTypes[] = {ResvType::write_exclusive, ResvType::write_exclusive_reg_only};
+
+uint64_t key_of(uint8_t node, uint32_t epoch) { return *make_key({kTag, node, epoch}); }
+
+Registrant reg(uint8_t host, uint64_t key, bool holder) {
+    Registrant r;
+    r.host_id = make_host(host);
+    r.key = key;
+    r.holder = holder;
+    return r;
+}
+
+// Reports a check may read: this host (1) with its key, another key, or
+// gone; holding or not; another host (2) holding or not.
+std::vector<ReservationStatus> reports(ResvType type) {
+    std::vector<ReservationStatus> out;
+    const uint64_t mine = key_of(1, 5), newer = key_of(1, 6), other = key_of(2, 4);
+    for (int me = 0; me < 3; ++me)          // 0: absent, 1: my key, 2: a newer key of mine
+        for (int holder = 0; holder < 3; ++holder) {  // 0: nobody, 1: this host, 2: the other
+            if (me == 0 && holder == 1) continue;
+            ReservationStatus st;
+            st.generation = 9;
+            st.type = holder ? type : ResvType::none;
+            if (me) st.registrants.push_back(reg(1, me == 1 ? mine : newer, holder == 1));
+            st.registrants.push_back(reg(2, other, holder == 2));
+            st.num_registrants = static_cast<uint16_t>(st.registrants.size());
+            out.push_back(st);
+        }
+    return out;
+}
+
+// Every observation the enumeration below feeds the decision: each kind
+// with every report and every flag that matters to it.
+std::vector<Observation> observations(const std::vector<ReservationStatus>& rs) {
+    std::vector<Observation> out;
+    for (K kind : kKinds)
+        for (const auto& st : rs)
+            for (int flags = 0; flags < 16; ++flags) {
+                Observation o;
+                o.kind = kind;
+                o.report = &st;
+                o.generation_reset = flags & 1;
+                o.notes.registration_preempted = flags & 2;
+                o.holding = flags & 4;
+                o.unregistered = flags & 8;
+                o.found_ours = flags & 1;
+                const Registrant* me = st.find_host(make_host(1));
+                o.found_key = me ? me->key : 0;
+                o.key = key_of(1, 5);
+                o.text = "observed";
+                for (PersistedRole p : {PersistedRole::none, PersistedRole::standby, PersistedRole::holder}) {
+                    o.persisted = p;
+                    out.push_back(o);
+                }
+            }
+    return out;
+}
+
+AgentView view_of(S state, ResvType type, bool fence_on_view_loss) {
+    AgentView v;
+    v.state = state;
+    v.key = state == S::starting ? 0 : key_of(1, 5);
+    v.type = type;
+    v.self = make_host(1);
+    v.fence_on_view_loss = fence_on_view_loss;
+    return v;
+}
+
+TEST(AgentTransitionTest, EveryDecisionIsInTheTableAndEveryTableEntryIsReachable) {
+    std::set<AgentStatePair> produced;
+    size_t decisions = 0;
+    for (ResvType type : kTypes) {
+        const auto rs = reports(type);
+        const auto obs = observations(rs);
+        for (S state : kStates)
+            for (bool fov : {true, false})
+                for (const auto& o : obs) {
+                    const auto t = decide_transition(view_of(state, type, fov), o);
+                    if (!t) continue;
+                    ++decisions;
+                    ASSERT_EQ(t->from, state) << "kind " << static_cast<int>(o.kind);
+                    ASSERT_TRUE(agent_transition_allowed(t->from, t->to))
+                        << agent_state_name(t->from) << " -> " << agent_state_name(t->to) << " from kind "
+                        << static_cast<int>(o.kind);
+                    ASSERT_FALSE(t->why.empty());
+                    EXPECT_EQ(t->fence != FenceEntry::none, t->to == S::fenced) << t->why;
+                    produced.insert({t->from, t->to});
+                }
+    }
+    EXPECT_GT(decisions, 0u);
+    const auto table = agent_allowed_transitions();
+    std::set<AgentStatePair> allowed(table.begin(), table.end());
+    EXPECT_EQ(allowed.size(), table.size()) << "no duplicate rows";
+    for (const auto& p : allowed)
+        EXPECT_TRUE(produced.count(p)) << "no observation produces " << agent_state_name(p.first) << " -> "
+                                       << agent_state_name(p.second);
+    EXPECT_EQ(produced, allowed);
+}
+
+TEST(AgentTransitionTest, NothingLeavesStoppingOrFencedButRejoinAndStop) {
+    for (ResvType type : kTypes) {
+        const auto rs = reports(type);
+        for (const auto& o : observations(rs)) {
+            EXPECT_FALSE(decide_transition(view_of(S::stopping, type, true), o)) << static_cast<int>(o.kind);
+            const auto t = decide_transition(view_of(S::fenced, type, true), o);
+            if (t) {
+                EXPECT_TRUE(o.kind == K::rejoined || o.kind == K::stopped) << static_cast<int>(o.kind);
+            }
+        }
+    }
+}
+
+TEST(AgentTransitionTest, ReportDecisions) {
+    const uint64_t mine = key_of(1, 5);
+    ReservationStatus st;
+    st.generation = 3;
+    st.type = ResvType::write_exclusive;
+    st.registrants = {reg(1, mine, false), reg(2, key_of(2, 4), true)};
+    Observation o;
+    o.report = &st;
+    auto v = view_of(S::holder, ResvType::write_exclusive, true);
+    auto t = decide_transition(v, o);
+    ASSERT_TRUE(t);
+    EXPECT_EQ(t->to, S::fenced);
+    EXPECT_EQ(t->fence, FenceEntry::fresh);
+    EXPECT_EQ(t->persist, PersistedRole::fenced);
+    EXPECT_EQ(t->why, "reservation lost while still registered (the holder is now nf:7:2:4): "
+                      "the device refuses this host's writes");
+    v.type = ResvType::write_exclusive_reg_only;
+    st.type = ResvType::write_exclusive_reg_only;
+    t = decide_transition(v, o);
+    ASSERT_TRUE(t);
+    EXPECT_EQ(t->to, S::standby) << "Registrants Only: a registrant may still write";
+    EXPECT_EQ(t->level, EventLevel::warning);
+    st.registrants.erase(st.registrants.begin());
+    o.generation_reset = true;
+    t = decide_transition(view_of(S::standby, ResvType::write_exclusive, true), o);
+    ASSERT_TRUE(t);
+    EXPECT_EQ(t->to, S::fenced);
+    EXPECT_EQ(t->why, "target restart: the generation went backwards and this host's key nf:7:1:5 is gone");
+    EXPECT_FALSE(decide_transition(view_of(S::fenced, ResvType::write_exclusive, true), o))
+        << "a FENCED agent is not moved by what it reads";
+}
+
+TEST(AgentTransitionTest, ViewLossFencesAHolderOnlyWhenConfigured) {
+    Observation o;
+    o.kind = K::view_lost;
+    o.text = "lost the view";
+    auto t = decide_transition(view_of(S::holder, ResvType::write_exclusive, true), o);
+    ASSERT_TRUE(t);
+    EXPECT_EQ(t->to, S::fenced);
+    t = decide_transition(view_of(S::holder, ResvType::write_exclusive, false), o);
+    ASSERT_TRUE(t);
+    EXPECT_EQ(t->to, S::standby);
+    EXPECT_EQ(t->why, "lost the view: no longer claiming HOLDER (fence_on_view_loss = false)");
+    EXPECT_FALSE(decide_transition(view_of(S::standby, ResvType::write_exclusive, true), o));
+}
+
+TEST(AgentTransitionTest, StopPersistsWhatIsLeftOnTheDevice) {
+    Observation o;
+    o.kind = K::stopped;
+    o.text = "clean stop";
+    o.unregistered = true;
+    auto t = decide_transition(view_of(S::holder, ResvType::write_exclusive, true), o);
+    ASSERT_TRUE(t);
+    EXPECT_EQ(t->persist, PersistedRole::none);
+    EXPECT_EQ(t->key, 0u);
+    o.unregistered = false;
+    t = decide_transition(view_of(S::standby, ResvType::write_exclusive, true), o);
+    ASSERT_TRUE(t);
+    EXPECT_EQ(t->persist, PersistedRole::standby);
+    EXPECT_EQ(t->key, key_of(1, 5));
+    t = decide_transition(view_of(S::fenced, ResvType::write_exclusive, true), o);
+    ASSERT_TRUE(t);
+    EXPECT_FALSE(t->persist) << "the state file keeps FENCED";
+}
+
+// A started standby agent (node 1) on a fresh FakeTarget.
+class ApplyTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        AgentOptions o;
+        o.tag = kTag;
+        o.node = 1;
+        host = std::make_unique<SimHost>(t, clock, 1, o, tmp.path());
+        host->start_ok();
+    }
+    TempDir tmp;
+    FakeTarget t;
+    ManualClock clock;
+    std::unique_ptr<SimHost> host;
+};
+using ApplyDeathTest = ApplyTest;
+
+TEST_F(ApplyDeathTest, ApplyRefusesATransitionOutsideTheTable) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    SimHost& h = *host;
+    ASSERT_EQ(h.agent->state(), S::standby);
+    Transition bad;
+    bad.from = S::standby;
+    bad.to = S::starting;
+    bad.why = "back to the start";
+    EXPECT_DEATH((void)h.agent->apply(bad), "STANDBY -> STARTING .*not in the table of allowed transitions");
+    Transition stale;
+    stale.from = S::holder;  // not the agent's state
+    stale.to = S::standby;
+    stale.why = "from a state the agent is not in";
+    EXPECT_DEATH((void)h.agent->apply(stale), "HOLDER -> STANDBY applied while the agent is STANDBY");
+    EXPECT_EQ(h.agent->state(), S::standby) << "the parent is untouched";
+}
+
+TEST_F(ApplyTest, ApplyChangesStateEmitsAndPersists) {
+    SimHost& h = *host;
+    Transition tr;
+    tr.from = S::standby;
+    tr.to = S::fenced;
+    tr.why = "told so";
+    tr.key = h.agent->key();
+    tr.fence = FenceEntry::fresh;
+    tr.persist = PersistedRole::fenced;
+    const int stops = h.hooks->writers_stopped;
+    ASSERT_TRUE(h.agent->apply(tr).ok());
+    EXPECT_EQ(h.agent->state(), S::fenced);
+    EXPECT_EQ(h.hooks->writers_stopped, stops + 1);
+    EXPECT_EQ(h.hooks->fence_actions, 1);
+    EXPECT_EQ(h.hooks->transitions().back(), std::make_pair(S::standby, S::fenced));
+    auto p = h.statefile.load();
+    ASSERT_TRUE(p.ok() && *p);
+    EXPECT_EQ((*p)->role, PersistedRole::fenced);
+    EXPECT_EQ((*p)->reason, "told so");
+    EXPECT_EQ((*p)->action, FenceActionState::done);
+}
+
+}  // namespace
+}  // namespace nvfence::test
