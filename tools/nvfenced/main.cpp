@@ -29,6 +29,7 @@
 
 #include "actions.hpp"
 #include "device.hpp"
+#include "elector_link.hpp"
 #include "nvfence/agent.hpp"
 #include "nvfence/agent_config.hpp"
 #include "nvfence/clock.hpp"
@@ -262,7 +263,7 @@ int lock_socket(const std::string& socket, spdlog::logger& log, nvfence::Fd& loc
     return 0;
 }
 
-int run(const nvfence::AgentSettings& s, spdlog::logger& log) {
+int run(const nvfence::AgentSettings& s, spdlog::logger& log, const nvfence::SettingsMap& elector_kv) {
     // When the socket is known from the configuration, a second agent for
     // it is refused before it touches the device.
     nvfence::Fd sock_lock;
@@ -415,6 +416,23 @@ int run(const nvfence::AgentSettings& s, spdlog::logger& log) {
         if (warning) log.warn("{}", line);
         else log.info("{}", line);
     });
+    std::unique_ptr<ElectorLink> elector;  // elector = etcd (elector_link.hpp)
+    if (auto es = ElectorLink::settings(elector_kv, volume, why); !es) {
+        log.error("invalid configuration: {}", why);
+        return kExitConfig;
+    } else if (es->kind == nvfence::ElectorKind::etcd) {
+        elector = ElectorLink::create(*es, node, s.tag, *info.host_id, &epochs, s.state_dir, volume, why);
+        if (!elector) {
+            log.error("{}", why);
+            return kExitConfig;
+        }
+        log.info("elector etcd: election {}, endpoints {}, lease TTL {} s, lease_loss {}", es->election_name,
+                 [&] {
+                     std::string j;
+                     for (const auto& e : es->endpoints) j += (j.empty() ? "" : ",") + e;
+                     return j;
+                 }(), es->lease_ttl_s, es->lease_loss == nvfence::LeaseLossAction::fence ? "fence" : "hold");
+    }
     nvfence::Agent agent(device, info.nsid, *info.host_id, opts, clock, hooks, &epochs, &statefile);
     if (auto st = agent.start(); !st) {
         log.error("cannot start: {}", agent.last_error());
@@ -424,25 +442,35 @@ int run(const nvfence::AgentSettings& s, spdlog::logger& log) {
         return exit_for(st.error());
     }
     sd_notify("READY=1\nSTATUS=" + status_line(agent));
+    if (elector) elector->start();
 
     const nvfence::ControlHandler handler = [&](const nvfence::ControlRequest& q,
                                                 const nvfence::ControlPeer& p) {
         const std::string who = "uid " + std::to_string(p.uid) + " pid " + std::to_string(p.pid);
         if (q.op != nvfence::ControlOp::status)
             log.info("control: {} requested by {}", nvfence::control_op_name(q.op), who);
-        return agent.handle(q, who);
+        nvfence::ControlReply refused;
+        if (elector && elector->refuse(q, refused, agent)) {
+            log.warn("control: {} by {} refused: {}", nvfence::control_op_name(q.op), who, refused.message);
+            return refused;
+        }
+        auto r = agent.handle(q, who);
+        if (elector && q.op == nvfence::ControlOp::status) elector->decorate(r);
+        return r;
     };
     bool stopping = false;
     std::string shown_device = info.paths.block;
     agent.run([&](nvfence::Clock::Ms wait) {
-        pollfd fds[2] = {{sigfd.get(), POLLIN, 0}, {listener->get(), POLLIN, 0}};
-        const int rc = ::poll(fds, 2, static_cast<int>(wait.count()));
+        pollfd fds[3] = {{sigfd.get(), POLLIN, 0}, {listener->get(), POLLIN, 0},
+                         {elector ? elector->wake_fd() : -1, POLLIN, 0}};
+        const int rc = ::poll(fds, 3, static_cast<int>(wait.count()));
+        if (elector) elector->on_wake(agent, hooks, clock);
         if (rc < 0 && errno != EINTR) log.error("poll: {}", std::strerror(errno));
         if (rc > 0 && (fds[0].revents & POLLIN)) {
             signalfd_siginfo si;
             while (::read(sigfd.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
                 if (si.ssi_signo == SIGHUP) {
-                    log.info("status: {}", status_line(agent));
+                    log.info("status: {}{}", status_line(agent), elector ? "; elector: " + elector->describe() : "");
                 } else {
                     log.info("received {}: stopping", ::strsignal(static_cast<int>(si.ssi_signo)));
                     stopping = true;
@@ -463,6 +491,7 @@ int run(const nvfence::AgentSettings& s, spdlog::logger& log) {
     });
     sd_notify("STOPPING=1");
     auto stopped = agent.stop();
+    elector.reset();  // after the release: resign, so the next leader need not wait for the lease
     ::unlink(socket.c_str());
     if (!stopped) {
         log.error("stop failed: {}", agent.last_error());
@@ -488,6 +517,12 @@ int real_main(int argc, char** argv) {
         const std::string names = "--" + dashed + (dashed != k ? ",--" + k : std::string());
         if (k == "writer_units") options[k] = app.add_option(names, units, key_help().at(k));
         else options[k] = app.add_option(names, values[k], key_help().at(k));
+    }
+    for (const auto& k : nvfence::elector_setting_keys()) {
+        std::string dashed = k;
+        std::replace(dashed.begin(), dashed.end(), '_', '-');
+        const std::string names = "--" + dashed + (dashed != k ? ",--" + k : std::string());
+        options[k] = app.add_option(names, values[k], nvfence::elector_key_help(k));
     }
     bool check_only = false, version = false;
     app.add_flag("--check-config", check_only, "validate the configuration and exit (no device access)");
@@ -533,6 +568,20 @@ int real_main(int argc, char** argv) {
     // the volume, so a config file need not repeat it as the device.
     if (!kv.count("device") && kv.count("name")) kv["device"] = kv["name"];
     std::string why;
+    nvfence::SettingsMap elector_kv;
+    for (const auto& k : nvfence::elector_setting_keys()) {
+        if (auto it = kv.find(k); it != kv.end()) {
+            elector_kv[k] = it->second;
+            kv.erase(it);
+        }
+    }
+    if (kv.count("role")) elector_kv["role"] = kv["role"];
+    // The volume is known only from the device; "volume" stands in for it here.
+    if (!ElectorLink::settings(elector_kv, "volume", why)) {
+        std::cerr << "nvfenced: invalid configuration: " << why << (config.empty() ? "" : " (in " + config + ")")
+                  << "\n";
+        return kExitConfig;
+    }
     auto settings = nvfence::parse_agent_settings(kv, why);
     if (!settings) {
         std::cerr << "nvfenced: invalid configuration: " << why << (config.empty() ? "" : " (in " + config + ")")
@@ -544,7 +593,7 @@ int real_main(int argc, char** argv) {
         return 0;
     }
     auto log = make_logger(settings->log_level);
-    return run(*settings, *log);
+    return run(*settings, *log, elector_kv);
 }
 
 }  // namespace
