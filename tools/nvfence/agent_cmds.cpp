@@ -183,6 +183,9 @@ void print_status(const ControlReply& r) {
     }
     if (r.check_failures)
         std::printf("failing:     %u consecutive check(s): %s\n", r.check_failures, r.last_error.c_str());
+    // nvfenced with an elector appends its state to the status message.
+    if (auto at = r.message.find("; elector: "); at != std::string::npos)
+        std::printf("elector:     %s\n", r.message.c_str() + at + 11);
     std::printf("agent:       pid %u, up %s, %llu checks, %llu notifications\n", r.pid,
                 duration_words(r.uptime_ms).c_str(), static_cast<unsigned long long>(r.checks),
                 static_cast<unsigned long long>(r.notifications));

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "elector_link.hpp"
 #include "nvfence/agent.hpp"
 #include "nvfence/agent_config.hpp"
 #include "nvfence/clock.hpp"
@@ -429,33 +430,74 @@ void on_uevents(nvfence::Result<nvfence::UeventListener>& aen, nvfence::Agent& a
     }
 }
 
+// elector = etcd: the elector wired to the agent (null with elector = none);
+// false (logged) on bad elector settings.
+bool make_elector(const nvfence::SettingsMap& elector_kv, const nvfence::AgentSettings& s, const Setup& d,
+                  const nvfence::EpochStore& epochs, spdlog::logger& log, std::unique_ptr<ElectorLink>& out) {
+    std::string why;
+    auto es = ElectorLink::settings(elector_kv, d.volume, why);
+    if (!es) {
+        log.error("invalid configuration: {}", why);
+        return false;
+    }
+    if (es->kind != nvfence::ElectorKind::etcd) return true;
+    out = ElectorLink::create(*es, d.node, s.tag, *d.info.host_id, &epochs, s.state_dir, d.volume, why);
+    if (!out) {
+        log.error("{}", why);
+        return false;
+    }
+    std::string endpoints;
+    for (const auto& e : es->endpoints) endpoints += (endpoints.empty() ? "" : ",") + e;
+    log.info("elector etcd: election {}, endpoints {}, lease TTL {} s, lease_loss {}", es->election_name, endpoints,
+             es->lease_ttl_s, es->lease_loss == nvfence::LeaseLossAction::fence ? "fence" : "hold");
+    return true;
+}
+
+// What the agent's loop serves besides the agent and its device.
+struct Served {
+    int sigfd = -1, listener = -1;
+    bool aen_wakeup = true;
+    ElectorLink* elector = nullptr;  // elector = etcd
+    nvfence::AgentHooks* hooks = nullptr;
+    nvfence::Clock* clock = nullptr;
+};
+
 // The agent's loop: checks when due; between them waits for a signal, a
 // control connection or (aen_wakeup) a uevent. Returns when a termination
 // signal arrived.
-void serve(nvfence::Agent& agent, nvfence::FollowingDevice& device, int sigfd, int listener, bool aen_wakeup,
-           spdlog::logger& log) {
+void serve(nvfence::Agent& agent, nvfence::FollowingDevice& device, const Served& sv, spdlog::logger& log) {
+    ElectorLink* const elector = sv.elector;
     const nvfence::ControlHandler handler = [&](const nvfence::ControlRequest& q,
                                                 const nvfence::ControlPeer& p) {
         const std::string who = "uid " + std::to_string(p.uid) + " pid " + std::to_string(p.pid);
         if (q.op != nvfence::ControlOp::status)
             log.info("control: {} requested by {}", nvfence::control_op_name(q.op), who);
-        return agent.handle(q, who);
+        nvfence::ControlReply refused;
+        if (elector && elector->refuse(q, refused, agent)) {
+            log.warn("control: {} by {} refused: {}", nvfence::control_op_name(q.op), who, refused.message);
+            return refused;
+        }
+        auto r = agent.handle(q, who);
+        if (elector && q.op == nvfence::ControlOp::status) elector->decorate(r);
+        return r;
     };
     bool stopping = false;
     std::string shown_device = device.info().paths.block;
-    auto aen = aen_wakeup ? nvfence::UeventListener::open()
-                          : nvfence::Result<nvfence::UeventListener>(nvfence::make_error_code(Errc::refused));
-    if (aen_wakeup && !aen) log.warn("uevents: {}: checking every interval only", aen.error().message());
+    auto aen = sv.aen_wakeup ? nvfence::UeventListener::open()
+                             : nvfence::Result<nvfence::UeventListener>(nvfence::make_error_code(Errc::refused));
+    if (sv.aen_wakeup && !aen) log.warn("uevents: {}: checking every interval only", aen.error().message());
     agent.run([&](nvfence::Clock::Ms wait) {
-        pollfd fds[3] = {{sigfd, POLLIN, 0}, {listener, POLLIN, 0}, {aen ? aen->fd() : -1, POLLIN, 0}};
-        const int rc = ::poll(fds, 3, static_cast<int>(wait.count()));
+        pollfd fds[4] = {{sv.sigfd, POLLIN, 0}, {sv.listener, POLLIN, 0}, {aen ? aen->fd() : -1, POLLIN, 0},
+                         {sv.elector ? sv.elector->wake_fd() : -1, POLLIN, 0}};
+        const int rc = ::poll(fds, 4, static_cast<int>(wait.count()));
         if (rc > 0 && (fds[2].revents & (POLLIN | POLLERR))) on_uevents(aen, agent, device, log);
+        if (sv.elector) sv.elector->on_wake(agent, *sv.hooks, *sv.clock);
         if (rc < 0 && errno != EINTR) log.error("poll: {}", std::strerror(errno));
         if (rc > 0 && (fds[0].revents & POLLIN)) {
             signalfd_siginfo si;
-            while (::read(sigfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+            while (::read(sv.sigfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
                 if (si.ssi_signo == SIGHUP) {
-                    log.info("status: {}", status_line(agent));
+                    log.info("status: {}{}", status_line(agent), elector ? "; elector: " + elector->describe() : "");
                 } else {
                     log.info("received {}: stopping", ::strsignal(static_cast<int>(si.ssi_signo)));
                     stopping = true;
@@ -468,7 +510,7 @@ void serve(nvfence::Agent& agent, nvfence::FollowingDevice& device, int sigfd, i
             agent.set_device(shown_device);
         }
         if (rc > 0 && (fds[1].revents & POLLIN)) {
-            auto served = nvfence::control_serve_pending(listener, kConnectionsPerWake, kConnectionTimeoutMs, handler);
+            auto served = nvfence::control_serve_pending(sv.listener, kConnectionsPerWake, kConnectionTimeoutMs, handler);
             if (!served) log.warn("control socket: {}", served.error().message());
         }
         return true;
@@ -489,10 +531,12 @@ int prepare(const nvfence::AgentSettings& s, spdlog::logger& log, Setup& d) {
     return socket_gid(s, log, d.gid);
 }
 
-int run(const nvfence::AgentSettings& s, spdlog::logger& log) {
+int run(const nvfence::AgentSettings& s, spdlog::logger& log, const nvfence::SettingsMap& elector_kv) {
     Setup d;
     if (int rc = prepare(s, log, d)) return rc;
     nvfence::EpochStore epochs(s.state_dir, d.volume);
+    std::unique_ptr<ElectorLink> elector;
+    if (!make_elector(elector_kv, s, d, epochs, log, elector)) return kExitConfig;
     nvfence::AgentStateFile statefile(s.state_dir, d.volume);
     nvfence::FenceActions actions(s, {{"NVFENCE_VOLUME", d.volume},
                                       {"NVFENCE_DEVICE", d.info.paths.block},
@@ -533,9 +577,11 @@ int run(const nvfence::AgentSettings& s, spdlog::logger& log) {
         return exit_for(st.error());
     }
     sd_notify("READY=1\nSTATUS=" + status_line(agent));
-    serve(agent, device, sigfd.get(), listener->get(), s.aen_wakeup, log);
+    if (elector) elector->start();
+    serve(agent, device, {sigfd.get(), listener->get(), s.aen_wakeup, elector.get(), &hooks, &clock}, log);
     sd_notify("STOPPING=1");
     auto stopped = agent.stop();
+    elector.reset();  // after the release: resign, so the next leader need not wait for the lease
     ::unlink(d.socket.c_str());
     if (!stopped) {
         log.error("stop failed: {}", agent.last_error());
@@ -583,6 +629,12 @@ int real_main(int argc, char** argv) {
         if (k == "writer_units") options[k] = app.add_option(names, units, key_help().at(k));
         else options[k] = app.add_option(names, values[k], key_help().at(k));
     }
+    for (const auto& k : nvfence::elector_setting_keys()) {
+        std::string dashed = k;
+        std::replace(dashed.begin(), dashed.end(), '_', '-');
+        const std::string names = "--" + dashed + (dashed != k ? ",--" + k : std::string());
+        options[k] = app.add_option(names, values[k], nvfence::elector_key_help(k));
+    }
     bool check_only = false, version = false;
     app.add_flag("--check-config", check_only, "validate the configuration and exit (no device access)");
     app.add_flag("--version", version, "print the version and exit");
@@ -614,6 +666,20 @@ int real_main(int argc, char** argv) {
     }
     const nvfence::SettingsMap kv = settings_given(options, values, units);
     std::string why;
+    nvfence::SettingsMap elector_kv;
+    for (const auto& k : nvfence::elector_setting_keys()) {
+        if (auto it = kv.find(k); it != kv.end()) {
+            elector_kv[k] = it->second;
+            kv.erase(it);
+        }
+    }
+    if (kv.count("role")) elector_kv["role"] = kv["role"];
+    // The volume is known only from the device; "volume" stands in for it here.
+    if (!ElectorLink::settings(elector_kv, "volume", why)) {
+        std::cerr << "nvfenced: invalid configuration: " << why << (config.empty() ? "" : " (in " + config + ")")
+                  << "\n";
+        return kExitConfig;
+    }
     auto settings = nvfence::parse_agent_settings(kv, why);
     if (!settings) {
         std::cerr << "nvfenced: invalid configuration: " << why << (config.empty() ? "" : " (in " + config + ")")
@@ -625,7 +691,7 @@ int real_main(int argc, char** argv) {
         return 0;
     }
     auto log = make_logger(settings->log_level);
-    return run(*settings, *log);
+    return run(*settings, *log, elector_kv);
 }
 
 }  // namespace

@@ -1,0 +1,243 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// @file agent_elector.hpp
+/// nvfenced with `elector = etcd`: the elector (elector.hpp) wired to the
+/// host agent (agent.hpp).
+///
+/// Two sides, one owner each:
+///  - ElectorDriver, run by one thread that alone calls the Elector:
+///    campaigns while the agent stands by, gets the token of a won
+///    election, renews the lease, and notices the loss of leadership
+///    (LeaseGuard). It never touches the device or the Agent.
+///  - ElectorBridge::drain(), called by the agent's thread (the only one
+///    that changes the Agent): carries a won election out on the device
+///    through the Agent's own takeover request, so the Agent's key and
+///    state follow, and steps down on a loss.
+/// Between them a bounded mailbox (ElectorBridge): events from the driver
+/// (at most kElectorQueueCap; the driver waits, bounded, when it is full),
+/// the agent's view (state, highest epoch of our tag on the device) and the
+/// answer to a win, the other way. An eventfd wakes the agent's poll.
+///
+/// A won election on the agent's thread (the steps of carry_out_win(),
+/// elector_run.hpp, through Agent::handle so that the Agent owns the key):
+///  1. the lease must still be alive (the win carries its deadline);
+///  2. a fresh check (Report), then decide_on_win() with the token;
+///  3. stale: answer so, the driver resigns and backs off; reissue: the
+///     driver asks for a token above the device's epochs (kWinRounds);
+///     acquire / preempt: raise the EpochStore to token - 1, then the
+///     Agent's verified preempt-and-abort of exactly the holder read in 2,
+///     so the new key's epoch is the token; already_holder / rekey: keep.
+/// Losing (lease expired, leader key gone, another leader, or no renewal
+/// for TTL minus margin): the agent stops its writers, runs the fence
+/// action when lease_loss = fence, and releases the reservation (handoff)
+/// so a new leader need not preempt; the driver resigns. lease_loss = hold
+/// keeps the reservation until another host preempts it (the agent's
+/// device watch then fences it). docs/ETCD.md "nvfenced".
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "nvfence/agent.hpp"
+#include "nvfence/clock.hpp"
+#include "nvfence/elector.hpp"
+#include "nvfence/elector_config.hpp"
+#include "nvfence/elector_policy.hpp"
+#include "nvfence/fd.hpp"
+
+namespace nvfence {
+
+/// Most events waiting for the agent's thread.
+inline constexpr size_t kElectorQueueCap = 16;
+
+/// What the elector side tells the agent's thread.
+enum class ElectorEventKind : uint8_t {
+    won,   ///< Elected with a token: carry it out on the device.
+    lost,  ///< Leadership ended (or may have): step down.
+    note,  ///< One line for the log.
+};
+
+/// One event from the driver.
+struct ElectorEvent {
+    ElectorEventKind kind = ElectorEventKind::note;  ///< What.
+    Term term;                                 ///< won: the token and leadership.
+    Clock::TimePoint valid_until{};            ///< won: act only before this (lease deadline - margin).
+    LossReason reason = LossReason::none;      ///< lost: why.
+    std::string text;                          ///< note/lost: in words.
+    EventLevel level = EventLevel::info;       ///< note: how loud.
+};
+
+/// The agent's answer to a won event.
+enum class WinAnswer : uint8_t {
+    none,     ///< Not answered yet.
+    holding,  ///< The device shows this host holding (the token's epoch, or older: rekey).
+    stale,    ///< A holder at or above the token: resign and back off.
+    reissue,  ///< A registrant at or above the token: ask again above WinReply::floor.
+    failed,   ///< Could not carry it out (device error, lost race, lease may be gone).
+};
+
+/// Words for a WinAnswer.
+const char* win_answer_name(WinAnswer a);
+
+/// The agent's answer and what it saw.
+struct WinReply {
+    WinAnswer answer = WinAnswer::none;  ///< The outcome.
+    uint32_t floor = 0;                  ///< reissue: the device's highest epoch of our tag.
+    uint32_t key_epoch = 0;              ///< holding: our key's epoch.
+    std::string why;                     ///< One line for the log.
+};
+
+/// What the driver shows in `nvfence status`.
+struct ElectorSnapshot {
+    std::string phase = "starting";  ///< idle, campaigning, winning, leader, backoff, stopped.
+    std::string leader;              ///< The current leader's identity ("" unknown / none).
+    bool self_leads = false;         ///< This host leads.
+    uint32_t term = 0;               ///< The token of our leadership (0: none).
+    int64_t lease_left_ms = -1;      ///< Until our lease may expire (-1: no lease).
+    std::string last_error;          ///< The last elector error ("" none).
+};
+
+/// One line of a snapshot, e.g.
+/// `etcd: leader (this host), term 7, lease 1.4 s left`.
+std::string describe_elector(const ElectorSnapshot& s);
+
+/// The mailbox between the driver's thread and the agent's thread, and
+/// the agent's side of the wiring. All members are thread-safe except
+/// drain(), which only the agent's thread calls.
+class ElectorBridge {
+public:
+    /// Agent-side options: the cluster tag (to read epochs), this host's
+    /// id and the store of epochs (may be null).
+    ElectorBridge(uint8_t tag, HostId self, const EpochStore* epochs);
+    ElectorBridge(const ElectorBridge&) = delete;
+    ElectorBridge& operator=(const ElectorBridge&) = delete;
+
+    /// Readable (POLLIN) while events wait; the agent's poll watches it.
+    /// -1 when no eventfd could be made (the agent then drains on its
+    /// interval).
+    int wake_fd() const { return wake_.get(); }
+
+    /// Driver: queues @p e, waiting at most @p wait while the queue is full.
+    /// False when it stayed full (the event is dropped; a note is kept).
+    bool post(ElectorEvent e, std::chrono::milliseconds wait);
+    /// Driver: the agent's last published state and device epoch.
+    AgentState agent_state() const;
+    /// Driver: the highest epoch of our tag the agent last saw on the device.
+    uint32_t device_epoch() const;
+    /// Driver: waits at most @p wait for the answer to the last won event
+    /// and takes it (WinAnswer::none when none came).
+    WinReply take_answer(std::chrono::milliseconds wait);
+    /// Driver: sleeps at most @p wait; returns early when the agent
+    /// published a new state or stop() was called.
+    void nap(std::chrono::milliseconds wait);
+    /// Driver: the status shown by `nvfence status`.
+    void set_snapshot(const ElectorSnapshot& s);
+    /// Anyone: the status.
+    ElectorSnapshot snapshot() const;
+    /// Asks the driver to end (nap() and take_answer() return at once).
+    void stop();
+    /// True after stop().
+    bool stopping() const;
+
+    /// Agent's thread: publishes the Agent's state and device epoch, then
+    /// serves every queued event (bounded: at most kElectorQueueCap), using
+    /// only the Agent's public requests and @p hooks for the fence action.
+    /// Returns the events served.
+    size_t drain(Agent& agent, AgentHooks& hooks, Clock& clock);
+    /// Agent's thread: publishes the Agent's state and device epoch.
+    void publish(const Agent& agent);
+
+private:
+    WinReply carry_out(Agent& agent, AgentHooks& hooks, Clock& clock, const ElectorEvent& e);
+    void step_down(const Agent& agent, AgentHooks& hooks, const ElectorEvent& e);
+
+    uint8_t tag_;
+    HostId self_;
+    const EpochStore* epochs_;
+    Fd wake_;
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<ElectorEvent> queue_;
+    std::optional<WinReply> answer_;
+    AgentState state_ = AgentState::starting;
+    uint32_t device_epoch_ = 0;
+    uint64_t publishes_ = 0;
+    ElectorSnapshot snap_;
+    bool stop_ = false;
+    uint64_t dropped_ = 0;
+};
+
+/// The elector's side: one step() at a time, each bounded by the elector
+/// call timeouts, never sleeping itself (it returns how long to wait), so
+/// tests drive it on a ManualClock with a scripted Elector.
+class ElectorDriver {
+public:
+    /// Drives @p elector (owned by the caller, used only by this driver)
+    /// with the timing @p guard and elector call bound @p call, reporting
+    /// to @p bridge; @p clock is the monotonic time source.
+    ElectorDriver(Elector& elector, ElectorBridge& bridge, Clock& clock, LeaseGuardOptions guard,
+                  std::chrono::milliseconds call);
+    /// One step; returns how long the caller may wait before the next one
+    /// (ElectorBridge::nap).
+    std::chrono::milliseconds step();
+    /// Resigns if leading or campaigning (bounded by the call timeout).
+    void shutdown();
+
+    /// The driver's phases.
+    enum class Phase : uint8_t { idle, campaigning, winning, leader, backoff };
+    /// The current phase.
+    Phase phase() const { return phase_; }
+    /// Words for a phase.
+    static const char* phase_name(Phase p);
+
+private:
+    void note(const std::string& text, EventLevel level = EventLevel::info);
+    void give_up(const std::string& why, bool back_off);
+    void lose(LossReason r);
+    void publish_snapshot(const std::string& leader, bool self);
+    std::chrono::milliseconds until(Clock::TimePoint t) const;
+
+    Elector& elector_;
+    ElectorBridge& bridge_;
+    Clock& clock_;
+    LeaseGuardOptions gopts_;
+    std::chrono::milliseconds call_;
+    Phase phase_ = Phase::idle;
+    std::optional<LeaseGuard> guard_;
+    std::optional<LeaderInfo> won_;
+    Term term_;
+    int rounds_ = 0;
+    Clock::TimePoint won_at_{};
+    Clock::TimePoint backoff_until_{};
+    Backoff backoff_{200, 5000};
+    std::string leader_value_;
+    std::string last_error_;
+    bool hold_noted_ = false;
+};
+
+/// The driver on its own thread (RAII: the destructor stops it, resigns
+/// and joins, bounded by the elector call timeouts).
+class ElectorThread {
+public:
+    /// Starts driving @p elector (borrowed; must outlive this object).
+    ElectorThread(Elector& elector, ElectorBridge& bridge, LeaseGuardOptions guard, std::chrono::milliseconds call);
+    ~ElectorThread();
+    ElectorThread(const ElectorThread&) = delete;
+    ElectorThread& operator=(const ElectorThread&) = delete;
+
+private:
+    SystemClock clock_;
+    ElectorBridge& bridge_;
+    ElectorDriver driver_;
+    std::thread thread_;
+};
+
+/// Help text of the elector keys for nvfenced --help.
+const char* elector_key_help(const std::string& key);
+
+}  // namespace nvfence

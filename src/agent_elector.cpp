@@ -1,0 +1,567 @@
+// SPDX-License-Identifier: MIT
+#include "nvfence/agent_elector.hpp"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "nvfence/error.hpp"
+#include "nvfence/elector_run.hpp"
+#include "nvfence/key.hpp"
+
+namespace nvfence {
+
+using std::chrono::milliseconds;
+
+namespace {
+uint32_t epoch_of(uint64_t key) {
+    auto f = decode_key(key);
+    return f ? f->epoch : 0;
+}
+}  // namespace
+
+const char* win_answer_name(WinAnswer a) {
+    switch (a) {
+    case WinAnswer::none: return "none";
+    case WinAnswer::holding: return "holding";
+    case WinAnswer::stale: return "stale";
+    case WinAnswer::reissue: return "reissue";
+    case WinAnswer::failed: return "failed";
+    }
+    return "?";
+}
+
+std::string describe_elector(const ElectorSnapshot& s) {
+    std::string out = "etcd: " + s.phase;
+    if (s.self_leads) out += " (this host leads)";
+    else if (!s.leader.empty()) out += ", leader " + s.leader;
+    else out += ", no leader known";
+    if (s.term) out += ", term " + std::to_string(s.term);
+    if (s.lease_left_ms >= 0) {
+        char buf[48];
+        std::snprintf(buf, sizeof buf, ", lease %.1f s left", static_cast<double>(s.lease_left_ms) / 1000.0);
+        out += buf;
+    }
+    if (!s.last_error.empty()) out += ", last error: " + s.last_error;
+    return out;
+}
+
+const char* elector_key_help(const std::string& key) {
+    if (key == "elector") return "who decides who holds: none (default: takeover on request) or etcd";
+    if (key == "etcd_endpoints") return "etcd endpoints http(s)://host:port, separated by , (required with elector = etcd)";
+    if (key == "etcd_ca_file") return "PEM CA bundle for https endpoints (default: system CAs)";
+    if (key == "etcd_cert_file") return "PEM client certificate for mutual TLS (with etcd_key_file)";
+    if (key == "etcd_key_file") return "PEM client key for mutual TLS (with etcd_cert_file)";
+    if (key == "election_name") return "etcd election name (default nvfence/<volume>)";
+    if (key == "lease_ttl_s") return "etcd lease TTL, 2..3600 s (default 5)";
+    if (key == "lease_margin_ms") return "step down this long before the lease may expire (default min(1000, TTL/4))";
+    if (key == "etcd_timeout_ms") return "bound on each etcd call (default min(1000, TTL/3))";
+    if (key == "lease_loss") return "etcd unreachable past the lease: fence (default: stop writers, fence action, release) or hold";
+    return "elector setting";
+}
+
+// ---------------------------------------------------------------- bridge
+
+ElectorBridge::ElectorBridge(uint8_t tag, HostId self, const EpochStore* epochs)
+    : tag_(tag), self_(self), epochs_(epochs), wake_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+
+bool ElectorBridge::post(ElectorEvent e, milliseconds wait) {
+    std::unique_lock lk(mu_);
+    if (!cv_.wait_for(lk, wait, [&] { return stop_ || queue_.size() < kElectorQueueCap; }) || stop_) {
+        ++dropped_;
+        return false;
+    }
+    queue_.push_back(std::move(e));
+    lk.unlock();
+    if (wake_) {
+        const uint64_t one = 1;
+        (void)!::write(wake_.get(), &one, sizeof one);
+    }
+    return true;
+}
+
+AgentState ElectorBridge::agent_state() const {
+    std::lock_guard lk(mu_);
+    return state_;
+}
+
+uint32_t ElectorBridge::device_epoch() const {
+    std::lock_guard lk(mu_);
+    return device_epoch_;
+}
+
+WinReply ElectorBridge::take_answer(milliseconds wait) {
+    std::unique_lock lk(mu_);
+    cv_.wait_for(lk, wait, [&] { return stop_ || answer_.has_value(); });
+    if (!answer_) return WinReply{};
+    WinReply r = std::move(*answer_);
+    answer_.reset();
+    return r;
+}
+
+void ElectorBridge::nap(milliseconds wait) {
+    std::unique_lock lk(mu_);
+    const uint64_t seen = publishes_;
+    const AgentState st = state_;
+    // Woken by a state change, not by every publish (the agent publishes on
+    // every wake).
+    cv_.wait_for(lk, wait, [&] { return stop_ || (publishes_ != seen && state_ != st); });
+}
+
+void ElectorBridge::set_snapshot(const ElectorSnapshot& s) {
+    std::lock_guard lk(mu_);
+    snap_ = s;
+}
+
+ElectorSnapshot ElectorBridge::snapshot() const {
+    std::lock_guard lk(mu_);
+    return snap_;
+}
+
+void ElectorBridge::stop() {
+    {
+        std::lock_guard lk(mu_);
+        stop_ = true;
+    }
+    cv_.notify_all();
+}
+
+bool ElectorBridge::stopping() const {
+    std::lock_guard lk(mu_);
+    return stop_;
+}
+
+void ElectorBridge::publish(const Agent& agent) {
+    const auto& rep = agent.last_report();
+    const uint32_t epoch = rep ? max_epoch_of_tag(*rep, tag_) : 0;
+    {
+        std::lock_guard lk(mu_);
+        state_ = agent.state();
+        device_epoch_ = std::max(device_epoch_, epoch);
+        ++publishes_;
+    }
+    cv_.notify_all();
+}
+
+size_t ElectorBridge::drain(Agent& agent, AgentHooks& hooks, Clock& clock) {
+    if (wake_) {
+        uint64_t n = 0;
+        (void)!::read(wake_.get(), &n, sizeof n);
+    }
+    publish(agent);
+    size_t served = 0;
+    for (; served < kElectorQueueCap; ++served) {
+        ElectorEvent e;
+        {
+            std::lock_guard lk(mu_);
+            if (queue_.empty()) break;
+            e = std::move(queue_.front());
+            queue_.pop_front();
+        }
+        cv_.notify_all();
+        switch (e.kind) {
+        case ElectorEventKind::note: {
+            AgentEvent ev;
+            ev.kind = AgentEventKind::info;
+            ev.level = e.level;
+            ev.from = ev.to = agent.state();
+            ev.text = "elector: " + e.text;
+            hooks.event(ev);
+            break;
+        }
+        case ElectorEventKind::lost: step_down(agent, hooks, e); break;
+        case ElectorEventKind::won: {
+            WinReply r = carry_out(agent, hooks, clock, e);
+            AgentEvent ev;
+            ev.kind = AgentEventKind::info;
+            ev.level = r.answer == WinAnswer::holding ? EventLevel::info : EventLevel::warning;
+            ev.from = ev.to = agent.state();
+            ev.text = "elector: elected with token " + std::to_string(e.term.epoch) + ": " + win_answer_name(r.answer) +
+                      ": " + r.why;
+            hooks.event(ev);
+            // The driver reads the agent's new state before the answer.
+            publish(agent);
+            {
+                std::lock_guard lk(mu_);
+                answer_ = std::move(r);
+            }
+            cv_.notify_all();
+            break;
+        }
+        }
+    }
+    if (served > 0) publish(agent);
+    return served;
+}
+
+WinReply ElectorBridge::carry_out(Agent& agent, AgentHooks&, Clock& clock, const ElectorEvent& e) {
+    WinReply r;
+    r.answer = WinAnswer::failed;
+    const uint32_t token = e.term.epoch;
+    if (clock.now() >= e.valid_until) {
+        r.why = "the lease may have expired before the win reached the agent: not acting on token " +
+                std::to_string(token);
+        return r;
+    }
+    if (agent.state() != AgentState::standby && agent.state() != AgentState::holder) {
+        r.why = std::string("the agent is ") + agent_state_name(agent.state()) + ": not acting on the win";
+        return r;
+    }
+    // A fresh Report: the decision below must see the device as it is now.
+    agent.check();
+    const auto& st = agent.last_report();
+    if (agent.check_failures() > 0 || !st) {
+        r.why = "cannot read the reservation: " + agent.last_error();
+        return r;
+    }
+    if (agent.state() != AgentState::standby && agent.state() != AgentState::holder) {
+        r.why = std::string("the agent became ") + agent_state_name(agent.state()) + ": not acting on the win";
+        return r;
+    }
+    const WinDecision d = decide_on_win(token, *st, self_, tag_);
+    r.floor = d.device_max_epoch;
+    r.why = std::string(win_action_name(d.action)) + ": " + d.why;
+    switch (d.action) {
+    case WinAction::stale: r.answer = WinAnswer::stale; return r;
+    case WinAction::reissue: r.answer = WinAnswer::reissue; return r;
+    case WinAction::already_holder:
+        r.answer = WinAnswer::holding;
+        r.key_epoch = token;
+        return r;
+    case WinAction::rekey: {
+        // The Agent owns its key and has no re-key request; holding with an
+        // older epoch stays safe (a later leader preempts exactly this key).
+        r.answer = WinAnswer::holding;
+        r.key_epoch = agent.key() ? epoch_of(agent.key()) : 0;
+        r.why += " (kept: the agent keeps its key " + format_key(agent.key()) + ")";
+        return r;
+    }
+    case WinAction::acquire:
+    case WinAction::preempt: break;
+    }
+    // Fence takes max(device, store) + 1: with the store at token - 1 and
+    // the device below the token (decided above), that is the token.
+    if (epochs_ && token > 0) {
+        if (auto s = epochs_->raise_to(token - 1); !s) {
+            r.why = "cannot persist epoch " + std::to_string(token - 1) + ": " + s.error().message();
+            return r;
+        }
+    }
+    if (clock.now() >= e.valid_until) {
+        r.why = "the lease may have expired while reading the device: not acting on token " + std::to_string(token);
+        return r;
+    }
+    ControlRequest q;
+    q.op = ControlOp::takeover;
+    q.victim = d.victim.value_or(0);
+    const ControlReply rep = agent.handle(q, "etcd elector (token " + std::to_string(token) + ")");
+    if (rep.exit_code != 0 || agent.state() != AgentState::holder) {
+        r.why = "takeover: " + rep.message;
+        return r;
+    }
+    r.answer = WinAnswer::holding;
+    r.key_epoch = epoch_of(rep.key);
+    r.why += "; holding with " + format_key(rep.key);
+    if (r.key_epoch != token) r.why += " (epoch differs from the token: the device moved meanwhile)";
+    return r;
+}
+
+void ElectorBridge::step_down(const Agent& agent, AgentHooks& hooks, const ElectorEvent& e) {
+    const std::string reason = "etcd leadership lost (" + std::string(loss_reason_name(e.reason)) + ")" +
+                               (e.text.empty() ? "" : ": " + e.text);
+    AgentEvent ev;
+    ev.kind = AgentEventKind::info;
+    ev.level = EventLevel::warning;
+    ev.from = ev.to = agent.state();
+    if (agent.state() != AgentState::holder) {
+        ev.text = "elector: " + reason + "; not holding: nothing to do";
+        hooks.event(ev);
+        return;
+    }
+    // The reservation stays: while we hold it nobody else can write, and
+    // the next leader preempts-and-aborts exactly our key.
+    ev.text = "elector: " + reason + ": stopping writers, running the fence action";
+    hooks.event(ev);
+    if (auto st = hooks.stop_writers(reason); !st) {
+        ev.kind = AgentEventKind::action_failed;
+        ev.level = EventLevel::error;
+        ev.text = "elector: stopping the writers failed: " + st.error().message();
+        hooks.event(ev);
+    }
+    if (auto st = hooks.fence_action(reason); !st) {
+        ev.kind = AgentEventKind::action_failed;
+        ev.level = EventLevel::error;
+        ev.text = "elector: the fence action failed: " + st.error().message();
+        hooks.event(ev);
+    }
+}
+
+// ---------------------------------------------------------------- driver
+
+ElectorDriver::ElectorDriver(Elector& elector, ElectorBridge& bridge, Clock& clock, LeaseGuardOptions guard,
+                             milliseconds call)
+    : elector_(elector), bridge_(bridge), clock_(clock), gopts_(guard), call_(call) {}
+
+const char* ElectorDriver::phase_name(Phase p) {
+    switch (p) {
+    case Phase::idle: return "idle";
+    case Phase::campaigning: return "campaigning";
+    case Phase::winning: return "winning";
+    case Phase::leader: return "leader";
+    case Phase::backoff: return "backoff";
+    }
+    return "?";
+}
+
+milliseconds ElectorDriver::until(Clock::TimePoint t) const {
+    const auto now = clock_.now();
+    if (t <= now) return milliseconds(0);
+    return std::chrono::duration_cast<milliseconds>(t - now) + milliseconds(1);
+}
+
+void ElectorDriver::note(const std::string& text, EventLevel level) {
+    ElectorEvent e;
+    e.kind = ElectorEventKind::note;
+    e.text = text;
+    e.level = level;
+    (void)bridge_.post(std::move(e), call_);
+}
+
+void ElectorDriver::publish_snapshot(const std::string& leader, bool self) {
+    ElectorSnapshot s;
+    s.phase = phase_name(phase_);
+    s.leader = leader;
+    s.self_leads = self;
+    s.term = phase_ == Phase::leader || phase_ == Phase::winning ? term_.epoch : 0;
+    if (guard_) s.lease_left_ms = std::max<int64_t>(0, until(guard_->lease_deadline()).count());
+    s.last_error = last_error_;
+    bridge_.set_snapshot(s);
+}
+
+void ElectorDriver::give_up(const std::string& why, bool back_off) {
+    if (!why.empty()) note(why, EventLevel::warning);
+    if (auto s = elector_.resign(call_); !s) last_error_ = "resign: " + s.error().message();
+    guard_.reset();
+    won_.reset();
+    term_ = Term{};
+    hold_noted_ = false;
+    if (back_off) {
+        phase_ = Phase::backoff;
+        backoff_until_ = clock_.now() + milliseconds(backoff_.next_ms());
+    } else {
+        phase_ = Phase::idle;
+    }
+    publish_snapshot(leader_value_, false);
+}
+
+void ElectorDriver::lose(LossReason r) {
+    ElectorEvent e;
+    e.kind = ElectorEventKind::lost;
+    e.reason = r;
+    e.text = "token " + std::to_string(term_.epoch);
+    // A loss must reach the agent: wait up to a TTL for room.
+    if (!bridge_.post(std::move(e), milliseconds(gopts_.ttl_ms))) last_error_ = "event queue full: loss not delivered";
+    give_up("", true);
+}
+
+milliseconds ElectorDriver::step() {
+    const auto now = clock_.now();
+    const AgentState as = bridge_.agent_state();
+    const bool eligible = as == AgentState::standby || as == AgentState::holder;
+    switch (phase_) {
+    case Phase::idle:
+        if (!eligible) {
+            publish_snapshot("", false);
+            return milliseconds(gopts_.renew_interval_ms);
+        }
+        phase_ = Phase::campaigning;
+        return milliseconds(0);
+    case Phase::backoff:
+        if (now < backoff_until_) return until(backoff_until_);
+        phase_ = eligible ? Phase::campaigning : Phase::idle;
+        return milliseconds(0);
+    case Phase::campaigning: {
+        if (!eligible) {
+            give_up(std::string("the agent is ") + agent_state_name(as) + ": not campaigning", false);
+            return milliseconds(0);
+        }
+        if (!guard_) {
+            guard_.emplace(gopts_, now);
+        } else if (guard_->verdict(now) == GuardVerdict::step_down ||
+                   guard_->verdict(now) == GuardVerdict::hold_until_preempted) {
+            // The candidacy's lease may be gone: a new one, never a win on it.
+            (void)elector_.resign(call_);
+            guard_.reset();
+            publish_snapshot(leader_value_, false);
+            return milliseconds(0);
+        }
+        auto r = elector_.campaign(milliseconds(gopts_.renew_interval_ms));
+        if (r) {
+            const auto t = clock_.now();
+            if (guard_->verdict(t) == GuardVerdict::step_down || guard_->verdict(t) == GuardVerdict::hold_until_preempted) {
+                give_up("won, but the lease may have expired meanwhile: not acting on this leadership", true);
+                return milliseconds(0);
+            }
+            won_ = *r;
+            won_at_ = t;
+            rounds_ = 0;
+            auto term = elector_.term(bridge_.device_epoch(), call_);
+            if (!term) {
+                last_error_ = "token: " + term.error().message();
+                give_up("elected, but no token: " + term.error().message(), true);
+                return milliseconds(0);
+            }
+            term_ = *term;
+            leader_value_ = won_->value;
+            note("won the election: token " + std::to_string(term_.epoch) + " (leader key " + won_->key + " rev " +
+                 std::to_string(won_->revision) + (term_.rollback_seen ? "; etcd's counter was behind ours" : "") + ")");
+            ElectorEvent e;
+            e.kind = ElectorEventKind::won;
+            e.term = term_;
+            e.valid_until = guard_->lease_deadline() - milliseconds(gopts_.margin_ms);
+            phase_ = Phase::winning;
+            publish_snapshot(leader_value_, true);
+            if (!bridge_.post(std::move(e), call_)) give_up("event queue full: win dropped", true);
+            return milliseconds(0);
+        }
+        if (r.error() == make_error_code(Errc::timeout)) {
+            last_error_.clear();
+            const auto ks = clock_.now();
+            guard_->on_keepalive(ks, elector_.keepalive(call_));
+            auto l = elector_.leader(call_);
+            if (l) leader_value_ = l->value;
+            else if (l.error() == make_error_code(ElectorErrc::no_leader)) leader_value_.clear();
+            backoff_.reset();
+            publish_snapshot(leader_value_, false);
+            return milliseconds(0);
+        }
+        last_error_ = "campaign: " + r.error().message();
+        if (r.error() == make_error_code(ElectorErrc::lease_expired)) guard_.reset();
+        phase_ = Phase::backoff;
+        backoff_until_ = now + milliseconds(backoff_.next_ms());
+        publish_snapshot(leader_value_, false);
+        return milliseconds(0);
+    }
+    case Phase::winning: {
+        WinReply a = bridge_.take_answer(milliseconds(std::min<int64_t>(gopts_.renew_interval_ms, 200)));
+        const auto t = clock_.now();
+        if (guard_->verdict(t) == GuardVerdict::renew) guard_->on_keepalive(t, elector_.keepalive(call_));
+        const GuardVerdict v = guard_->verdict(clock_.now());
+        if (v == GuardVerdict::step_down) {
+            lose(guard_->reason(clock_.now()));
+            return milliseconds(0);
+        }
+        switch (a.answer) {
+        case WinAnswer::none:
+            if (v == GuardVerdict::hold_until_preempted) {
+                give_up("the lease may have expired before the win was carried out", true);
+                return milliseconds(0);
+            }
+            publish_snapshot(leader_value_, true);
+            return milliseconds(0);
+        case WinAnswer::holding:
+            phase_ = Phase::leader;
+            backoff_.reset();
+            note("leading with token " + std::to_string(term_.epoch) + " (key epoch " + std::to_string(a.key_epoch) +
+                 ")");
+            publish_snapshot(leader_value_, true);
+            return milliseconds(0);
+        case WinAnswer::stale:
+        case WinAnswer::failed:
+            give_up(std::string("token ") + std::to_string(term_.epoch) + " " + win_answer_name(a.answer) + ": " +
+                        a.why + "; resigning",
+                    true);
+            return milliseconds(0);
+        case WinAnswer::reissue: {
+            if (++rounds_ >= kWinRounds) {
+                give_up("the token kept falling behind the device's epochs; resigning", true);
+                return milliseconds(0);
+            }
+            auto term = elector_.term(a.floor, call_);
+            if (!term) {
+                last_error_ = "token: " + term.error().message();
+                give_up("no token above " + std::to_string(a.floor) + ": " + term.error().message(), true);
+                return milliseconds(0);
+            }
+            term_ = *term;
+            ElectorEvent e;
+            e.kind = ElectorEventKind::won;
+            e.term = term_;
+            e.valid_until = guard_->lease_deadline() - milliseconds(gopts_.margin_ms);
+            if (!bridge_.post(std::move(e), call_)) give_up("event queue full: win dropped", true);
+            return milliseconds(0);
+        }
+        }
+        return milliseconds(0);
+    }
+    case Phase::leader: {
+        if (!eligible) {
+            give_up(std::string("the agent is ") + agent_state_name(as) + ": resigning", false);
+            return milliseconds(0);
+        }
+        if (as == AgentState::standby) {
+            give_up("the agent no longer holds the reservation: resigning", true);
+            return milliseconds(0);
+        }
+        GuardVerdict v = guard_->verdict(now);
+        if (v == GuardVerdict::renew || v == GuardVerdict::hold_until_preempted) {
+            const auto ks = clock_.now();
+            auto k = elector_.keepalive(call_);
+            guard_->on_keepalive(ks, k);
+            if (!k) last_error_ = "keepalive: " + k.error().message();
+            else last_error_.clear();
+            guard_->on_leader(elector_.leader(call_), *won_);
+            v = guard_->verdict(clock_.now());
+        }
+        if (v == GuardVerdict::step_down) {
+            lose(guard_->reason(clock_.now()));
+            return milliseconds(0);
+        }
+        if (v == GuardVerdict::hold_until_preempted) {
+            if (!hold_noted_)
+                note("the lease may have expired (etcd unreachable): holding until preempted (lease_loss = hold)",
+                     EventLevel::warning);
+            hold_noted_ = true;
+            publish_snapshot(leader_value_, true);
+            return milliseconds(gopts_.renew_interval_ms);
+        }
+        hold_noted_ = false;
+        publish_snapshot(leader_value_, true);
+        // Wake for the next renewal or for the step-down deadline, whichever first.
+        const auto wake = std::min(guard_->renew_due(), guard_->lease_deadline() - milliseconds(gopts_.margin_ms));
+        return until(wake);
+    }
+    }
+    return milliseconds(0);
+}
+
+void ElectorDriver::shutdown() {
+    if (phase_ != Phase::idle) (void)elector_.resign(call_);
+    phase_ = Phase::idle;
+    guard_.reset();
+    ElectorSnapshot s;
+    s.phase = "stopped";
+    bridge_.set_snapshot(s);
+}
+
+// ---------------------------------------------------------------- thread
+
+ElectorThread::ElectorThread(Elector& elector, ElectorBridge& bridge, LeaseGuardOptions guard, milliseconds call)
+    : bridge_(bridge), driver_(elector, bridge, clock_, guard, call) {
+    thread_ = std::thread([this] {
+        while (!bridge_.stopping()) {
+            const auto wait = driver_.step();
+            if (wait.count() > 0) bridge_.nap(wait);
+        }
+        driver_.shutdown();
+    });
+}
+
+ElectorThread::~ElectorThread() {
+    bridge_.stop();
+    if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace nvfence

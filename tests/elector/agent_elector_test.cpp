@@ -1,0 +1,284 @@
+// SPDX-License-Identifier: MIT
+// nvfenced's elector wiring (agent_elector.hpp): the driver and the agent's
+// side run step by step on one thread, on a ManualClock, with a scripted
+// elector and the agent on the in-memory target (fake_passthru.hpp, nvmet
+// behaviour).
+#include <gtest/gtest.h>
+
+#include <deque>
+
+#include "../agent_sim.hpp"
+#include "nvfence/agent_elector.hpp"
+#include "nvfence/error.hpp"
+#include "nvfence/key.hpp"
+
+namespace nvfence::test {
+namespace {
+
+constexpr uint8_t kTag = 7;
+uint32_t epoch(uint64_t key) { return decode_key(key) ? decode_key(key)->epoch : 0; }
+
+// An elector whose answers the test scripts; blocking calls advance the clock.
+class ScriptedElector final : public Elector {
+public:
+    explicit ScriptedElector(ManualClock& c) : clock(c) {}
+    ManualClock& clock;
+    LeaderInfo me{"nvfence/vol/1", "node=2", 40, 1};
+    std::deque<std::error_code> campaign_script;  // empty: win at once
+    std::error_code keepalive_error;              // set: keepalive fails so
+    std::optional<Result<LeaderInfo>> leader_answer;  // default: me
+    uint32_t counter = 0;
+    int campaigns = 0, terms = 0, keepalives = 0, resigns = 0;
+    std::vector<uint32_t> floors;
+
+    Result<LeaderInfo> campaign(Ms timeout) override {
+        ++campaigns;
+        if (!campaign_script.empty()) {
+            auto e = campaign_script.front();
+            campaign_script.pop_front();
+            if (e == make_error_code(Errc::timeout)) clock.advance(timeout);
+            return e;
+        }
+        return me;
+    }
+    Result<Term> term(uint32_t at_least, Ms) override {
+        ++terms;
+        floors.push_back(at_least);
+        counter = std::max(counter, at_least) + 1;
+        Term t;
+        t.leader = me;
+        t.epoch = counter;
+        return t;
+    }
+    Result<LeaseStatus> keepalive(Ms) override {
+        ++keepalives;
+        if (keepalive_error) return keepalive_error;
+        return LeaseStatus{2000};
+    }
+    Result<LeaderInfo> leader(Ms) override { return leader_answer ? *leader_answer : Result<LeaderInfo>(me); }
+    Result<LeaderInfo> observe(const std::optional<LeaderInfo>&, Ms) override { return me; }
+    Status resign(Ms) override {
+        ++resigns;
+        return Ok{};
+    }
+};
+
+class AgentElectorTest : public ::testing::Test {
+protected:
+    AgentOptions options(uint8_t node, StartRole role) {
+        AgentOptions o;
+        o.tag = kTag;
+        o.node = node;
+        o.role = role;
+        o.interval_ms = 200;
+        o.volume = "vol-test";
+        o.device = "/dev/sim";
+        return o;
+    }
+    LeaseGuardOptions guard_opts(LeaseLossAction loss = LeaseLossAction::fence) {
+        LeaseGuardOptions g;
+        g.ttl_ms = 2000;
+        g.margin_ms = 500;
+        g.renew_interval_ms = 666;
+        g.on_loss = loss;
+        return g;
+    }
+    // a holds (role acquire); b stands by and is driven by the elector.
+    void setup(LeaseLossAction loss = LeaseLossAction::fence) {
+        a = std::make_unique<SimHost>(t, clock, 1, options(1, StartRole::acquire), tmp.path());
+        a->start_ok();
+        b = std::make_unique<SimHost>(t, clock, 2, options(2, StartRole::standby), tmp.path());
+        b->start_ok();
+        ASSERT_EQ(a->agent->state(), AgentState::holder);
+        ASSERT_EQ(b->agent->state(), AgentState::standby);
+        bridge = std::make_unique<ElectorBridge>(kTag, b->id, &b->epochs);
+        driver = std::make_unique<ElectorDriver>(elector, *bridge, clock, guard_opts(loss), std::chrono::milliseconds(600));
+        bridge->publish(*b->agent);
+    }
+    // Steps the driver and lets b's agent serve the events, n times.
+    void run(int n) {
+        for (int i = 0; i < n; ++i) {
+            auto w = driver->step();
+            clock.advance(std::min(w, std::chrono::milliseconds(100)));
+            bridge->drain(*b->agent, *b->hooks, clock);
+        }
+    }
+    // Drives b until its agent holds (bounded).
+    void win() {
+        for (int i = 0; i < 20 && driver->phase() != ElectorDriver::Phase::leader; ++i) run(1);
+        ASSERT_EQ(driver->phase(), ElectorDriver::Phase::leader) << b->hooks->dump();
+        ASSERT_EQ(b->agent->state(), AgentState::holder) << b->hooks->dump();
+    }
+
+    TempDir tmp;
+    FakeTarget t;
+    ManualClock clock;
+    ScriptedElector elector{clock};
+    std::unique_ptr<SimHost> a, b;
+    std::unique_ptr<ElectorBridge> bridge;
+    std::unique_ptr<ElectorDriver> driver;
+};
+
+TEST_F(AgentElectorTest, WinPreemptsTheHolderWithTheTokenAsEpoch) {
+    setup();
+    const uint64_t old_key = a->agent->key();
+    elector.counter = 1;  // etcd's counter behind the device: the token is asked above it
+    win();
+    ASSERT_EQ(elector.floors.size(), 1u);
+    EXPECT_EQ(elector.floors[0], epoch(b->agent->key()) - 1) << "the token is asked above the device's epochs";
+    const uint32_t token = elector.counter;
+    EXPECT_EQ(epoch(b->agent->key()), token) << "the key's epoch is the token";
+    EXPECT_EQ(b->device_key(), b->agent->key());
+    EXPECT_TRUE(t.is_holder(b->id));
+    EXPECT_EQ(t.find(a->id), nullptr) << "the old holder " << format_key(old_key) << " is preempted";
+    EXPECT_EQ(std::count(t.aborted.begin(), t.aborted.end(), a->id), 1) << "with abort";
+    EXPECT_TRUE(b->write().ok());
+    EXPECT_TRUE(is_nvme(a->write().error(), NvmeStatus::reservation_conflict));
+    a->agent->check();
+    EXPECT_EQ(a->agent->state(), AgentState::fenced);
+    EXPECT_EQ(bridge->snapshot().term, token);
+    EXPECT_TRUE(bridge->snapshot().self_leads);
+    EXPECT_NE(describe_elector(bridge->snapshot()).find("term " + std::to_string(token)), std::string::npos);
+}
+
+TEST_F(AgentElectorTest, StaleTokenResignsWithoutTouchingTheDevice) {
+    setup();
+    // The device already shows a holder above any token etcd will give:
+    // a newer leader acted. b must not preempt it.
+    Peer c(t, 3, kTag, 3);
+    ASSERT_TRUE(c.fence.join(900, false));
+    ASSERT_TRUE(c.fence.takeover(std::nullopt));
+    const size_t acquires = b->sent(opcode::kResvAcquire);
+    // b's agent has not looked since: its published epoch is old, so the
+    // token comes out below the device's holder.
+    run(3);
+    EXPECT_EQ(b->sent(opcode::kResvAcquire), acquires) << b->hooks->dump();
+    EXPECT_EQ(b->agent->state(), AgentState::standby);
+    EXPECT_TRUE(t.is_holder(c.id));
+    EXPECT_GE(elector.resigns, 1) << "stale: resign";
+    EXPECT_TRUE(b->hooks->saw(AgentEventKind::info, "stale")) << b->hooks->dump();
+}
+
+TEST_F(AgentElectorTest, KeepaliveFailingPastTtlMinusMarginStepsDown) {
+    setup();
+    win();
+    const int64_t won_ms = clock.elapsed_ms();
+    elector.keepalive_error = make_error_code(ElectorErrc::unreachable);
+    const int writers_before = b->hooks->writers_stopped;
+    int64_t lost_ms = -1;
+    for (int i = 0; i < 100 && lost_ms < 0; ++i) {
+        run(1);
+        if (b->hooks->writers_stopped > writers_before) lost_ms = clock.elapsed_ms();
+    }
+    ASSERT_GE(lost_ms, 0) << b->hooks->dump();
+    // The last good renewal was sent at most one renew interval after the win.
+    EXPECT_GE(lost_ms - won_ms, 2000 - 500 - 666 - 100) << "not before TTL - margin after the last renewal";
+    EXPECT_LE(lost_ms - won_ms, 2000 - 500 + 200) << "by TTL - margin after the last renewal";
+    EXPECT_GT(b->hooks->writers_stopped, writers_before) << "writers stopped";
+    EXPECT_EQ(b->hooks->fence_actions, 1) << "the fence action ran";
+    EXPECT_TRUE(b->hooks->saw(AgentEventKind::info, "lease-may-expire")) << b->hooks->dump();
+    EXPECT_GE(elector.resigns, 1);
+    // The reservation stays until the next leader preempts exactly our key.
+    EXPECT_TRUE(t.is_holder(b->id));
+    EXPECT_TRUE(is_nvme(a->write().error(), NvmeStatus::reservation_conflict)) << "nobody else writes meanwhile";
+    Peer c(t, 3, kTag, 3);
+    ASSERT_TRUE(c.fence.join(std::nullopt, false));
+    ASSERT_TRUE(c.fence.takeover(b->agent->key()));
+    b->agent->check();
+    EXPECT_EQ(b->agent->state(), AgentState::fenced);
+    EXPECT_TRUE(is_nvme(b->write().error(), NvmeStatus::reservation_conflict));
+}
+
+TEST_F(AgentElectorTest, AnotherLeaderObservedStepsDown) {
+    setup();
+    win();
+    elector.leader_answer = Result<LeaderInfo>(LeaderInfo{"nvfence/vol/9", "node=3", 99, 9});
+    for (int i = 0; i < 20 && b->hooks->fence_actions == 0; ++i) run(1);
+    EXPECT_EQ(b->hooks->fence_actions, 1) << b->hooks->dump();
+    EXPECT_TRUE(b->hooks->saw(AgentEventKind::info, "other-leader")) << b->hooks->dump();
+}
+
+TEST_F(AgentElectorTest, LeaderKeyGoneStepsDown) {
+    setup();
+    win();
+    elector.leader_answer = Result<LeaderInfo>(make_error_code(ElectorErrc::no_leader));
+    for (int i = 0; i < 20 && b->hooks->fence_actions == 0; ++i) run(1);
+    EXPECT_EQ(b->hooks->fence_actions, 1) << b->hooks->dump();
+    EXPECT_TRUE(b->hooks->saw(AgentEventKind::info, "leader-gone")) << b->hooks->dump();
+}
+
+TEST_F(AgentElectorTest, LeaseLossHoldKeepsTheReservationUntilPreempted) {
+    setup(LeaseLossAction::hold);
+    win();
+    elector.keepalive_error = make_error_code(ElectorErrc::unreachable);
+    for (int i = 0; i < 60; ++i) run(1);  // 6 s: three TTLs
+    EXPECT_EQ(b->agent->state(), AgentState::holder) << b->hooks->dump();
+    EXPECT_TRUE(b->hooks->saw(AgentEventKind::info, "holding until preempted")) << b->hooks->dump();
+    EXPECT_EQ(b->hooks->fence_actions, 0);
+    // Another elected host preempts: the agent's own watch fences b.
+    Peer c(t, 3, kTag, 3);
+    ASSERT_TRUE(c.fence.join(std::nullopt, false));
+    ASSERT_TRUE(c.fence.takeover(b->agent->key()));
+    b->agent->check();
+    EXPECT_EQ(b->agent->state(), AgentState::fenced);
+}
+
+TEST_F(AgentElectorTest, AFencedAgentDoesNotCampaign) {
+    setup();
+    Peer c(t, 3, kTag, 3);
+    ASSERT_TRUE(c.fence.join(std::nullopt, false));
+    ASSERT_TRUE(c.fence.takeover(std::nullopt));
+    a->agent->check();
+    ASSERT_EQ(a->agent->state(), AgentState::fenced);
+    // Drive a (fenced) instead of b.
+    ElectorBridge br(kTag, a->id, &a->epochs);
+    ElectorDriver dr(elector, br, clock, guard_opts(), std::chrono::milliseconds(600));
+    br.publish(*a->agent);
+    for (int i = 0; i < 10; ++i) {
+        clock.advance(std::min(dr.step(), std::chrono::milliseconds(100)));
+        br.drain(*a->agent, *a->hooks, clock);
+    }
+    EXPECT_EQ(elector.campaigns, 0);
+    EXPECT_EQ(dr.phase(), ElectorDriver::Phase::idle);
+    EXPECT_EQ(a->agent->state(), AgentState::fenced);
+}
+
+TEST_F(AgentElectorTest, AWinThatArrivesAfterTheLeaseMayHaveExpiredIsNotActedOn) {
+    setup();
+    ElectorEvent e;
+    e.kind = ElectorEventKind::won;
+    e.term.epoch = 500;
+    e.valid_until = clock.now() - std::chrono::milliseconds(1);
+    ASSERT_TRUE(bridge->post(e, std::chrono::milliseconds(0)));
+    const size_t acquires = b->sent(opcode::kResvAcquire);
+    bridge->drain(*b->agent, *b->hooks, clock);
+    EXPECT_EQ(b->sent(opcode::kResvAcquire), acquires);
+    EXPECT_EQ(b->agent->state(), AgentState::standby);
+    EXPECT_EQ(bridge->take_answer(std::chrono::milliseconds(0)).answer, WinAnswer::failed);
+}
+
+TEST_F(AgentElectorTest, CampaignTimeoutsRenewTheCandidacyAndShowTheLeader) {
+    setup();
+    elector.me.value = "node=2";
+    elector.leader_answer = Result<LeaderInfo>(LeaderInfo{"nvfence/vol/1", "node=1 host=a", 10, 1});
+    for (int i = 0; i < 3; ++i) elector.campaign_script.push_back(make_error_code(Errc::timeout));
+    run(4);  // idle -> campaigning, then three bounded campaign calls
+    EXPECT_EQ(elector.keepalives, 3) << "a keepalive after each bounded campaign call";
+    EXPECT_EQ(b->agent->state(), AgentState::standby);
+    const auto s = bridge->snapshot();
+    EXPECT_EQ(s.phase, "campaigning");
+    EXPECT_EQ(s.leader, "node=1 host=a");
+    EXPECT_FALSE(s.self_leads);
+    elector.leader_answer.reset();
+    win();
+}
+
+TEST_F(AgentElectorTest, TheQueueIsBounded) {
+    ElectorBridge br(kTag, make_host(1), nullptr);
+    for (size_t i = 0; i < kElectorQueueCap; ++i) EXPECT_TRUE(br.post(ElectorEvent{}, std::chrono::milliseconds(0)));
+    EXPECT_FALSE(br.post(ElectorEvent{}, std::chrono::milliseconds(10)));
+    EXPECT_GE(br.wake_fd(), 0);
+}
+
+}  // namespace
+}  // namespace nvfence::test

@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// @file elector_link.hpp
+/// nvfenced's hooks for `elector = etcd` (nvfence/agent_elector.hpp): the
+/// elector keys on the command line and in the configuration, the etcd
+/// elector's thread, the takeover refusal and the status line. main.cpp
+/// calls these few functions; without `elector = etcd` they do nothing.
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <spdlog/spdlog.h>
+
+#include "nvfence/agent.hpp"
+#include "nvfence/agent_elector.hpp"
+#include "nvfence/elector_config.hpp"
+#include "nvfence/etcd.hpp"
+
+namespace nvfenced {
+
+/// Exit code of `nvfence takeover` (and of any takeover request) refused
+/// because an elector decides who holds: ExitCode::conflict (3).
+inline constexpr int kExitElectorOwnsTakeover = 3;
+
+/// The elector wired to one agent; absent with `elector = none`.
+class ElectorLink {
+public:
+    /// Validates the elector keys of @p kv (agent keys such as role are
+    /// read too) for @p volume; nullopt with @p why on bad input.
+    static std::optional<nvfence::ElectorSettings> settings(const std::map<std::string, std::string>& kv,
+                                                            const std::string& volume, std::string& why);
+    /// Builds the etcd elector for @p es (kind etcd). Null with @p why when
+    /// it cannot (bad endpoint or TLS file).
+    static std::unique_ptr<ElectorLink> create(const nvfence::ElectorSettings& es, uint8_t node, uint8_t tag,
+                                               const nvfence::HostId& self, const nvfence::EpochStore* epochs,
+                                               const std::string& state_dir, const std::string& volume,
+                                               std::string& why);
+    ~ElectorLink();
+
+    /// Starts the elector's thread (after Agent::start()).
+    void start();
+    /// The fd the agent's poll watches (-1: none).
+    int wake_fd() const { return bridge_.wake_fd(); }
+    /// On every wake of the agent's thread: serves the elector's events.
+    void on_wake(nvfence::Agent& agent, nvfence::AgentHooks& hooks, nvfence::Clock& clock) {
+        bridge_.drain(agent, hooks, clock);
+    }
+    /// A request the elector owns (takeover) gets its refusal in @p out;
+    /// true when refused.
+    bool refuse(const nvfence::ControlRequest& q, nvfence::ControlReply& out, nvfence::Agent& agent) const;
+    /// Adds the elector's line to a status reply's message
+    /// (`...; elector: etcd: leader ...`).
+    void decorate(nvfence::ControlReply& r) const;
+    /// The elector's state in one line.
+    std::string describe() const { return nvfence::describe_elector(bridge_.snapshot()); }
+    /// The settings in force.
+    const nvfence::ElectorSettings& settings() const { return es_; }
+
+private:
+    ElectorLink(nvfence::ElectorSettings es, uint8_t tag, const nvfence::HostId& self,
+                const nvfence::EpochStore* epochs, std::unique_ptr<nvfence::EtcdElector> elector);
+    nvfence::ElectorSettings es_;
+    std::unique_ptr<nvfence::EtcdElector> elector_;
+    nvfence::ElectorBridge bridge_;
+    std::unique_ptr<nvfence::ElectorThread> thread_;
+};
+
+}  // namespace nvfenced
