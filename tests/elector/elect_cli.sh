@@ -4,13 +4,7 @@
 set -u
 bin="$1"
 fails=0
-check() {  # want_rc want_text args...
-    want="$1"; text="$2"; shift 2
-    out=$("$bin" "$@" 2>&1); rc=$?
-    if [ "$rc" != "$want" ]; then echo "FAIL: $* -> rc $rc, want $want: $out"; fails=$((fails+1)); return; fi
-    case "$out" in *"$text"*) ;; *) echo "FAIL: $* -> no '$text' in: $out"; fails=$((fails+1)); return ;; esac
-    echo "ok: $* -> $rc"
-}
+. "$(dirname "$0")/check_lib.sh"
 E=http://127.0.0.1:9
 check 2 "required" /dev/null
 check 2 "lease_ttl_s" /dev/null --node 1 --etcd-endpoints $E --lease-ttl-s 1

@@ -6,13 +6,7 @@ set -u
 bin="$1"
 fails=0
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-check() {  # want_rc want_text args...
-    want="$1"; text="$2"; shift 2
-    out=$("$bin" "$@" 2>&1); rc=$?
-    if [ "$rc" != "$want" ]; then echo "FAIL: $* -> rc $rc, want $want: $out"; fails=$((fails+1)); return; fi
-    case "$out" in *"$text"*) ;; *) echo "FAIL: $* -> no '$text' in: $out"; fails=$((fails+1)); return ;; esac
-    echo "ok: $* -> $rc"
-}
+. "$(dirname "$0")/check_lib.sh"
 E=http://127.0.0.1:9
 D="--device /dev/null --node-id 1"
 check 0 "configuration ok" --check-config $D --elector etcd --etcd-endpoints $E --lease-ttl-s 2

@@ -591,6 +591,20 @@ int run(const nvfence::AgentSettings& s, spdlog::logger& log, const nvfence::Set
     return 0;
 }
 
+// Takes the elector's keys out of @p kv (the agent's parser does not know
+// them); role stays in both, the elector refuses role = acquire.
+nvfence::SettingsMap split_elector_keys(nvfence::SettingsMap& kv) {
+    nvfence::SettingsMap elector_kv;
+    for (const auto& k : nvfence::elector_setting_keys()) {
+        if (auto it = kv.find(k); it != kv.end()) {
+            elector_kv[k] = it->second;
+            kv.erase(it);
+        }
+    }
+    if (auto it = kv.find("role"); it != kv.end()) elector_kv["role"] = it->second;
+    return elector_kv;
+}
+
 // The keys given on the command line or in the configuration file.
 nvfence::SettingsMap settings_given(const std::map<std::string, CLI::Option*>& options,
                                     std::map<std::string, std::string>& values,
@@ -664,16 +678,9 @@ int real_main(int argc, char** argv) {
         std::cout << "nvfenced " << NVFENCED_VERSION << " (control protocol " << nvfence::kControlVersion << ")\n";
         return 0;
     }
-    const nvfence::SettingsMap kv = settings_given(options, values, units);
+    nvfence::SettingsMap kv = settings_given(options, values, units);
     std::string why;
-    nvfence::SettingsMap elector_kv;
-    for (const auto& k : nvfence::elector_setting_keys()) {
-        if (auto it = kv.find(k); it != kv.end()) {
-            elector_kv[k] = it->second;
-            kv.erase(it);
-        }
-    }
-    if (kv.count("role")) elector_kv["role"] = kv["role"];
+    const nvfence::SettingsMap elector_kv = split_elector_keys(kv);
     // The volume is known only from the device; "volume" stands in for it here.
     if (!ElectorLink::settings(elector_kv, "volume", why)) {
         std::cerr << "nvfenced: invalid configuration: " << why << (config.empty() ? "" : " (in " + config + ")")
