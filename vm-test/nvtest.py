@@ -102,3 +102,9 @@ def stamps(host, lba, n):
         assert r.rc == OK, r
         blocks += r.json["blocks"]
     return {b["lba"]: b for b in blocks}
+
+
+def unit_show(host, unit, *props):
+    """`systemctl show UNIT -p P...` on host as a dict of property -> value."""
+    r = host.run(f"systemctl show {unit} " + " ".join(f"-p {p}" for p in props), timeout_s=30, check=True)
+    return dict(line.split("=", 1) for line in r.out.splitlines() if "=" in line)

@@ -22,6 +22,7 @@ import time
 import pytest
 
 import nvlab
+from nvtest import unit_show
 
 VOL = "vol-0123456789abcdef0"
 UNIT = f"nvfenced@{VOL}.service"
@@ -36,8 +37,7 @@ def lab():
 
 
 def show(host, *props):
-    r = host.run(f"systemctl show {UNIT} " + " ".join(f"-p {p}" for p in props), timeout_s=30, check=True)
-    return dict(line.split("=", 1) for line in r.out.splitlines() if "=" in line)
+    return unit_show(host, UNIT, *props)
 
 
 def timespan_s(text):
