@@ -139,6 +139,19 @@ class Writer:
     fenced_next: int | None = None   # its `F` line: every seq it had queued at its first fenced completion is below
     settled_ms: float | None = None  # its `Q` line: ms from the first fenced completion to settled()
 
+    def read_log(self, text: str) -> None:
+        """Takes in nvfence-load's log lines (C completions, F, Q, S)."""
+        for line in text.splitlines():
+            p = line.split(None, 4)
+            if p and p[0] == "C" and len(p) >= 4:
+                self.completions.append((int(p[1]), int(p[2]), p[3], p[4] if len(p) > 4 else ""))
+            elif p and p[0] == "F" and len(p) >= 2 and self.fenced_next is None:
+                self.fenced_next = int(p[1])
+            elif p and p[0] == "Q" and len(p) >= 2:
+                self.settled_ms = float(p[1])
+            elif p and p[0] == "S":
+                self.ended = True
+
 
 class Node:
     """One host of the campaign: its VM, agent and writer loop."""
@@ -243,16 +256,7 @@ class Node:
                 if len(p) >= 3 and p[0] == "end" and int(p[1]) == wid:
                     pass
             w = Writer(wid, self.name, key, killed_host=int(name.split("/")[0]) < self.boots)
-            for line in text.splitlines():
-                p = line.split(None, 4)
-                if p and p[0] == "C" and len(p) >= 4:
-                    w.completions.append((int(p[1]), int(p[2]), p[3], p[4] if len(p) > 4 else ""))
-                elif p and p[0] == "F" and len(p) >= 2 and w.fenced_next is None:
-                    w.fenced_next = int(p[1])
-                elif p and p[0] == "Q" and len(p) >= 2:
-                    w.settled_ms = float(p[1])
-                elif p and p[0] == "S":
-                    w.ended = True
+            w.read_log(text)
             out.append(w)
         return out
 

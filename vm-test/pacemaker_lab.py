@@ -296,16 +296,7 @@ class Cluster:
                 if len(p) >= 4 and p[0] == "start" and int(p[1]) == wid:
                     epoch = int(p[3])
             w = campaign.Writer(wid, host, (NODE_IDS[host] << 32) | epoch, killed_host=host in self.killed)
-            for line in text.splitlines():
-                p = line.split(None, 4)
-                if p and p[0] == "C" and len(p) >= 4:
-                    w.completions.append((int(p[1]), int(p[2]), p[3], p[4] if len(p) > 4 else ""))
-                elif p and p[0] == "F" and len(p) >= 2 and w.fenced_next is None:
-                    w.fenced_next = int(p[1])
-                elif p and p[0] == "Q" and len(p) >= 2:
-                    w.settled_ms = float(p[1])
-                elif p and p[0] == "S":
-                    w.ended = True
+            w.read_log(text)
             out.append(w)
         return out
 
