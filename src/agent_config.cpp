@@ -11,6 +11,7 @@
 
 #include "nvfence/error.hpp"
 #include "nvfence/key.hpp"
+#include "nvfence/list.hpp"
 #include "nvfence/report.hpp"
 
 namespace nvfence {
@@ -222,26 +223,14 @@ Result<AgentSettings> parse_agent_settings(const SettingsMap& kv, std::string& w
         else return fail("reboot_method", "must be sysrq (immediate, no sync) or force (reboot -f)");
     }
     if (const std::string* v = get("writer_units")) {
-        std::string cur;
-        auto flush = [&]() -> bool {
-            if (cur.empty()) return true;
-            if (!valid_unit(cur)) {
-                why = "writer_units = " + shown(*v) + ": " + shown(cur) + " is not a systemd unit name";
-                return false;
+        for (const std::string& unit : split_list(*v)) {
+            if (!valid_unit(unit)) {
+                why = "writer_units = " + shown(*v) + ": " + shown(unit) + " is not a systemd unit name";
+                return bad;
             }
-            if (std::find(s.writer_units.begin(), s.writer_units.end(), cur) == s.writer_units.end())
-                s.writer_units.push_back(cur);
-            cur.clear();
-            return true;
-        };
-        for (char c : *v) {
-            if (c == ' ' || c == ',' || c == '\t') {
-                if (!flush()) return bad;
-            } else {
-                cur.push_back(c);
-            }
+            if (std::find(s.writer_units.begin(), s.writer_units.end(), unit) == s.writer_units.end())
+                s.writer_units.push_back(unit);
         }
-        if (!flush()) return bad;
         if (s.writer_units.size() > kMaxWriterUnits)
             return fail("writer_units", "at most " + std::to_string(kMaxWriterUnits) + " units");
     }

@@ -5,6 +5,7 @@
 
 #include "nvfence/error.hpp"
 #include "nvfence/key.hpp"
+#include "nvfence/list.hpp"
 
 namespace nvfence {
 namespace {
@@ -50,21 +51,6 @@ bool valid_endpoint(const std::string& e, bool& https) {
     return std::all_of(host.begin(), host.end(), [](char c) {
         return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.';
     });
-}
-
-std::vector<std::string> split_list(const std::string& v) {
-    std::vector<std::string> out;
-    std::string cur;
-    for (char c : v) {
-        if (c == ',' || c == ' ' || c == '\t') {
-            if (!cur.empty()) out.push_back(cur);
-            cur.clear();
-        } else {
-            cur += c;
-        }
-    }
-    if (!cur.empty()) out.push_back(cur);
-    return out;
 }
 
 }  // namespace

@@ -46,7 +46,6 @@ import argparse
 import json
 import os
 import random
-import shlex
 import sys
 import threading
 import time

@@ -7,9 +7,12 @@
 
 #include "nvfence/error.hpp"
 #include "nvfence/key.hpp"
+#include "nvfence/list.hpp"
 
 namespace nvfence::fence_agent {
 namespace {
+// Node maps also use ";" between entries (node_ids=n1:1;n2:2), as fence_scsi does.
+constexpr std::string_view kNodeMapSeparators = ";, \t\n\v\f\r";
 
 enum class Kind { value, flag };
 
@@ -183,25 +186,11 @@ const char* action_name(Action a) {
 
 const char* mode_name(Mode m) { return m == Mode::exclusive ? "exclusive" : "registrants-only"; }
 
-std::vector<std::string> split_devices(std::string_view text) {
-    std::vector<std::string> out;
-    std::string cur;
-    for (char c : text) {
-        if (c == ',' || std::isspace(static_cast<unsigned char>(c))) {
-            if (!cur.empty()) out.push_back(cur);
-            cur.clear();
-        } else {
-            cur += c;
-        }
-    }
-    if (!cur.empty()) out.push_back(cur);
-    return out;
-}
+std::vector<std::string> split_devices(std::string_view text) { return split_list(text); }
 
 Result<std::map<std::string, uint8_t>> parse_node_map(std::string_view text, std::string& why) {
     std::map<std::string, uint8_t> out;
     std::set<uint8_t> ids;
-    std::string item;
     auto take = [&](const std::string& raw) -> bool {
         const std::string it = trim(raw);
         if (it.empty()) return true;
@@ -227,15 +216,8 @@ Result<std::map<std::string, uint8_t>> parse_node_map(std::string_view text, std
         out[name] = static_cast<uint8_t>(*id);
         return true;
     };
-    for (char c : text) {
-        if (c == ';' || c == ',' || std::isspace(static_cast<unsigned char>(c))) {
-            if (!take(item)) return make_error_code(Errc::invalid_argument);
-            item.clear();
-        } else {
-            item += c;
-        }
-    }
-    if (!take(item)) return make_error_code(Errc::invalid_argument);
+    for (const std::string& item : split_list(text, kNodeMapSeparators))
+        if (!take(item)) return make_error_code(Errc::invalid_argument);
     if (out.empty()) {
         why = "the map is empty (use name:id;name:id)";
         return make_error_code(Errc::invalid_argument);
