@@ -127,6 +127,12 @@ class Violation(AssertionError):
     pass
 
 
+class ScheduleFailed(Exception):
+    """A schedule that stopped without breaking an invariant (a guest
+    command that never answered, a reboot that failed, ...). Its evidence
+    is kept like a violation's: a stop nobody can diagnose is a defect."""
+
+
 @dataclass
 class Writer:
     """One nvfence-load pass, from its log."""
@@ -864,7 +870,7 @@ def run_campaign(seed: int, schedules: int, steps: int, hosts: int = 3, log=prin
     killed host is rebooted, so one lab serves them all. With cover, every
     schedule starts with each kind of fault once. Returns a summary;
     raises Violation (with the seed) on the first broken invariant."""
-    summary = {"seeds": [], "violations": 0}
+    summary = {"seeds": [], "violations": 0, "failed_schedules": 0}
     t0 = time.monotonic()
     # A long run shares the machine: a boot (the first, or a killed host's)
     # may take longer than the default bound under load.
@@ -874,13 +880,17 @@ def run_campaign(seed: int, schedules: int, steps: int, hosts: int = 3, log=prin
         for s in range(seed, seed + schedules):
             try:
                 res = camp.run_schedule(s, steps, cover)
-            except Violation as e:
-                summary["violations"] += 1
+            except Exception as e:  # noqa: BLE001 - every stop keeps its evidence, then is raised again
+                violation = isinstance(e, Violation)
+                summary["violations" if violation else "failed_schedules"] += 1
+                what = str(e) if violation else f"{type(e).__name__}: {e}"
                 lab.failed = True   # keep the run dir
-                where = camp.keep_evidence(lab.run_dir / f"evidence-seed{s}", f"seed {s}: {e}")
+                where = camp.keep_evidence(lab.run_dir / f"evidence-seed{s}", f"seed {s}: {what}")
                 log(f"evidence (writer logs, agent logs, dmesg, final report) kept in {where}")
-                raise Violation(f"seed {s}: {e}\nevidence: {where}\n(replay: vm-test/campaign --seed {s} --schedules 1 --steps {steps} "
-                                f"--hosts {hosts}{' --cover' if cover else ''})\nevents: {camp.events[-30:]}") from None
+                raise (Violation if violation else ScheduleFailed)(
+                    f"seed {s}: {what}\nevidence: {where}\n(replay: vm-test/campaign --seed {s} --schedules 1 "
+                    f"--steps {steps} --hosts {hosts}{' --cover' if cover else ''})\n"
+                    f"events: {camp.events[-30:]}") from None
             log(f"seed {s}: ok: {res}")
             # Running figures after every schedule: a long run cut short
             # (machine, deadline) still says what it covered.
@@ -915,6 +925,9 @@ def main(argv=None) -> int:
         summary = run_campaign(a.seed, a.schedules, a.steps, a.hosts, log, a.cover, a.recovery_bound_s)
     except Violation as e:
         print(f"VIOLATION {e}", flush=True)
+        return 1
+    except ScheduleFailed as e:
+        print(f"FAILED (no invariant broken) {e}", flush=True)
         return 1
     print("SUMMARY " + json.dumps(summary, sort_keys=True), flush=True)
     if a.json:

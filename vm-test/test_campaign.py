@@ -197,3 +197,64 @@ def test_writers_that_do_not_stop_stop_the_check():
     ok = _StubbornHost(survive=False)
     Node(None, ok, 1).stop_writers(timeout_s=1)
     assert ok.kills == 1
+
+
+class _FakeLab:
+    """Stands in for nvlab.Lab around one schedule that fails."""
+
+    def __init__(self, run_dir):
+        self.run_dir = run_dir
+        self.failed = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _failing_campaign(error):
+    class _Camp:
+        kept = []
+
+        def __init__(self, lab, log=print):
+            self.lab = lab
+            self.events = [(1.0, "step 1/8: ns_cycle")]
+
+        def run_schedule(self, seed, steps, cover=False):
+            raise error
+
+        def keep_evidence(self, out_dir, message):
+            _Camp.kept.append((str(out_dir), message))
+            return str(out_dir)
+    return _Camp
+
+
+@pytest.mark.parametrize("error, exc", [
+    ("lab", "ScheduleFailed"),        # a guest command that never answered, a reboot that failed, ...
+    ("violation", "Violation"),
+])
+def test_a_failed_schedule_keeps_the_evidence(monkeypatch, tmp_path, error, exc):
+    # Issue 18: a schedule that stops for any reason, not only a broken
+    # invariant, must leave the writers' and agents' logs behind and say where.
+    import campaign
+    from nvlab.agent import LabError
+    err = LabError("b: no answer from the guest agent within 20s") if error == "lab" else \
+        Violation("agents did not converge within 60s")
+    lab = _FakeLab(tmp_path)
+    camp = _failing_campaign(err)
+    monkeypatch.setattr(campaign.nvlab, "Lab", lambda **kw: lab)
+    monkeypatch.setattr(campaign, "Campaign", camp)
+    lines = []
+    with pytest.raises(getattr(campaign, exc)) as e:
+        campaign.run_campaign(5, schedules=1, steps=8, log=lines.append)
+    assert type(e.value) is getattr(campaign, exc)
+    where = str(tmp_path / "evidence-seed5")
+    assert camp.kept and camp.kept[0][0] == where, camp.kept
+    assert str(err) in camp.kept[0][1]
+    assert lab.failed, "the run dir must be kept"
+    assert f"evidence: {where}" in str(e.value) and "replay: vm-test/campaign --seed 5" in str(e.value)
+    assert any(where in ln for ln in lines), lines
+    # The command line says which it was and exits 1 either way.
+    monkeypatch.setattr(campaign, "run_campaign", lambda *a, **kw: (_ for _ in ()).throw(e.value))
+    assert campaign.main(["--seed", "5", "--schedules", "1"]) == 1
