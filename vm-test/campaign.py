@@ -169,6 +169,7 @@ class Node:
         self.boots = 0
         self.dead = False
         self.agent_up = False
+        self.status_error = ""           # why the last status() gave None
         self.logs: dict[str, str] = {}   # file name -> longest text seen
         self.setup()
 
@@ -221,8 +222,10 @@ class Node:
 
     def status(self, timeout_s: float = 20):
         if self.dead or self.h.paused:
+            self.status_error = "host dead or paused"
             return None
         r = self.run(f"nvfence status {VOL} --json", timeout_s=timeout_s)
+        self.status_error = "" if r.rc == 0 else f"exit {r.rc}: {(r.err or r.out).strip()[-160:]}"
         return last_json(r.out) if r.rc == 0 else None
 
     def takeover(self):
@@ -281,6 +284,7 @@ class Campaign:
         self.samples: list = []
         self.sample_tries = 0
         self.sample_errors: list = []
+        self.status_errors: dict = {}    # host -> why its last status was None
         self.schedule_s = 0.0
         self.grants: list = []       # (t, key, max epoch seen before)
         self.recoveries: list = []
@@ -313,17 +317,23 @@ class Campaign:
         """Agent status of every running host, asked in parallel."""
         nodes = [n for n in self.live() if n.agent_up]
         out: dict = {}
+        errors: dict = {}
 
         def one(n):
             try:
                 out[n.name] = n.status()
-            except Exception:  # noqa: BLE001 - reported as no answer
+                if out[n.name] is None:
+                    errors[n.name] = n.status_error
+            except Exception as e:  # noqa: BLE001 - reported as no answer, with why
                 out[n.name] = None
+                errors[n.name] = f"{type(e).__name__}: {e}"[:200]
+        t = time.monotonic()
         ts = [threading.Thread(target=one, args=(n,)) for n in nodes]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join(timeout=90)
+        for th in ts:
+            th.start()
+        for th in ts:
+            th.join(timeout=90)
+        self.status_errors = {k: f"{v} (round of {time.monotonic() - t:.1f}s)" for k, v in errors.items()}
         return {n.name: out.get(n.name) for n in nodes}
 
     def max_epoch_seen(self) -> int:
@@ -636,9 +646,15 @@ class Campaign:
             missing = [n for n, s in st.items() if not s]
             if not stale and not missing:
                 break
-            if time.monotonic() - t0 > CONVERGE_BOUND_S:
-                raise Violation(f"agents did not converge within {CONVERGE_BOUND_S:.0f}s: device holder "
-                                f"{hexk(holder)}, agents { {n: s and (s['state'], s['key']) for n, s in st.items()} }")
+            # Part of invariant 5: a run that raised its bound under load
+            # (--recovery-bound-s) waits as long here (seed 51802 stopped at
+            # a fixed 60 s while its bound was 120 s).
+            bound_s = max(CONVERGE_BOUND_S, self.recovery_bound_s)
+            if time.monotonic() - t0 > bound_s:
+                why = "; ".join(f"{n}: {e}" for n, e in sorted(self.status_errors.items()))
+                raise Violation(f"agents did not converge within {bound_s:.0f}s: device holder "
+                                f"{hexk(holder)}, agents { {n: s and (s['state'], s['key']) for n, s in st.items()} }"
+                                + (f"; no status from {why}" if why else ""))
             time.sleep(0.3)
         holders = [n for n in self.live() if (st.get(n.name) or {}).get("state") == "HOLDER"]
         if len(holders) > 1:
@@ -661,7 +677,7 @@ class Campaign:
             if rc != 0:
                 raise Violation(f"recovery takeover by {n.name} failed: {rc} {out}")
             holders = [n]
-        w = self.wait_writing(holders[0])
+        w = self.wait_writing(holders[0], timeout_s=max(60.0, self.recovery_bound_s))
         self.recoveries.append(time.monotonic() - t0)
         self.note(f"settled in {time.monotonic() - t0:.1f}s: {holders[0].name} holds and writes "
                   f"(first ack after {w:.1f}s)")
@@ -915,7 +931,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cover", action="store_true", help="start every schedule with each kind of fault once")
     ap.add_argument("--json", help="write the summary here")
     ap.add_argument("--recovery-bound-s", type=float, default=RECOVERY_BOUND_S,
-                    help=f"invariant 5's bound (default {RECOVERY_BOUND_S:.0f}); raise it only on an overloaded "
+                    help=f"invariant 5's bound, for the agents to agree with the device and a holder to write "
+                         f"(default {RECOVERY_BOUND_S:.0f}); raise it only on an overloaded "
                          "machine, and report it with the figures")
     a = ap.parse_args(argv)
 

@@ -7,6 +7,7 @@ five invariants from the media and the writers' logs. The long mode is
 The checker's own tests feed it made-up logs and media with each kind of
 violation: a checker that cannot fail proves nothing."""
 import json
+from collections import Counter
 
 import pytest
 
@@ -258,3 +259,68 @@ def test_a_failed_schedule_keeps_the_evidence(monkeypatch, tmp_path, error, exc)
     # The command line says which it was and exits 1 either way.
     monkeypatch.setattr(campaign, "run_campaign", lambda *a, **kw: (_ for _ in ()).throw(e.value))
     assert campaign.main(["--seed", "5", "--schedules", "1"]) == 1
+
+
+class _Clock:
+    """campaign.time on a manual clock: sleep() advances it."""
+
+    def __init__(self):
+        self.t = 1000.0
+
+    def monotonic(self):
+        return self.t
+
+    def sleep(self, s):
+        self.t += s
+
+
+class _N:
+    def __init__(self, name):
+        self.name = name
+
+
+def _slow_to_answer_campaign(clock, answer_after_s, bound_s):
+    # Three agents whose status does not come back (the guest is starved:
+    # every `nvfence status` times out) until answer_after_s, then a holds.
+    import campaign
+    camp = campaign.Campaign.__new__(campaign.Campaign)
+    camp.recovery_bound_s = bound_s
+    camp.t0 = clock.t
+    camp.events, camp.recoveries, camp.totals = [], [], Counter()
+    camp.log = lambda *_: None
+    camp.status_errors = {}
+    nodes = [_N(x) for x in "abc"]
+    start = clock.t
+    camp.live = lambda running=True: nodes
+    camp.report = lambda node=None: {"holder": hex(K1)}
+
+    def states():
+        clock.t += 5.0   # one round of status calls
+        if clock.t - start < answer_after_s:
+            camp.status_errors = {n.name: "no answer from the guest agent within 20s" for n in nodes}
+            return {n.name: None for n in nodes}
+        camp.status_errors = {}
+        return {"a": {"state": "HOLDER", "key": hex(K1)}, "b": {"state": "STANDBY", "key": "0x0"},
+                "c": {"state": "STANDBY", "key": "0x0"}}
+    camp.states = states
+    camp.waited = []
+    camp.wait_writing = lambda node, timeout_s=60: camp.waited.append(timeout_s) or 1.0
+    return camp
+
+
+def test_convergence_is_bounded_by_the_recovery_bound(monkeypatch):
+    # Seed 51802 under load 20-28: every agent's status timed out for a while
+    # after an ns_cycle, and the fixed 60 s convergence bound fired although
+    # the run had raised invariant 5's bound to 120 s (--recovery-bound-s).
+    # The convergence wait is part of invariant 5: the raised bound covers it.
+    import campaign
+    clock = _Clock()
+    monkeypatch.setattr(campaign, "time", clock)
+    camp = _slow_to_answer_campaign(clock, answer_after_s=75, bound_s=120)
+    camp.settle()
+    assert camp.recoveries and 75 <= camp.recoveries[0] <= 120, camp.recoveries
+    assert camp.waited == [120], "the first write after recovery is waited for as long"
+    # The default bound still fires, and says who did not answer and why.
+    camp = _slow_to_answer_campaign(clock, answer_after_s=75, bound_s=60)
+    with pytest.raises(Violation, match=r"did not converge within 60s.*b: no answer from the guest agent"):
+        camp.settle()
