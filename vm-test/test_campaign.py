@@ -324,3 +324,44 @@ def test_convergence_is_bounded_by_the_recovery_bound(monkeypatch):
     camp = _slow_to_answer_campaign(clock, answer_after_s=75, bound_s=60)
     with pytest.raises(Violation, match=r"did not converge within 60s.*b: no answer from the guest agent"):
         camp.settle()
+
+
+class _FencedNode(_N):
+    """A fenced host whose rejoin only completes when the other two are in
+    theirs too: a campaign that brings hosts back one by one never gets past
+    the barrier."""
+
+    def __init__(self, name, barrier, cmds):
+        super().__init__(name)
+        self.barrier, self.cmds = barrier, cmds
+
+    def run(self, cmd, timeout_s=60):
+        self.cmds.append((self.name, cmd))
+        if "rejoin" in cmd:
+            self.barrier.wait()
+        return _Res(0)
+
+
+def test_fenced_hosts_rejoin_at_once(monkeypatch):
+    # Seed 51802's replay (load 20-23): after an ns_cycle all three agents
+    # were FENCED within 3 s, but the campaign's serial pkill + rejoin, one
+    # guest round trip of 5-15 s each, took 75 s of the 147 s "recovery".
+    import threading
+    import campaign
+    clock = _Clock()
+    monkeypatch.setattr(campaign, "time", clock)
+    camp = _slow_to_answer_campaign(clock, answer_after_s=0, bound_s=120)
+    barrier, cmds = threading.Barrier(3, timeout=10), []
+    nodes = [_FencedNode(x, barrier, cmds) for x in "abc"]
+    camp.live = lambda running=True: nodes
+    camp.report = lambda node=None: {"holder": None}
+    camp.states = lambda: {n.name: {"state": "FENCED", "key": "0x0"} for n in nodes}
+    camp.standbys = lambda exclude=(): nodes[:1]
+    camp.takeover = lambda n, how="agent": (0, {"state": "HOLDER"})
+    camp.rng = __import__("random").Random(0)
+    camp.settle()
+    assert camp.totals["rejoins"] == 3
+    # The writers stop before the rejoin, in the same guest command.
+    for name, cmd in cmds:
+        assert cmd.index("pkill -9 -x nvfence-load") < cmd.index("nvfence rejoin"), cmd
+    assert sorted(n for n, _ in cmds) == ["a", "b", "c"], cmds
