@@ -365,3 +365,56 @@ def test_fenced_hosts_rejoin_at_once(monkeypatch):
     for name, cmd in cmds:
         assert cmd.index("pkill -9 -x nvfence-load") < cmd.index("nvfence rejoin"), cmd
     assert sorted(n for n, _ in cmds) == ["a", "b", "c"], cmds
+
+
+class _PathHost:
+    """A host VM whose path to the target may be dead: every command on the
+    namespace fails with Host Pathing Error until the VM is rebooted."""
+
+    def __init__(self, name, dead=False):
+        self.name, self.dead_path = name, dead
+        self.paused = self.is_cut = False
+        self.restarts = 0
+
+    def run(self, cmd, timeout_s=60, check=False):
+        r = _Res(0)
+        r.out, r.err = "", ""
+        if "NVFENCE_DEV" in cmd and self.dead_path:
+            r.rc, r.err = 1, "nvfence: /dev/nvme0n1: Host Pathing Error (0x370)"
+        elif "nvfence report" in cmd:
+            r.out = '{"registrants": [], "holder": null}'
+        return r
+
+    def wait_for(self, cmd, timeout_s=60, interval_s=0.1):
+        return _Res(0)
+
+    def restart(self):
+        self.restarts += 1
+        self.dead_path = False
+
+    def refresh_dev(self, timeout_s=60):
+        return "/dev/nvme0n1"
+
+
+def test_a_host_whose_path_died_is_rebooted_before_the_next_schedule():
+    # Seed 61002 (load ~20): b was paused 51 s in the schedule before. Its
+    # reconnect took ~13 s of a starved guest, the target's 5 s keep-alive
+    # expired meanwhile and closed the new socket, and the kernel left the
+    # controller LIVE on a dead socket ("failed to send request -32" forever,
+    # no error recovery). The next schedule's agent on b could not open the
+    # device. The campaign now checks every host's path before a schedule
+    # and reboots a host whose path is dead, and counts it.
+    import campaign
+
+    class _Lab:
+        def __init__(self, hosts):
+            self.hosts = hosts
+
+        def run_all(self, cmd, timeout_s=60, check=False):
+            return [h.run(cmd) for h in self.hosts]
+    hosts = [_PathHost("a"), _PathHost("b", dead=True), _PathHost("c")]
+    camp = campaign.Campaign(_Lab(hosts), log=lambda *_: None)
+    camp.prepare()
+    assert [h.restarts for h in hosts] == [0, 1, 0]
+    assert camp.totals["lab_path_repairs"] == 1
+    assert any("b" in w and "Host Pathing Error" in w for _, w in camp.events), camp.events
