@@ -194,6 +194,7 @@ class Node:
         self.dead = False
         self.agent_up = False
         self.status_error = ""           # why the last status() gave None
+        self.starts = 0                  # agent starts (each has its own log)
         self.logs: dict[str, str] = {}   # file name -> longest text seen
         self.setup()
 
@@ -212,12 +213,26 @@ class Node:
         cmd = (f"nvfenced --device {VOLUME_ID} --node-id {self.num} --role {role} --interval-ms {INTERVAL_MS} "
                f"--name {VOL} --fence-action command "
                f"--fence-command 'echo \"$NVFENCE_REASON\" >> /tmp/fenced'")
-        self.h.spawn(cmd, log_path=f"/tmp/agent.{self.boots}.log")
-        r = self.h.wait_for(f"nvfence status {VOL} --json | grep -Eq '\"state\":\"(STANDBY|HOLDER|FENCED)\"'",
-                            timeout_s=60)
-        if r.rc != 0:
-            raise Violation(f"{self.name}: agent did not start: "
-                            f"{self.run(f'tail -20 /tmp/agent.{self.boots}.log').out}")
+        # Like systemd (the unit restarts on exit 1), start again when the
+        # agent exited on a path error at open: the host's controller was
+        # reconnecting (seed 61007). Bounded; anything else stops the run.
+        end = time.monotonic() + 60.0
+        while True:
+            # Every start logs to its own file: a restart used to truncate
+            # the killed agent's log, which the evidence needs.
+            self.starts += 1
+            log = f"/tmp/agent.{self.boots}.{self.starts}.log"
+            self.h.spawn(cmd, log_path=log)
+            r = self.h.wait_for(f"nvfence status {VOL} --json | grep -Eq '\"state\":\"(STANDBY|HOLDER|FENCED)\"'",
+                                timeout_s=60)
+            if r.rc == 0:
+                break
+            tail = self.run(f"tail -20 {log}").out
+            if "cannot open" not in tail or not _PATH_STATUS.search(tail) or time.monotonic() >= end:
+                raise Violation(f"{self.name}: agent did not start: {tail}")
+            if self.c:
+                self.c.totals["agent_start_path_retries"] += 1
+            time.sleep(2.0)
         self.agent_up = True
 
     def kill_agent(self) -> None:

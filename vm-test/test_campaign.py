@@ -496,3 +496,45 @@ def test_a_takeover_that_meets_a_path_error_is_counted_not_a_violation():
     assert campaign.concurrent_ok([0, 1], [{}, err]) and campaign.concurrent_ok([0, 6], [{}, {}])
     assert not campaign.concurrent_ok([0, 1], [{}, {"error": "Invalid Field (0x2)"}])
     assert not campaign.concurrent_ok([6, 6], [{}, {}])
+
+
+class _StartHost:
+    """A guest where nvfenced's first `fail` starts exit 1 on a path error
+    at open (the controller is reconnecting), as nvfenced documents for a
+    device error at start (exit 1; systemd restarts it)."""
+
+    name = "a"
+
+    def __init__(self, fail, why="/dev/nvme0n2: cannot open: Host Pathing Error (0x370)"):
+        self.fail, self.why, self.spawned = fail, why, []
+
+    def spawn(self, cmd, log_path=None):
+        self.spawned.append(log_path)
+
+    def wait_for(self, cmd, timeout_s=60, interval_s=0.1):
+        return _Res(1 if len(self.spawned) <= self.fail else 0)
+
+    def run(self, cmd, timeout_s=60, check=False):
+        return _Res(0, out=f"2026-12-01 01:56:48.350 nvfenced[776] error: {self.why}" if "tail" in cmd else "")
+
+
+def test_an_agent_that_meets_a_path_error_at_start_is_started_again(monkeypatch):
+    # Seed 61007: a's agent was restarted (kill_agent) while a's controller
+    # reconnected after a keep-alive expiry under load; nvfenced exited 1
+    # "cannot open: Host Pathing Error". The campaign plays systemd, which
+    # restarts on exit 1. Each start keeps its own log: a restart used to
+    # truncate the killed agent's log, evidence the campaign must keep.
+    import campaign
+    monkeypatch.setattr(campaign, "time", _Clock())
+    h = _StartHost(fail=2)
+    n = campaign.Node(None, h, 1)
+    n.start_agent()
+    assert n.agent_up and len(h.spawned) == 3
+    assert len(set(h.spawned)) == 3 and all(p.startswith("/tmp/agent.") for p in h.spawned), h.spawned
+    # Another failure at start, or path errors that do not end, still stop it.
+    h = _StartHost(fail=1, why="/etc/nvfence: state file is corrupt")
+    with pytest.raises(Violation, match="agent did not start.*corrupt"):
+        campaign.Node(None, h, 1).start_agent()
+    h = _StartHost(fail=10_000)
+    with pytest.raises(Violation, match="agent did not start.*0x370"):
+        campaign.Node(None, h, 1).start_agent()
