@@ -82,8 +82,8 @@ FAULTS = {  # kind: weight
 # not end cleanly (fenced, error) it waits, bounded, until the agent no
 # longer holds with that key, so it never spins on a stale grant.
 WRITER_LOOP = r"""
-base=$1; start=$2; count=$3; qd=$4
-mkdir -p /tmp/w; i=0
+base=$1; start=$2; count=$3; qd=$4; backoff_s=${5:-10}; w=${NVLAB_WDIR:-/tmp/w}
+mkdir -p $w; i=0
 while :; do
   st=$(nvfence status vol --json 2>/dev/null)
   case "$st" in *'"state":"HOLDER"'*) ;; *) usleep 200000; continue;; esac
@@ -91,15 +91,19 @@ while :; do
   dev=$(echo "$st" | sed -n 's/.*"device":"\([^"]*\)".*/\1/p')
   if [ -z "$key" ] || [ -z "$dev" ]; then usleep 200000; continue; fi
   i=$((i+1)); id=$((base+i))
-  echo "start $id $key $dev" >> /tmp/w/index
+  echo "start $id $key $dev" >> $w/index
   nvfence-load "$dev" --start $start --count $count --qd $qd --interval-us 2000 \
-      --key $key --writer-id $id --timeout-ms 60000 > /tmp/w/$id.log 2>&1
+      --key $key --writer-id $id --timeout-ms 60000 > $w/$id.log 2>&1
   rc=$?
-  echo "end $id $rc" >> /tmp/w/index
-  if [ $rc -ne 0 ]; then
-    k=0
-    while [ $k -lt 100 ] && nvfence status vol --json 2>/dev/null | \
-          grep -q "\"state\":\"HOLDER\".*\"key\":\"$key\""; do usleep 100000; k=$((k+1)); done
+  echo "end $id $rc" >> $w/index
+  if [ $rc -eq 3 ]; then
+    # Fenced: wait (bounded in seconds, not rounds: a status call takes
+    # seconds under load) until the agent no longer holds with that key.
+    end=$(( $(cut -d. -f1 /proc/uptime) + backoff_s ))
+    while [ $(cut -d. -f1 /proc/uptime) -lt $end ] && nvfence status vol --json 2>/dev/null | \
+          grep -q "\"state\":\"HOLDER\".*\"key\":\"$key\""; do usleep 100000; done
+  elif [ $rc -ne 0 ]; then
+    usleep 1000000   # an error (e.g. a path error while the controller reconnects): try again soon
   fi
 done
 """

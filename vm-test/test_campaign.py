@@ -538,3 +538,53 @@ def test_an_agent_that_meets_a_path_error_at_start_is_started_again(monkeypatch)
     h = _StartHost(fail=10_000)
     with pytest.raises(Violation, match="agent did not start.*0x370"):
         campaign.Node(None, h, 1).start_agent()
+
+
+def _run_writer_loop(tmp_path, load_rc, status_s, seconds):
+    """Runs the campaign's writer loop on this machine for `seconds`, with
+    stubs: `nvfence status` says HOLDER with one key (taking status_s), and
+    every nvfence-load pass exits load_rc at once. Returns the starts."""
+    import os
+    import subprocess
+    from campaign import WRITER_LOOP
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "nvfence").write_text(f'#!/bin/sh\nsleep {status_s}\n'
+                                  'echo \'{"state":"HOLDER","key":"0xf500000100000011","device":"/dev/x"}\'\n')
+    (bin_ / "nvfence-load").write_text(f"#!/bin/sh\necho 'nvfence-load: /dev/x: Host Pathing Error (0x370)' >&2\n"
+                                       f"exit {load_rc}\n")
+    (bin_ / "usleep").write_text('#!/bin/sh\nsleep "$(echo "$1" | awk \'{print $1 / 1000000}\')"\n')
+    for f in bin_.iterdir():
+        f.chmod(0o755)
+    (tmp_path / "wl.sh").write_text(WRITER_LOOP)
+    env = dict(os.environ, PATH=f"{bin_}:{os.environ['PATH']}", NVLAB_WDIR=str(tmp_path / "w"))
+    p = subprocess.Popen(["sh", str(tmp_path / "wl.sh"), "1000", "8192", "16", "8", "3"], env=env,
+                         start_new_session=True)
+    try:
+        p.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, 9)
+        p.wait()
+    idx = (tmp_path / "w" / "index").read_text().splitlines()
+    return [ln for ln in idx if ln.startswith("start")]
+
+
+def test_the_writer_loop_retries_a_pass_that_failed_without_a_fence_soon(tmp_path):
+    # Seed 61106 (load ~30): a held, its pass met a's controller
+    # reconnecting (nvfence-load exit 1, Host Pathing Error at open), and the
+    # loop then waited "until the agent no longer holds with that key": 100
+    # rounds of `nvfence status`, each ~1 s under load, longer than the
+    # campaign's 120 s bound for the first write. Only a fenced pass (exit 3)
+    # waits for the grant to change, and that wait is bounded in seconds.
+    starts = _run_writer_loop(tmp_path, load_rc=1, status_s=0.3, seconds=8)
+    assert len(starts) >= 2, starts     # the old loop: one start, then 100 rounds (~40 s here)
+
+
+def test_the_writer_loop_waits_after_a_fenced_pass_for_seconds_not_rounds(tmp_path):
+    # A fenced pass with the agent still saying HOLDER with the same key (it
+    # has not seen the preempt yet) waits; with a slow `nvfence status` the
+    # wait still ends after its bound (3 s here), not after 100 rounds.
+    starts = _run_writer_loop(tmp_path, load_rc=3, status_s=1.0, seconds=12)
+    # It waited (no wait: a start every ~1 s) and the wait ended (the old
+    # loop: one start, then 100 rounds of ~1 s).
+    assert 2 <= len(starts) <= 4, starts
