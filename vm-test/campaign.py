@@ -96,14 +96,13 @@ while :; do
       --key $key --writer-id $id --timeout-ms 60000 > $w/$id.log 2>&1
   rc=$?
   echo "end $id $rc" >> $w/index
-  if [ $rc -eq 3 ]; then
-    # Fenced: wait (bounded in seconds, not rounds: a status call takes
-    # seconds under load) until the agent no longer holds with that key.
+  if [ $rc -ne 0 ]; then
+    # Wait until the agent no longer holds with that key (it may not have
+    # seen the preempt or the lost keys yet), bounded in seconds, not in
+    # rounds: under load one status call takes about a second.
     end=$(( $(cut -d. -f1 /proc/uptime) + backoff_s ))
     while [ $(cut -d. -f1 /proc/uptime) -lt $end ] && nvfence status vol --json 2>/dev/null | \
           grep -q "\"state\":\"HOLDER\".*\"key\":\"$key\""; do usleep 100000; done
-  elif [ $rc -ne 0 ]; then
-    usleep 1000000   # an error (e.g. a path error while the controller reconnects): try again soon
   fi
 done
 """
