@@ -66,6 +66,7 @@ REGION_BLOCKS = 1024
 QUEUE_DEPTH = 8            # the writers' --qd
 RECOVERY_BOUND_S = 60.0
 CONVERGE_BOUND_S = 60.0
+AGENT_START_TRIES = 10     # starts of an agent that exits on a path error at open (3 s apart)
 # The one-holder sampler (invariant 2) must have looked: a schedule fails
 # with fewer than MIN_SAMPLES reports, or fewer than one per
 # SAMPLE_EVERY_S seconds of the schedule (it asks every 0.5 s; paused,
@@ -219,23 +220,24 @@ class Node:
         # Like systemd (the unit restarts on exit 1), start again when the
         # agent exited on a path error at open: the host's controller was
         # reconnecting (seed 61007). Bounded; anything else stops the run.
-        end = time.monotonic() + 60.0
-        while True:
+        # The wait ends early when the agent's log says it could not open
+        # the device: waiting out the 60 s left no time to retry (seed 61110).
+        ready = f"nvfence status {VOL} --json | grep -Eq '\"state\":\"(STANDBY|HOLDER|FENCED)\"'"
+        for attempt in range(1, AGENT_START_TRIES + 1):
             # Every start logs to its own file: a restart used to truncate
             # the killed agent's log, which the evidence needs.
             self.starts += 1
             log = f"/tmp/agent.{self.boots}.{self.starts}.log"
             self.h.spawn(cmd, log_path=log)
-            r = self.h.wait_for(f"nvfence status {VOL} --json | grep -Eq '\"state\":\"(STANDBY|HOLDER|FENCED)\"'",
-                                timeout_s=60)
-            if r.rc == 0:
+            self.h.wait_for(f"{ready} || grep -q 'cannot open' {log}", timeout_s=60)
+            if self.run(ready).rc == 0:
                 break
             tail = self.run(f"tail -20 {log}").out
-            if "cannot open" not in tail or not _PATH_STATUS.search(tail) or time.monotonic() >= end:
-                raise Violation(f"{self.name}: agent did not start: {tail}")
+            if "cannot open" not in tail or not _PATH_STATUS.search(tail) or attempt == AGENT_START_TRIES:
+                raise Violation(f"{self.name}: agent did not start ({attempt} start(s)): {tail}")
             if self.c:
                 self.c.totals["agent_start_path_retries"] += 1
-            time.sleep(2.0)
+            time.sleep(3.0)
         self.agent_up = True
 
     def kill_agent(self) -> None:

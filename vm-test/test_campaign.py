@@ -505,17 +505,26 @@ class _StartHost:
 
     name = "a"
 
-    def __init__(self, fail, why="/dev/nvme0n2: cannot open: Host Pathing Error (0x370)"):
-        self.fail, self.why, self.spawned = fail, why, []
+    def __init__(self, fail, why="/dev/nvme0n2: cannot open: Host Pathing Error (0x370)", clock=None):
+        self.fail, self.why, self.spawned, self.clock = fail, why, [], clock or _Clock()
 
     def spawn(self, cmd, log_path=None):
         self.spawned.append(log_path)
 
     def wait_for(self, cmd, timeout_s=60, interval_s=0.1):
-        return _Res(1 if len(self.spawned) <= self.fail else 0)
+        if len(self.spawned) <= self.fail:
+            if "cannot open" not in cmd or "cannot open" not in self.why:
+                self.clock.sleep(timeout_s)   # polled the status until its bound (seed 61110)
+                return _Res(1)
+            return _Res(0)                    # its log says why it is gone
+        return _Res(0)
 
     def run(self, cmd, timeout_s=60, check=False):
-        return _Res(0, out=f"2026-12-01 01:56:48.350 nvfenced[776] error: {self.why}" if "tail" in cmd else "")
+        if "tail" in cmd:
+            return _Res(0, out=f"2026-12-01 01:56:48.350 nvfenced[776] error: {self.why}")
+        if "nvfence status" in cmd:
+            return _Res(1 if len(self.spawned) <= self.fail else 0)
+        return _Res(0)
 
 
 def test_an_agent_that_meets_a_path_error_at_start_is_started_again(monkeypatch):
@@ -524,9 +533,14 @@ def test_an_agent_that_meets_a_path_error_at_start_is_started_again(monkeypatch)
     # "cannot open: Host Pathing Error". The campaign plays systemd, which
     # restarts on exit 1. Each start keeps its own log: a restart used to
     # truncate the killed agent's log, evidence the campaign must keep.
+    # Seed 61110: the first fix did not restart the agent, because the wait
+    # for its status took the whole 60 s after the agent had died; the wait
+    # now ends when its log says it could not open the device, and the
+    # restarts are counted, not timed.
     import campaign
-    monkeypatch.setattr(campaign, "time", _Clock())
-    h = _StartHost(fail=2)
+    clock = _Clock()
+    monkeypatch.setattr(campaign, "time", clock)
+    h = _StartHost(fail=2, clock=clock)
     n = campaign.Node(None, h, 1)
     n.start_agent()
     assert n.agent_up and len(h.spawned) == 3
