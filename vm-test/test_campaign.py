@@ -554,7 +554,7 @@ def test_an_agent_that_meets_a_path_error_at_start_is_started_again(monkeypatch)
         campaign.Node(None, h, 1).start_agent()
 
 
-def _run_writer_loop(tmp_path, load_rc, status_s, seconds):
+def _run_writer_loop(tmp_path, load_rc, status_s, seconds, backoff_s):
     """Runs the campaign's writer loop on this machine for `seconds`, with
     stubs: `nvfence status` says HOLDER with one key (taking status_s), and
     every nvfence-load pass exits load_rc at once. Returns the starts."""
@@ -572,7 +572,7 @@ def _run_writer_loop(tmp_path, load_rc, status_s, seconds):
         f.chmod(0o755)
     (tmp_path / "wl.sh").write_text(WRITER_LOOP)
     env = dict(os.environ, PATH=f"{bin_}:{os.environ['PATH']}", NVLAB_WDIR=str(tmp_path / "w"))
-    p = subprocess.Popen(["sh", str(tmp_path / "wl.sh"), "1000", "8192", "16", "8", "3"], env=env,
+    p = subprocess.Popen(["sh", str(tmp_path / "wl.sh"), "1000", "8192", "16", "8", str(backoff_s)], env=env,
                          start_new_session=True)
     try:
         p.wait(timeout=seconds)
@@ -589,16 +589,16 @@ def test_the_writer_loop_retries_a_failed_pass_of_a_holder_after_seconds(tmp_pat
     # loop then waited "until the agent no longer holds with that key" for
     # 100 rounds of `nvfence status`, each ~1 s under load: longer than the
     # campaign's 120 s bound for the first write, although a still held.
-    # The wait is now bounded in seconds (3 s here; 10 s in the lab).
-    starts = _run_writer_loop(tmp_path, load_rc=1, status_s=0.3, seconds=9)
-    assert len(starts) >= 2, starts     # the old loop: one start, then 100 rounds (~40 s here)
+    # The wait is now bounded in seconds (1 s here; 10 s in the lab).
+    starts = _run_writer_loop(tmp_path, load_rc=1, status_s=0.2, seconds=4, backoff_s=1)
+    assert len(starts) >= 2, starts     # the old loop: one start, then 100 rounds (~30 s here)
 
 
 def test_the_writer_loop_waits_after_a_fenced_pass_for_seconds_not_rounds(tmp_path):
     # A fenced pass with the agent still saying HOLDER with the same key (it
     # has not seen the preempt yet) waits; with a slow `nvfence status` the
-    # wait still ends after its bound (3 s here), not after 100 rounds.
-    starts = _run_writer_loop(tmp_path, load_rc=3, status_s=1.0, seconds=12)
-    # It waited (no wait: a start every ~1 s) and the wait ended (the old
-    # loop: one start, then 100 rounds of ~1 s).
+    # wait still ends after its bound (2 s here), not after 100 rounds.
+    starts = _run_writer_loop(tmp_path, load_rc=3, status_s=0.5, seconds=6, backoff_s=2)
+    # It waited (no wait: a start every ~0.5 s) and the wait ended (the old
+    # loop: one start, then 100 rounds of ~0.6 s).
     assert 2 <= len(starts) <= 4, starts
