@@ -498,7 +498,9 @@ class Campaign:
         dead socket (every command: Host Pathing Error, and no error
         recovery ever again). That is the kernel's, not nvfence's; the
         agent on that host could not open the device."""
-        probe = 'nvfence report "$NVFENCE_DEV" --json >/dev/null'
+        # Keep the probe's answer (nvfence --json puts its error on stdout):
+        # a repair must say why (seed 61014's first repair could not).
+        probe = 'o=$(nvfence report "$NVFENCE_DEV" --json 2>&1); rc=$?; echo "$o" | tail -c 300; exit $rc'
         for n in self.nodes:
             r = n.h.run(probe, timeout_s=60)
             if r.rc == 0:
