@@ -7,6 +7,7 @@ binds its cluster address only (169.254.100.<n>, never a host address).
 Every guest's nvfenced lists its own member first, then the others.
 """
 import json
+import os
 import shlex
 import time
 
@@ -24,6 +25,9 @@ NO_PACEMAKER = "systemd.mask=corosync.service systemd.mask=pacemaker.service"
 # The agents' check interval: the elector wakes the agent for a win at once;
 # the interval only bounds how soon a preempted holder notices by itself.
 INTERVAL_MS = 500
+# More nvfenced flags for every agent, e.g. "--etcd-timeout-ms 5000" with a
+# long TTL on a machine where etcd answers in seconds.
+AGENT_FLAGS = os.environ.get("NVFENCE_ETCD_AGENT_FLAGS", "")
 
 
 def writer_loop():
@@ -98,7 +102,7 @@ def agent_cmd(lab, h, node, ttl_s, extra="", interval_ms=None):
     return (f"env -u JOURNAL_STREAM -u INVOCATION_ID "
             f"{NVFENCED} --device \"$NVFENCE_DEV\" --node-id {node} --name {VOL} --interval-ms {interval_ms} "
             f"--elector etcd --etcd-endpoints {endpoints(lab, h)} --lease-ttl-s {ttl_s} "
-            f"--fence-action command --fence-command 'echo \"$NVFENCE_REASON\" >> /tmp/fenced' {extra}")
+            f"--fence-action command --fence-command 'echo \"$NVFENCE_REASON\" >> /tmp/fenced' {AGENT_FLAGS} {extra}")
 
 
 def start_agent(lab, h, node, ttl_s, boot=1):
