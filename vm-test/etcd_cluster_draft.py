@@ -24,6 +24,15 @@ Run 2 (2026-12-01, load 21-31, scratch lab kept up; logs with timestamps):
    slices (TTL/3) were shorter than one etcd round trip; the target VM
    starved long enough for a Host Pathing Error (a's agent FENCED itself:
    no check for 21.5 s). Not a state in which failover can be judged.
+Run 3 (02:22-02:45 UTC, load ~25, TTL 15 s, NVFENCE_ETCD_AGENT_FLAGS=
+"--etcd-timeout-ms 5000", the resign fix in the guests): leadership moved
+a (token 2) -> c (5) -> b (6, 8) -> a (9), each winner preempting-and-
+aborting the last; epochs on the device 2, 5, 6, 9. Every holder still
+stepped down 9-41 s after winning (keepalives too slow), so
+test_takeover_refused failed on "leader (this host leads)". Scenario 1
+then "passed", but by freezing b just after a had already been elected
+and preempted it (b's agent had not noticed yet): settle() now also
+requires the holder's elector to lead.
 This version: corosync/pacemaker masked (etcdlab.NO_PACEMAKER), etcd health
 over bash /dev/tcp instead of etcdctl, standby writer loops polling 1/s,
 agent interval 500 ms, TTL 5 s by default (NVFENCE_ETCD_TTL_S), writers
@@ -164,6 +173,12 @@ def settle(c):
     others = el.holders([x for x in c.lab.hosts if x is not h and not c.node(x).dead])
     assert not others, f"two agents say HOLDER: {h.name} and {list(others)}"
     wait_acks(h, s["key"])
+    # A holder whose elector stepped down (or that another leader already
+    # preempted without its agent noticing yet) is no leader to freeze or
+    # cut: run 3 "passed" scenario 1 by freezing such a host.
+    s = el.status(h)
+    assert s and s["state"] == "HOLDER" and "leader (this host leads)" in s["message"], \
+        (h.name, s, "the holder does not lead in etcd (stepped down?)")
     return h, s
 
 
