@@ -10,6 +10,8 @@
 #include <chrono>
 #include <functional>
 #include <mutex>
+#include <optional>
+#include <utility>
 
 #include "nvfence/error.hpp"
 #include "nvfence/etcd_json.hpp"
@@ -367,21 +369,25 @@ Result<LeaderInfo> EtcdElector::observe(const std::optional<LeaderInfo>& known, 
 
 Status EtcdElector::resign(Ms timeout) {
     const auto deadline = Clock::now() + timeout;
-    if (won_) {
-        auto r = http_->post("/v3/election/resign", etcd::resign_request(opts_.election, *won_), timeout);
+    // The candidacy ends here whatever etcd answers: a lease we failed to
+    // revoke is never renewed again and expires within its TTL. Keeping it
+    // would keep a leadership we gave up alive (and the next campaign would
+    // win on it again).
+    const std::optional<LeaderInfo> won = std::exchange(won_, std::nullopt);
+    const int64_t lease = std::exchange(lease_, 0);
+    if (won) {
+        auto r = http_->post("/v3/election/resign", etcd::resign_request(opts_.election, *won), timeout);
         if (!r) return r.error();
         auto h = etcd::parse_header_only(r->body);
         if (!h && h.error() != make_error_code(ElectorErrc::not_leader)) return h.error();
-        won_.reset();
     }
-    if (lease_ != 0) {
+    if (lease != 0) {
         const auto left = std::chrono::duration_cast<Ms>(deadline - Clock::now());
         if (left < kMinCallMs) return make_error_code(Errc::timeout);
-        auto r = http_->post("/v3/lease/revoke", etcd::lease_request(lease_), left);
+        auto r = http_->post("/v3/lease/revoke", etcd::lease_request(lease), left);
         if (!r) return r.error();
         auto h = etcd::parse_header_only(r->body);
         if (!h && h.error() != make_error_code(ElectorErrc::lease_expired)) return h.error();
-        lease_ = 0;
     }
     return Ok{};
 }

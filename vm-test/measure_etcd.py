@@ -9,8 +9,10 @@ a one-block O_DIRECT write in a loop (refused while another host holds)
 and prints the time of the first accepted one. From the new holder's own
 log (its clock mapped to the host's by a round-trip offset):
 
-  expiry+campaign  freeze -> the election won (etcd expired the old lease,
-                   the campaign returned, the token was issued)
+  lease expiry     freeze -> the old leader's key gone from etcd (a poller
+                   on another host asks /v3/election/leader every ~0.1 s)
+  campaign         key gone -> the election won (the campaign returned, the
+                   token was issued)
   preempt          won -> the agent HOLDER (Report, verified
                    preempt-and-abort with the token as epoch)
   first write      HOLDER -> the probe's first accepted write
@@ -18,6 +20,7 @@ log (its clock mapped to the host's by a round-trip offset):
 
 Medians (and min/max) over the runs, per TTL. Default: 10 runs, TTL 2 and 5.
 """
+import base64
 import os
 import statistics
 import sys
@@ -37,12 +40,42 @@ def probe_cmd():
             f"2>/dev/null; do :; done; date +%s.%N > /tmp/probe.ok")
 
 
+def leader_poll_cmd(h):
+    """Logs `<time> <leader key or none>` about every 0.1 s."""
+    name = base64.b64encode(f"nvfence/{el.VOL_ID}".encode()).decode()
+    ask = el.http_cmd(h.cluster_ip, "/v3/election/leader", f'{{"name":"{name}"}}')
+    return (f"while :; do k=$({ask} 2>/dev/null | grep -o '\"key\":\"[^\"]*\"' | head -1); "
+            f"echo \"$(date +%s.%N) ${{k:-none}}\"; usleep 100000; done")
+
+
+def key_gone_at(text, old_key_b64):
+    """The first poll time at which old_key_b64 no longer led."""
+    seen = False
+    for line in text.splitlines():
+        p = line.split(None, 1)
+        if len(p) < 2:
+            continue
+        if old_key_b64 in p[1]:
+            seen = True
+        elif seen:
+            return float(p[0])
+    return None
+
+
 def run_once(lab, ttl, offsets, boots):
     hold, s = el.wait_holder(lab.hosts, timeout_s=120)
     others = [h for h in lab.hosts if h is not hold]
     for h in others:
         h.run("rm -f /tmp/probe.ok; pkill -x dd; true", timeout_s=30)
         h.spawn(probe_cmd(), log_path="/tmp/probe.log")
+    poller = others[0]
+    poller.run("pkill -f '[l]eader_poll.sh'; rm -f /tmp/leader_poll.log; true", timeout_s=30)
+    poller.put(leader_poll_cmd(poller).encode(), "/tmp/leader_poll.sh")
+    poller.spawn("sh /tmp/leader_poll.sh", log_path="/tmp/leader_poll.log")
+    won_lines = [ln for ln in hold.run(f"grep 'won the election' /tmp/agent.{boots[hold.name]}.log",
+                                       timeout_s=60).out.splitlines()]
+    assert won_lines, f"{hold.name} holds but its log has no won election"
+    old_leader_key = won_lines[-1].split("(leader key ", 1)[1].split()[0]
     time.sleep(0.5)
     t_freeze = time.time()
     hold.run("pkill -STOP -x nvfenced", timeout_s=30)
@@ -57,18 +90,24 @@ def run_once(lab, ttl, offsets, boots):
     took = next(ln for ln in log if "-> HOLDER" in ln and "etcd elector (token " + token in ln)
     t_won = el.log_time(won) - offsets[new.name]
     t_hold = el.log_time(took) - offsets[new.name]
+    old_key = base64.b64encode(old_leader_key.encode()).decode()
+    gone = key_gone_at(poller.run("cat /tmp/leader_poll.log", timeout_s=60).out, old_key)
+    assert gone is not None, f"the poller never saw {old_leader_key} lead, then go"
+    t_gone = gone - offsets[poller.name]
     for h in others:
         h.run("pkill -x dd; true", timeout_s=30)
+    poller.run("pkill -f '[l]eader_poll.sh'; true", timeout_s=30)
     # The frozen one resumes, is fenced; restart it as a standby for the next run.
     hold.run("pkill -CONT -x nvfenced", timeout_s=30)
     hold.wait_for(f"{el.NVFENCE} status {el.VOL} --json | grep -q FENCED", timeout_s=60)
     hold.run("pkill -TERM -x nvfenced", timeout_s=30)
     hold.wait_for("! pgrep -x nvfenced", timeout_s=60)
-    hold.run(f"rm -f /var/lib/nvfence/*.agent", timeout_s=30)
+    hold.run("rm -f /var/lib/nvfence/*.agent", timeout_s=30)
     boots[hold.name] += 1
     num = lab.hosts.index(hold) + 1
     el.start_agent(lab, hold, num, ttl, boot=boots[hold.name])
-    return {"campaign": (t_won - t_freeze) * 1000, "preempt": (t_hold - t_won) * 1000,
+    return {"expiry": (t_gone - t_freeze) * 1000, "campaign": (t_won - t_gone) * 1000,
+            "preempt": (t_hold - t_won) * 1000,
             "first_write": (t_write - t_hold) * 1000, "total": (t_write - t_freeze) * 1000}
 
 
@@ -80,7 +119,7 @@ def main(argv):
     runs = int(argv[1]) if len(argv) > 1 else 10
     ttls = [int(x) for x in argv[2:]] or [2, 5]
     with nvlab.Lab(hosts=3, topology="fabric", flavour="systemd", packages=list(nvlab.CLUSTER_PACKAGES),
-                   cluster_net=True, memory_mb=1024, boot_timeout_s=480) as lab:
+                   cluster_net=True, memory_mb=1024, boot_timeout_s=480, extra_cmdline=el.NO_PACEMAKER) as lab:
         el.start_etcd(lab)
         offsets = {h.name: el.clock_offset(h) for h in lab.hosts}
         boots = {h.name: 0 for h in lab.hosts}
@@ -98,8 +137,8 @@ def main(argv):
                 print(f"TTL {ttl} s run {k + 1}: " + ", ".join(f"{a} {b:.0f} ms" for a, b in r.items()), flush=True)
                 res.append(r)
             print(f"TTL {ttl} s, {len(res)} runs (median):")
-            for part in ("campaign", "preempt", "first_write", "total"):
-                name = {"campaign": "expiry+campaign"}.get(part, part)
+            for part in ("expiry", "campaign", "preempt", "first_write", "total"):
+                name = {"expiry": "lease expiry"}.get(part, part)
                 print(f"  {name:16s} {fmt([r[part] for r in res])}")
             print(f"  {'beyond TTL':16s} {fmt([r['total'] - ttl * 1000 for r in res])}", flush=True)
     return 0

@@ -28,11 +28,12 @@
 ///     Agent's verified preempt-and-abort of exactly the holder read in 2,
 ///     so the new key's epoch is the token; already_holder / rekey: keep.
 /// Losing (lease expired, leader key gone, another leader, or no renewal
-/// for TTL minus margin): the agent stops its writers, runs the fence
-/// action when lease_loss = fence, and releases the reservation (handoff)
-/// so a new leader need not preempt; the driver resigns. lease_loss = hold
-/// keeps the reservation until another host preempts it (the agent's
-/// device watch then fences it). docs/ETCD.md "nvfenced".
+/// for TTL minus margin): the agent stops its writers and runs the fence
+/// action (with lease_loss = hold only once the lease is surely gone); the
+/// driver resigns (the candidacy ends even if etcd cannot be told). The
+/// reservation stays until the next leader preempts-and-aborts exactly our
+/// key (the agent's device watch then says FENCED): while we hold it nobody
+/// else can write. docs/ETCD.md "Failure behaviour".
 
 #include <chrono>
 #include <condition_variable>

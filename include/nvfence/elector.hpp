@@ -95,7 +95,9 @@ public:
     /// changed in time.
     virtual Result<LeaderInfo> observe(const std::optional<LeaderInfo>& known, Ms timeout) = 0;
     /// Gives up the leadership (idempotent; not leading is success) and
-    /// revokes the lease, so the next campaign starts a new candidacy.
+    /// revokes the lease, so the next campaign starts a new candidacy. The
+    /// candidacy ends even when this fails (the error says etcd was not
+    /// told): its lease is never renewed again and expires within its TTL.
     virtual Status resign(Ms timeout) = 0;
 };
 

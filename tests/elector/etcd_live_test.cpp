@@ -216,6 +216,34 @@ TEST_F(EtcdLive, CampaignKeepaliveLeaderResign) {
     EXPECT_EQ(a->keepalive(kCall).error(), make_error_code(ElectorErrc::not_campaigning));
 }
 
+// Lab, load ~20 (issue 16): a leader's keepalives overran TTL - margin, it
+// stepped down, and its resign timed out. It then campaigned again with the
+// same lease, renewing it between slices: its old leader key stayed the
+// leader in etcd for minutes while the host had stopped its writers, and
+// the queued standby never won. A resign that fails must still drop the
+// candidacy: the lease is never renewed again and expires within its TTL.
+TEST_F(EtcdLive, AResignThatFailsStillDropsTheCandidacy) {
+    auto a = elector("node=1", 2);
+    auto b = elector("node=2");
+    auto wa = a->campaign(kCall);
+    ASSERT_TRUE(wa) << wa.error().message();
+    const int64_t old_lease = a->lease_id();
+    // Too short a bound to reach etcd: the resign fails.
+    EXPECT_EQ(a->resign(1ms).error(), make_error_code(Errc::timeout));
+    EXPECT_EQ(a->lease_id(), 0) << "the lost candidacy's lease is forgotten";
+    EXPECT_EQ(a->keepalive(kCall).error(), make_error_code(ElectorErrc::not_campaigning))
+        << "a keepalive must not renew the lease of a leadership given up";
+    EXPECT_EQ(a->term(0, kCall).error(), make_error_code(ElectorErrc::not_campaigning));
+    // a campaigns again (a new lease) while b waits: the old key expires
+    // within its TTL and b, queued before a's new key, leads.
+    auto again = a->campaign(300ms);
+    EXPECT_EQ(again.error(), make_error_code(Errc::timeout)) << "queued behind its own old key";
+    EXPECT_NE(a->lease_id(), old_lease);
+    auto wb = win(*b, 20000ms);
+    ASSERT_TRUE(wb) << wb.error().message();
+    EXPECT_FALSE(wb->same_leadership(*wa));
+}
+
 TEST_F(EtcdLive, CampaignIsBoundedAndQueuedBehindTheLeader) {
     auto a = elector("node=1");
     auto b = elector("node=2");
