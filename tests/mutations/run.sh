@@ -12,13 +12,20 @@
 # row per test and exits 1 when a fix is not caught (or a test fails on HEAD).
 #
 # Usage: tests/mutations/run.sh [PATCH...]   (default: every patch here)
-# Environment: MUT_BUILD_DIR (default build-mut, next to build/).
+# Environment: MUT_BUILD_DIR (default build-mut, next to build/);
+# MUT_TEST_BIN: a test binary to run instead of $MUT_BUILD_DIR/bin/unit_tests
+# (one linked against that directory's lib/libnvfence.so, e.g. with only the
+# test files the patches name, on a machine too loaded to build them all);
+# then only the library is built.
 # Exit codes: 0 every mutation caught, 1 one was not (or HEAD fails a
 # test), 2 setup error (dirty work tree, configure or build of HEAD failed).
 set -u
 cd "$(git rev-parse --show-toplevel)" || exit 2
 HERE=tests/mutations
 B=${MUT_BUILD_DIR:-build-mut}
+BIN=${MUT_TEST_BIN:-$B/bin/unit_tests}
+HEAD_TARGET=unit_tests
+[ -n "${MUT_TEST_BIN:-}" ] && HEAD_TARGET=nvfence
 if ! git diff --quiet HEAD -- src include tools tests; then
     echo "run.sh: uncommitted changes under src/ include/ tools/ tests/: commit or stash them first" >&2
     exit 2
@@ -46,6 +53,9 @@ build() {  # $1: label for the log, $2: target (default unit_tests)
 target_for() {
     if [ -e "$B/lib/libnvfence.so" ] && ! git apply --numstat "$1" | awk '{print $3}' | grep -qv '^src/'; then
         echo nvfence
+    elif [ -n "${MUT_TEST_BIN:-}" ]; then
+        echo "run.sh: $1 touches more than the library: MUT_TEST_BIN cannot test it" >&2
+        echo none
     else
         echo unit_tests
     fi
@@ -54,12 +64,12 @@ field() { sed -n "s/^$1: //p" "$2" | head -n1; }
 # PASS or FAIL for one gtest name (a test that is not found counts as an error).
 one() {
     local out
-    out=$("$B/tests/unit_tests" --gtest_filter="$1" 2>&1)
+    out=$(timeout 300 "$BIN" --gtest_filter="$1" 2>&1)
     if ! grep -q "^\[==========\] 1 test from" <<<"$out"; then echo "NOT-FOUND"; return; fi
     if grep -q "^\[  PASSED  \] 1 test" <<<"$out"; then echo "PASS"; else echo "FAIL"; fi
 }
 
-build head || exit 2
+build head "$HEAD_TARGET" || exit 2
 declare -A BASE
 for p in "${PATCHES[@]}"; do
     IFS=: read -ra ts <<<"$(field Tests "$p")"
@@ -96,5 +106,5 @@ for p in "${PATCHES[@]}"; do
         [ "$verdict" = caught ] || rc=1
     done
 done
-build head-restored >/dev/null || true  # leave the build dir matching HEAD
+build head-restored "$HEAD_TARGET" >/dev/null || true  # leave the build dir matching HEAD
 exit $rc
