@@ -135,6 +135,11 @@ Status run_bounded(const std::vector<std::string>& argv,
     }
 }
 
+Status FenceActions::run(const std::vector<std::string>& argv, const ChildEnv& env) const {
+    if (before_run_) before_run_(describe_argv(argv), s_.fence_timeout_ms);
+    return runner_.run(argv, env, s_.fence_timeout_ms, tick_);
+}
+
 Status FenceActions::stop_writers(const std::string& reason,
                                            const std::function<void(bool, const std::string&)>& log) const {
     Status result = Ok{};
@@ -142,7 +147,7 @@ Status FenceActions::stop_writers(const std::string& reason,
     env.emplace_back("NVFENCE_REASON", reason);
     for (const auto& unit : s_.writer_units) {
         const std::vector<std::string> argv = {"systemctl", "stop", unit};
-        auto r = runner_.run(argv, env, s_.fence_timeout_ms, tick_);
+        auto r = run(argv, env);
         if (r) {
             log(true, "stopped writer unit " + unit);
         } else {
@@ -177,7 +182,7 @@ Status FenceActions::fence_action(const std::string& reason,
         break;
     }
     log(true, "fence action: running '" + describe_argv(argv) + "'");
-    auto r = runner_.run(argv, env, s_.fence_timeout_ms, tick_);
+    auto r = run(argv, env);
     if (r) log(true, "fence action '" + describe_argv(argv) + "' done");
     else log(false, "fence action '" + describe_argv(argv) + "' failed: " + r.error().message());
     return r;

@@ -15,6 +15,11 @@ test lets it finish (a file appears; bounded at 25 s).
    the fence action runs (state file: action=pending) nvfenced gets kill -9:
    systemd restarts it and the restarted agent runs the pending action
    again (journal line, a new run of the command, state file action=done).
+3. (second test) The same re-run during start under TimeoutStartSec=20s
+   with an action held 30 s: the agent extends its start timeout
+   (EXTEND_TIMEOUT_USEC) by the action's bound, so systemd neither times
+   the start out nor restarts the agent again: one restart for the kill,
+   the unit becomes active, the action ends done.
 """
 import re
 import time
@@ -34,12 +39,12 @@ FENCE_LOG = "/var/lib/fence.log"
 STATE = "/var/lib/nvfence/*.agent"
 
 GO = "/run/fence-go"
-# The action runs until GO exists (bounded: 25 s, under fence_timeout_ms),
+# The action runs until GO exists (bounded: 45 s, under fence_timeout_ms),
 # so the test decides when it is pending and when it may finish.
 SLOW_FENCE = f"""#!/bin/sh
 echo "start $$ $NVFENCE_REASON" >> {FENCE_LOG}
 i=0
-while [ ! -e {GO} ] && [ $i -lt 250 ]; do sleep 0.1; i=$((i+1)); done
+while [ ! -e {GO} ] && [ $i -lt 450 ]; do sleep 0.1; i=$((i+1)); done
 echo "done $$" >> {FENCE_LOG}
 """
 
@@ -83,19 +88,26 @@ def fence_log(host):
     return host.run(f"cat {FENCE_LOG} 2>/dev/null").out.splitlines()
 
 
-def test_systemd_slow_fence_keeps_watchdog_and_pending_action_reruns(lab):
-    a, b = lab.hosts
+def configure(a, b):
+    """Both agents configured and started (a: the slow writer and fence
+    action); a no-op for whatever already runs."""
     a.put(SLOW_FENCE.encode(), "/usr/local/sbin/slow-fence", mode=0o755)
     a.put(WRITER_UNIT.encode(), f"/etc/systemd/system/{WRITER}")
     a.put(f"[Service]\nWatchdogSec={WATCHDOG_S}s\n".encode(), f"/etc/systemd/system/{UNIT}.d/10-watchdog.conf")
     a.put(("node_id = 1\nrole = acquire\ninterval_ms = 500\ndevice_timeout_ms = 2000\n"
            f"writer_units = {WRITER}\nfence_action = command\nfence_command = /usr/local/sbin/slow-fence\n"
-           "fence_timeout_ms = 30000\n").encode(), conf_path(a))
+           "fence_timeout_ms = 60000\n").encode(), conf_path(a))
     b.put(b"node_id = 2\nrole = standby\ninterval_ms = 500\n", conf_path(b))
-    a.run(f"touch {GO} && systemctl daemon-reload && systemctl start {WRITER}", timeout_s=60, check=True)
+    a.run(f"touch {GO} && systemctl daemon-reload", timeout_s=60, check=True)
     a.run(f"systemctl start {UNIT}", timeout_s=WAIT_S, check=True)
-    wait_state(a, "HOLDER")
     b.run(f"systemctl start {UNIT}", timeout_s=WAIT_S, check=True)
+
+
+def test_systemd_slow_fence_keeps_watchdog_and_pending_action_reruns(lab):
+    a, b = lab.hosts
+    configure(a, b)
+    a.run(f"systemctl start {WRITER}", timeout_s=60, check=True)
+    wait_state(a, "HOLDER")
     wait_state(b, "STANDBY")
     st0 = show(a, "MainPID", "NRestarts", "WatchdogUSec")
     assert st0["WatchdogUSec"] == f"{WATCHDOG_S}s", st0
@@ -156,3 +168,77 @@ def test_systemd_slow_fence_keeps_watchdog_and_pending_action_reruns(lab):
     print("journal (excerpt):\n  " + "\n  ".join(
         x for x in log.splitlines()
         if re.search(r"writer|fence action|pending|[Ww]atchdog|Main process|Scheduled restart|FENCED", x)))
+
+
+def state_of(host):
+    r = host.run(f"nvfence status {VOL} --json", timeout_s=30)
+    m = re.search(r'"state":"([A-Z_]+)"', r.out)
+    return m.group(1) if m else ""
+
+
+# The start before the action (device open, Reports) takes several seconds
+# in a loaded TCG guest: the start timeout leaves room for it, and the
+# action is held well past it.
+START_TIMEOUT_S = 20
+ACTION_S = 30
+
+
+def test_systemd_pending_action_at_start_outlasts_start_timeout(lab):
+    a, b = lab.hosts
+    configure(a, b)
+    a.run(f"rm -f {GO}", check=True)
+    # a holds, b stands by (whatever the test before left).
+    for _ in range(3):
+        if state_of(a) == "HOLDER":
+            break
+        if state_of(a) == "FENCED":
+            ctl(a, "rejoin")
+        ctl(a, "takeover")
+    wait_state(a, "HOLDER")
+    if state_of(b) == "FENCED":
+        ctl(b, "rejoin")
+    wait_state(b, "STANDBY")
+    a.put(f"[Service]\nTimeoutStartSec={START_TIMEOUT_S}s\n".encode(),
+          f"/etc/systemd/system/{UNIT}.d/20-start-timeout.conf")
+    a.run("systemctl daemon-reload", timeout_s=60, check=True)
+    st0 = show(a, "MainPID", "NRestarts", "TimeoutStartUSec")
+    assert st0["TimeoutStartUSec"] == f"{START_TIMEOUT_S}s", st0
+    n0 = int(st0["NRestarts"])
+    starts0 = len([x for x in fence_log(a) if x.startswith("start")])
+
+    ctl(b, "takeover")
+    r = a.wait_for(f"[ $(grep -c '^start' {FENCE_LOG}) -ge {starts0 + 1} ]", timeout_s=WAIT_S, interval_s=0.2)
+    assert r.rc == 0, a.journal(UNIT)[-3000:]
+    assert "action=pending" in a.run(f"cat {STATE}").out
+    a.run(f"kill -9 {int(show(a, 'MainPID')['MainPID'])}", check=True)
+    # The restarted agent runs the pending action again during its start.
+    r = a.wait_for(f"[ $(grep -c '^start' {FENCE_LOG}) -ge {starts0 + 2} ]", timeout_s=WAIT_S, interval_s=0.2)
+    assert r.rc == 0, (fence_log(a), a.journal(UNIT)[-3000:])
+    t_rerun = time.monotonic()
+    # Let the action run ACTION_S, well past TimeoutStartSec: the unit must
+    # stay activating (start) all along, with no further restart.
+    seen = []
+    while time.monotonic() - t_rerun < ACTION_S:
+        st = show(a, "ActiveState", "SubState", "NRestarts")
+        seen.append((round(time.monotonic() - t_rerun, 1), st["ActiveState"], st["SubState"], st["NRestarts"]))
+        if (st["ActiveState"], st["SubState"]) != ("activating", "start") or int(st["NRestarts"]) != n0 + 1:
+            print("journal:\n" + a.journal(UNIT)[-4000:])
+            pytest.fail(f"the unit left 'activating (start)' while the pending action ran: {seen}")
+        time.sleep(2)
+    a.run(f"touch {GO}", check=True)
+    r = a.wait_for(f"tail -n1 {FENCE_LOG} | grep -q '^done' && systemctl is-active --quiet {UNIT}",
+                   timeout_s=WAIT_S, interval_s=0.5)
+    log = a.journal(UNIT)
+    assert r.rc == 0, (fence_log(a), log[-3000:])
+    took = time.monotonic() - t_rerun
+    st1 = show(a, "NRestarts", "ActiveState", "Result")
+    print(f"\nMEASURED pending action re-run at start: {took:.1f}s under TimeoutStartSec={START_TIMEOUT_S}s; "
+          f"NRestarts {n0} -> {st1['NRestarts']}; states seen {seen}")
+    assert int(st1["NRestarts"]) == n0 + 1, (st1, log[-3000:])
+    assert not re.search(r"start operation timed out|result 'timeout'", log), log[-3000:]
+    print("journal (excerpt):\n  " + "\n  ".join(
+        x for x in log.splitlines()[-60:]
+        if re.search(r"starting|fence action|pending|timed out|Main process|Scheduled restart|Started|FENCED", x)))
+    assert "action=done" in a.run(f"cat {STATE}").out
+    wait_state(a, "FENCED")
+    a.run(f"rm -f /etc/systemd/system/{UNIT}.d/20-start-timeout.conf && systemctl daemon-reload", check=True)

@@ -69,10 +69,17 @@ public:
 
     /// Called about once a second while a child runs (the watchdog keep-alive).
     void set_tick(std::function<void()> tick) { tick_ = std::move(tick); }
+    /// Called just before each child starts, with its command line and its
+    /// bound (fence_timeout_ms): nvfenced extends systemd's timeouts by it.
+    void set_before_run(std::function<void(const std::string&, uint32_t)> f) { before_run_ = std::move(f); }
 
 private:
+    /// One bounded child: before_run_, then the runner with tick_.
+    Status run(const std::vector<std::string>& argv, const ChildEnv& env) const;
+
     ProcessRunner& runner_;
     std::function<void()> tick_;
+    std::function<void(const std::string&, uint32_t)> before_run_;
     AgentSettings s_;
     ChildEnv env_;
 };

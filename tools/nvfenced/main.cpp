@@ -38,6 +38,7 @@
 #include "nvfence/following_device.hpp"
 #include "nvfence/key.hpp"
 #include "nvfence/namespace.hpp"
+#include "nvfence/service_hooks.hpp"
 #include "nvfence/state_file.hpp"
 #include "nvfence/uevent.hpp"
 #include "sd_notify.hpp"
@@ -155,36 +156,10 @@ std::string status_line(nvfence::Agent& a) {
     return s;
 }
 
-class DaemonHooks final : public nvfence::AgentHooks {
+// systemd's notify socket, for ServiceHooks.
+class SdNotifier final : public nvfence::ServiceNotifier {
 public:
-    DaemonHooks(spdlog::logger& log, const nvfence::FenceActions& actions, bool watchdog)
-        : log_(log), actions_(actions), watchdog_(watchdog) {}
-    void event(const nvfence::AgentEvent& e) override {
-        log_.log(level_of(e.level), "{}", nvfence::format_event(e));
-        if (e.kind == nvfence::AgentEventKind::state_changed) {
-            std::string text = e.text.substr(0, 200);
-            std::replace(text.begin(), text.end(), '\n', ' ');  // a newline would start a new assignment
-            sd_notify(std::string("STATUS=") + nvfence::agent_state_name(e.to) + ": " + text);
-        }
-    }
-    nvfence::Status stop_writers(const std::string& reason) override {
-        return actions_.stop_writers(reason, [&](bool ok, const std::string& line) {
-            log_.log(ok ? spdlog::level::info : spdlog::level::err, "{}", line);
-        });
-    }
-    nvfence::Status fence_action(const std::string& reason) override {
-        return actions_.fence_action(reason, [&](bool ok, const std::string& line) {
-            log_.log(ok ? spdlog::level::info : spdlog::level::err, "{}", line);
-        });
-    }
-    void keepalive() override {
-        if (watchdog_) sd_notify("WATCHDOG=1");
-    }
-
-private:
-    spdlog::logger& log_;
-    const nvfence::FenceActions& actions_;
-    bool watchdog_;
+    void notify(const std::string& message) override { (void)sd_notify(message); }
 };
 
 std::string sanitize_name(const std::string& v) {
@@ -543,8 +518,11 @@ int run(const nvfence::AgentSettings& s, spdlog::logger& log, const nvfence::Set
                                       {"NVFENCE_NODE", std::to_string(d.node)},
                                       {"NVFENCE_NAME", d.name}});
     const auto wd = check_watchdog(s, log);
-    if (wd.count() > 0) actions.set_tick([] { sd_notify("WATCHDOG=1"); });
-    DaemonHooks hooks(log, actions, wd.count() > 0);
+    SdNotifier notifier;
+    nvfence::ServiceHooks hooks(
+        actions, notifier, wd.count() > 0,
+        [&](const nvfence::AgentEvent& e) { log.log(level_of(e.level), "{}", nvfence::format_event(e)); },
+        [&](bool ok, const std::string& line) { log.log(ok ? spdlog::level::info : spdlog::level::err, "{}", line); });
     nvfence::SystemClock clock;
     auto opts = nvfence::agent_options(s, d.node);
     opts.volume = d.volume;
@@ -576,10 +554,10 @@ int run(const nvfence::AgentSettings& s, spdlog::logger& log, const nvfence::Set
         if (st.error() == Errc::refused) return kExitConfig;
         return exit_for(st.error());
     }
-    sd_notify("READY=1\nSTATUS=" + status_line(agent));
+    hooks.ready(status_line(agent));
     if (elector) elector->start();
     serve(agent, device, {sigfd.get(), listener->get(), s.aen_wakeup, elector.get(), &hooks, &clock}, log);
-    sd_notify("STOPPING=1");
+    hooks.stopping();
     auto stopped = agent.stop();
     elector.reset();  // after the release: resign, so the next leader need not wait for the lease
     ::unlink(d.socket.c_str());
