@@ -29,6 +29,41 @@ from nvtest import reset  # noqa: E402
 from pacemaker_lab import NO_ETCD, Cluster, freeze_writer  # noqa: E402
 
 
+def measure(cl, rounds: int) -> dict:
+    """The rounds on a configured cluster; prints the table, returns the figures."""
+    cl.wait_writer(timeout_s=600)
+    token = cl.cmap("runtime.config.totem.token")
+    consensus = cl.cmap("runtime.config.totem.consensus")
+    loads = []
+    keys, writes = [], []
+    for i in range(rounds):
+        loads.append(os.getloadavg()[0])
+        w, got, _ = freeze_writer(cl)
+        keys.append(got["key"])
+        writes.append(got["write"])
+        print(f"round {i + 1}: froze {w}: key removed {got['key']:.2f} s, first write on {got['writer']} "
+              f"{got['write']:.2f} s (load {loads[-1]:.1f})", flush=True)
+        print(f"round {i + 1}: {w} after resuming: {cl.stopped_itself(w, timeout_s=60)}", flush=True)
+        cl.set_writer("Stopped")
+        res = cl.check_media()
+        print(f"round {i + 1}: media check clean: {res['passes']} passes, {res['fenced_passes']} fenced, "
+              f"last {res['last_writer']}", flush=True)
+        cl.rejoin(w)
+        cl.set_writer("Started")
+        cl.wait_writer()
+    detect = (token + consensus) / 1000
+    print(f"\ncorosync: token {token} ms, consensus {consensus} ms (detection {detect:.1f} s); "
+          f"load average (1 min) at each round's start {', '.join(f'{x:.1f}' for x in loads)}; {rounds} rounds")
+    print("| what | rounds (s) | median |")
+    print("|---|---|---|")
+    print(f"| freeze -> frozen node's key removed | {', '.join(f'{k:.2f}' for k in keys)} | "
+          f"**{statistics.median(keys):.2f} s** |")
+    print(f"| freeze -> survivor's first acknowledged write | {', '.join(f'{k:.2f}' for k in writes)} | "
+          f"**{statistics.median(writes):.2f} s** |")
+    print(f"| key removed minus token + consensus | | {statistics.median(keys) - detect:+.2f} s |", flush=True)
+    return {"token_ms": token, "consensus_ms": consensus, "keys": keys, "writes": writes, "loads": loads}
+
+
 def main() -> int:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
     t0 = time.monotonic()
@@ -40,34 +75,7 @@ def main() -> int:
         cl.install()
         cl.start_stack()
         cl.configure()
-        cl.wait_writer(timeout_s=600)
-        token = cl.cmap("runtime.config.totem.token")
-        consensus = cl.cmap("runtime.config.totem.consensus")
-        load = os.getloadavg()[0]
-        keys, writes = [], []
-        for i in range(rounds):
-            w, got, _ = freeze_writer(cl)
-            keys.append(got["key"])
-            writes.append(got["write"])
-            print(f"round {i + 1}: froze {w}: key removed {got['key']:.2f} s, first write on {got['writer']} "
-                  f"{got['write']:.2f} s", flush=True)
-            cl.set_writer("Stopped")
-            res = cl.check_media()
-            print(f"round {i + 1}: media check clean: {res['passes']} passes, {res['fenced_passes']} fenced, "
-                  f"last {res['last_writer']}", flush=True)
-            cl.rejoin(w)
-            cl.set_writer("Started")
-            cl.wait_writer()
-        detect = (token + consensus) / 1000
-        print(f"\ncorosync: token {token} ms, consensus {consensus} ms (detection {detect:.1f} s); "
-              f"load average at start {load:.1f}; {rounds} rounds")
-        print("| what | rounds (s) | median |")
-        print("|---|---|---|")
-        print(f"| freeze -> frozen node's key removed | {', '.join(f'{k:.2f}' for k in keys)} | "
-              f"**{statistics.median(keys):.2f} s** |")
-        print(f"| freeze -> survivor's first acknowledged write | {', '.join(f'{k:.2f}' for k in writes)} | "
-              f"**{statistics.median(writes):.2f} s** |")
-        print(f"| key removed minus token + consensus | | {statistics.median(keys) - detect:+.2f} s |")
+        measure(cl, rounds)
         print(f"total {time.monotonic() - t0:.0f} s")
     return 0
 

@@ -1,37 +1,18 @@
-"""DRAFT, NOT YET PASSING: rename to test_pacemaker_cluster.py (CTest
-vm_pacemaker_cluster, label vm, by the glob in vm-test/CMakeLists.txt) once
-it has passed. One run (2026-11-30, load about 21, lab boot 644 s, cluster
-formed after about 4 more minutes): 1 passed; in 2 the fence passed but b
-did not come back Online within 400 s after restarting its corosync and
-pacemaker (Pacemaker had also fenced b on its own just before, probably a
-token loss under that load); in 3 Pacemaker reported the writer on a but
-its unit had not run 120 s later (a start still pending behind b's
-rejoin?). 4-6 were not run. Look at the DC's journal
-(`journalctl -u pacemaker`) in those two places first.
+"""DRAFT, NOT YET PASSING: scenarios 3-5 of issue 15, to move into
+test_pacemaker_cluster.py (CTest vm_pacemaker_cluster) once they pass.
+The whole scenario list (1-2 as in test_pacemaker_cluster.py, so the
+cluster is in the state they leave), with the same fixture.
 
-fence_nvfence in a real Corosync/Pacemaker cluster (issue 15): three
-systemd hosts (a, b, c) from Debian 12 packages, Corosync (knet) on the
-lab's cluster network, the stonith resource `nvfence` (fence_nvfence,
-provides=unfencing) and the writer resource `writer` (systemd:nvwriter,
-requires=unfencing: stamped nvfence-load passes over one region of the
-shared namespace). See pacemaker_lab.py for the configuration.
-
-1. start: every node is unfenced (3 keys) before the writer writes; the
-   fencer runs the agent's monitor and list actions (`stonith_admin
-   --query/--list-targets`, the recurring monitor op) and status answers
-   0/2 with the options on stdin as the fencer passes them;
-2. `stonith_admin --fence` of a node that does not run the writer: its
-   key is gone, its writes are refused; it rejoins and is unfenced again;
-3. the writer's node freezes (QMP stop): the survivors fence it through
-   fence_nvfence, the writer restarts on a survivor, the frozen node
-   resumes and every write of its is refused; media check clean;
-4. only the cluster network of the writer's node is cut (storage up): it
-   is fenced at the device although it still reaches it;
-5. the writer's node is killed: fenced, the writer moves; media check of
-   every pass of the whole test clean (zero stale writes);
-6. a fencing that cannot reach the device (namespace gone on the target)
-   is reported as a failure by stonith_admin and in the history.
-After each: `stonith_admin --history` and the device's report.
+State (2026-12-01, load average 25-30 on the 2-core machine, corosync
+token 10000 ms / consensus 12000 ms): scenarios 1 and 2 passed; in 3 the
+writer's node b was frozen at 02:31 and within 180 s neither was its key
+removed nor was any fencing of b requested (`stonith_admin --history`
+lists none; `crm_resource --locate` kept answering b). Not yet known
+whether corosync on a and c formed the new membership (look at
+`corosync-quorumtool -s` and `journalctl -u corosync -u pacemaker` on a
+survivor during the freeze first), or whether the cluster network hub
+(one QEMU process, vm-test/nvlab/lab.py ClusterHub) stalls while one of
+its ports is a paused VM. 4 and 5 were not run.
 """
 import re
 import shlex
@@ -41,8 +22,8 @@ import pytest
 
 import nvlab
 from nvtest import CONFLICT, OK, nvf, reset
-from pacemaker_lab import (NO_ETCD, NODE_IDS, NODE_MAP, Cluster, fence_failed, fenced_ok, freeze_writer, keys_by_node,
-                           unfenced_ok, wait)
+from pacemaker_lab import (NO_ETCD, NODE_IDS, NODE_MAP, Cluster, bad_stonith_xml, fenced_ok, freeze_writer,
+                           keys_by_node, unfenced_ok, wait)
 
 T0 = time.monotonic()
 
@@ -58,27 +39,39 @@ def cl():
         c.install()
         c.start_stack()
         c.configure()
+        print(f"cluster configured at {time.monotonic() - T0:.0f} s", flush=True)
         yield c
         print(f"test_pacemaker_cluster: {time.monotonic() - T0:.0f} s in all", flush=True)
 
 
-def agent_stdin(cl, action, target):
+def agent_stdin(cl, action, target, via=None, **over):
     """The agent with its options on stdin, as pacemaker-fenced runs it."""
-    text = (f"action={action}\nport={target}\nnodename={target}\ndevices={cl.dev}\nnode_ids={NODE_MAP}\n"
-            "plug=" + target + "\n")
-    return cl.any().run(f"printf %s {shlex.quote(text)} | fence_nvfence", timeout_s=60)
+    opts = {"action": action, "port": target, "nodename": target, "devices": cl.dev, "node_ids": NODE_MAP}
+    opts.update(over)
+    text = "".join(f"{k}={v}\n" for k, v in opts.items())
+    return (via or cl.any()).run(f"printf %s {shlex.quote(text)} | fence_nvfence", timeout_s=60)
 
 
 def test_1_start_unfences_every_node_before_the_writer(cl):
     w = cl.wait_writer(timeout_s=600)
+    cl.wait_writing(w)
     st = cl.report()
     assert sorted(keys_by_node(st)) == [1, 2, 3], st
     assert st["type"] == "WERO", st
     hist = cl.history()
     for n in NODE_IDS:
         assert unfenced_ok(hist, n), hist
-    cl.wait_writing(w)
-    print(f"writer on {w}; history:\n{hist}", flush=True)
+    # The writer's node was unfenced before the writer's first pass: with
+    # registrants-only, an unregistered host's writes are refused, and the
+    # first pass ended (or still runs) without one fenced completion.
+    cl.snapshot()
+    first = min((x for x in cl.writers() if x.host == w), key=lambda x: x.wid)
+    assert first.completions and all(c[2] == "ok" for c in first.completions), first.completions[:5]
+    t_unfence = cl.unfenced_at(w)
+    t_start = cl.first_start(w)
+    assert t_unfence <= t_start + 1, (t_unfence, t_start, hist)   # `date +%s` truncates
+    print(f"writer on {w}, started {t_start - t_unfence:.0f} s after its node was unfenced; history:\n{hist}",
+          flush=True)
 
     a = cl.any()
     # monitor: the start and the recurring op of the stonith resource.
@@ -99,15 +92,20 @@ def test_2_stonith_admin_fence_and_rejoin(cl):
     w = cl.writer_node()
     victim = next(n for n in ("c", "b", "a") if n != w)
     via = cl.by_name[w]
+    t = time.monotonic()
     r = via.run(f"stonith_admin --fence {victim} --timeout 120", timeout_s=180)
     assert r.rc == 0, (r.out, r.err, via.journal("pacemaker.service", lines=60))
+    took = time.monotonic() - t
     st = cl.report(via)
     assert NODE_IDS[victim] not in keys_by_node(st), st
     assert nvf(cl.by_name[victim], "write", "--lba", "201").rc == CONFLICT
     assert agent_stdin(cl, "status", victim).rc == 2
     hist = cl.history(via)
     assert fenced_ok(hist, victim), hist
-    print(f"fenced {victim} by stonith_admin; history:\n{hist}", flush=True)
+    print(f"fenced {victim} by stonith_admin in {took:.1f} s; history:\n{hist}", flush=True)
+    # Told it was fenced, the victim's own Pacemaker stops (fence-reaction=stop).
+    line = cl.wait_stopped_itself(victim)
+    print(f"{victim}'s own Pacemaker stopped: {line}", flush=True)
     cl.rejoin(victim)
     assert nvf(cl.by_name[victim], "write", "--lba", "202").rc == OK
     assert cl.writer_node() == w, "the writer moved although its node was not fenced"
@@ -117,9 +115,11 @@ def test_3_freeze_the_writer_node(cl):
     w, got, hist = freeze_writer(cl)
     print(f"freeze {w}: key removed after {got['key']:.1f} s, first write on {got['writer']} after "
           f"{got['write']:.1f} s; history:\n{hist}", flush=True)
+    print(f"{w} after resuming: {cl.stopped_itself(w, timeout_s=60)}", flush=True)
     cl.set_writer("Stopped")
     res = cl.check_media()
     print(f"media check: {res}", flush=True)
+    assert res["fenced_passes"] >= 1, res
     cl.rejoin(w)
     cl.set_writer("Started")
     cl.wait_writer()
@@ -129,12 +129,12 @@ def test_4_cut_cluster_network_of_the_writer_node(cl):
     w = cl.writer_node()
     h = cl.by_name[w]
     cl.wait_writing(w)
+    others = [x for x in cl.live() if x is not h]
     h.cut("cluster")
     try:
-        assert not h.is_cut          # storage still up
-        wait(lambda: NODE_IDS[w] not in keys_by_node(cl.report(cl.any(exclude=(w,)))), 180,
-             f"{w}'s key to be removed", 0.5)
-        moved = cl.wait_writer(exclude=(w,), timeout_s=180)
+        assert not h.is_cut and "storage" not in h.cut_paths   # storage still up
+        wait(lambda: NODE_IDS[w] not in keys_by_node(cl.report(others[0])), 240, f"{w}'s key to be removed", 0.5)
+        moved = cl.wait_writer(exclude=(w,), timeout_s=240, via=others[0])
         # The node still reaches the device, and the device refuses it.
         assert h.run("dd if=$NVFENCE_DEV of=/dev/null bs=4096 count=1 iflag=direct", timeout_s=60).rc == 0
         assert nvf(h, "write", "--lba", "205").rc == CONFLICT
@@ -144,37 +144,50 @@ def test_4_cut_cluster_network_of_the_writer_node(cl):
     finally:
         h.heal("cluster")
     cl.wait_writing(moved)
+    print(f"{w} after healing: {cl.stopped_itself(w, timeout_s=60)}", flush=True)
     cl.rejoin(w)
 
 
-def test_5_kill_the_writer_node(cl):
-    w = cl.writer_node()
-    cl.wait_writing(w)
-    cl.snapshot()
-    cl.by_name[w].kill()
-    cl.killed.add(w)
-    wait(lambda: NODE_IDS[w] not in keys_by_node(cl.report()), 180, f"{w}'s key to be removed", 0.5)
-    moved = cl.wait_writer(exclude=(w,), timeout_s=180)
-    cl.wait_writing(moved)
-    hist = cl.history()
-    assert fenced_ok(hist, w), hist
-    cl.set_writer("Stopped")
-    res = cl.check_media()
-    print(f"killed {w}: fenced, writer on {moved}; media check of every pass: {res}\nhistory:\n{hist}", flush=True)
-    assert res["passes"] >= 4, res
-
-
-def test_6_fencing_failure_is_a_failure(cl):
-    live = [h.name for h in cl.live()]
-    victim, via = live[-1], cl.by_name[live[0]]
-    cl.lab.target.ns_disable()
+def test_5_monitor_and_validate_catch_wrong_device_and_bad_map(cl):
+    a = cl.any()
+    before = sorted(keys_by_node(cl.report(a)))
+    assert before == [1, 2, 3], before
+    # Through Pacemaker: validate-all of the agent (crm_resource --validate
+    # runs it through the fencer's library).
+    def validate(**params):
+        opts = " ".join(f"--option {shlex.quote(f'{k}={v}')}" for k, v in params.items())
+        return a.run(f"crm_resource --validate --class stonith --agent fence_nvfence {opts}", timeout_s=90)
+    r = validate(devices=cl.dev, node_ids=NODE_MAP)
+    assert r.rc == 0, r
+    for params in ({"devices": "/dev/nvme9n9", "node_ids": NODE_MAP}, {"devices": "/dev/null", "node_ids": NODE_MAP},
+                   {"devices": cl.dev, "node_ids": "b:2;c:3"}, {"devices": cl.dev, "node_ids": "a:1;b:1;c:3"}):
+        r = validate(**params)
+        assert r.rc != 0, (params, r)
+    # A stonith resource with a wrong device, one with a map that lacks a
+    # node whose key is on the device: the cluster runs their start and
+    # monitor, and they fail; the good device keeps running.
+    for rid, dev, nmap in (("nvfence-baddev", "/dev/nvme9n9", NODE_MAP), ("nvfence-badmap", cl.dev, "a:1;b:2")):
+        a.run(f"cibadmin -C -o resources -X {shlex.quote(bad_stonith_xml(rid, dev, nmap))}", timeout_s=60,
+              check=True)
     try:
-        r = via.run(f"stonith_admin --fence {victim} --timeout 40", timeout_s=120)
-        assert r.rc != 0, f"stonith_admin reported success with the namespace gone: {r}"
-        hist = cl.history(via)
-        assert fence_failed(hist, victim), hist
-        print(f"fencing {victim} with the namespace gone: rc {r.rc}; history:\n{hist}", flush=True)
-        r = agent_stdin(cl, "monitor", victim)
-        assert r.rc == 1, r
+        for rid in ("nvfence-baddev", "nvfence-badmap"):
+            fails = wait(lambda: cl.failed_ops(rid, a), 300, f"an operation of {rid} to fail", 2)
+            print(f"{rid}: failed {fails}", flush=True)
+        print(a.run("crm_mon -1 --include=failcounts,operations", timeout_s=60).out, flush=True)
+        r = a.run("crm_resource -O -r nvfence", timeout_s=60)
+        assert re.search(r"nvfence_monitor_10000 .*rc=0", r.out), r.out
     finally:
-        cl.lab.target.ns_enable(wait_hosts=False)
+        for rid in ("nvfence-baddev", "nvfence-badmap"):
+            a.run(f"crm_resource -r {rid} --meta -p target-role -v Stopped; "
+                  f"cibadmin -D -o resources -X '<primitive id=\"{rid}\"/>'; crm_resource -C -r {rid}",
+                  timeout_s=120)
+    # The agent itself, with the fencer's stdin.
+    r = agent_stdin(cl, "monitor", "a", via=a, devices="/dev/nvme9n9")
+    assert r.rc == 1 and "no such device" in r.err, r
+    r = agent_stdin(cl, "monitor", "a", via=a, node_ids="a:1;b:2")   # c's key is in no entry
+    assert r.rc == 1 and "no node_ids entry has" in r.err, r
+    r = agent_stdin(cl, "validate-all", "a", via=a, node_ids="a:1;b:1;c:3")
+    assert r.rc == 1 and "given to two nodes" in r.err, r
+    # Nothing above changed the reservation; the writer still writes.
+    assert sorted(keys_by_node(cl.report(a))) == [1, 2, 3]
+    cl.wait_writing(cl.wait_writer())

@@ -4,8 +4,9 @@ measure_pacemaker.py.
 
 - Corosync 3 (knet, no crypto: the lab's cluster network is private) on the
   cluster network (169.254.100.n), nodeids a=1, b=2, c=3, with the token
-  lowered for the lab (TOKEN_MS, consensus CONSENSUS_MS, no per-node
-  token coefficient) so a failover fits the CI budget.
+  set for the lab (TOKEN_MS, consensus CONSENSUS_MS = 1.2 x token, no
+  per-node token coefficient): long enough for a loaded TCG lab to hold
+  its membership.
 - fence_nvfence as the stonith resource `nvfence` (provides=unfencing,
   node_ids=a:1;b:2;c:3, the host list learnt through the agent's `list`
   action: pcmk_host_check=dynamic-list). Pacemaker looks for agents in
@@ -25,6 +26,7 @@ measure_pacemaker.py.
 """
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -39,8 +41,14 @@ from nvtest import CONFLICT, nvf, stamps
 
 NODE_IDS = {"a": 1, "b": 2, "c": 3}
 NODE_MAP = "a:1;b:2;c:3"
-TOKEN_MS = 3000          # corosync's default for 2 nodes; lowered from 3650 for 3 (token_coefficient 0)
-CONSENSUS_MS = 3600      # 1.2 x token, corosync's own rule
+# Corosync's token (token_coefficient 0) and consensus (1.2 x token, its own
+# rule). Corosync's default for three nodes is 3650 ms; the lab default is
+# 10 s because the loaded TCG lab (load 25+ on 2 cores) cannot hold a
+# membership with 3 s: measured, after 10 min the ring id was 1.182 and
+# the membership held only the local node. NVFENCE_PCMK_TOKEN_MS sets another (the
+# figures of measure_pacemaker.py give the value they ran with).
+TOKEN_MS = int(os.environ.get("NVFENCE_PCMK_TOKEN_MS", "10000"))
+CONSENSUS_MS = TOKEN_MS * 6 // 5
 REGION_START = 8192
 REGION_BLOCKS = 1024
 QD = campaign.QUEUE_DEPTH
@@ -98,6 +106,21 @@ def stonith_xml(dev: str, monitor_s: int = 10) -> str:
             '<meta_attributes id="nvfence-meta">'
             '<nvpair id="nvfence-provides" name="provides" value="unfencing"/></meta_attributes>'
             f'<operations><op id="nvfence-monitor" name="monitor" interval="{monitor_s}s"/></operations>'
+            '</primitive>')
+
+
+def bad_stonith_xml(rid: str, dev: str, node_map: str) -> str:
+    """A second fence_nvfence device, misconfigured (scenario 5): no
+    provides=unfencing, a static host list so the fencer never asks it."""
+    return (f'<primitive id="{rid}" class="stonith" type="fence_nvfence">'
+            f'<instance_attributes id="{rid}-ia">'
+            f'<nvpair id="{rid}-devices" name="devices" value="{dev}"/>'
+            f'<nvpair id="{rid}-node-ids" name="node_ids" value="{node_map}"/>'
+            f'<nvpair id="{rid}-host-list" name="pcmk_host_list" value="a b c"/>'
+            '</instance_attributes>'
+            f'<meta_attributes id="{rid}-meta">'
+            f'<nvpair id="{rid}-threshold" name="migration-threshold" value="1"/></meta_attributes>'
+            f'<operations><op id="{rid}-monitor" name="monitor" interval="10s"/></operations>'
             '</primitive>')
 
 
@@ -234,8 +257,8 @@ class Cluster:
         ks = keys_by_node(self.report())
         return all(NODE_IDS[n] in ks for n in names)
 
-    def wait_writer(self, timeout_s=180, exclude=()):
-        return wait(lambda: (lambda n: n if n and n not in exclude else None)(self.writer_node()), timeout_s,
+    def wait_writer(self, timeout_s=180, exclude=(), via=None):
+        return wait(lambda: (lambda n: n if n and n not in exclude else None)(self.writer_node(via)), timeout_s,
                     f"the writer to run (not on {list(exclude)})", 1)
 
     def wait_writing(self, name, timeout_s=300):
@@ -257,6 +280,74 @@ class Cluster:
                        interval_s=1)
         assert r.rc == 0, h.run("crm_mon -1; corosync-cfgtool -s").out
         wait(lambda: self.unfenced([name]), timeout_s, f"{name} to be unfenced again", 1)
+
+    def stopped_itself(self, name, timeout_s=180) -> str | None:
+        """Pacemaker on `name`, told it was fenced (not rebooted: fabric
+        fencing), stops its own stack (fence-reaction=stop, the default):
+        the controller's journal line saying so, once pacemaker.service has
+        ended within timeout_s; None when it still runs."""
+        h = self.by_name[name]
+        r = h.wait_for("! systemctl -q is-active pacemaker", timeout_s=timeout_s, interval_s=1)
+        if r.rc != 0:
+            return None
+        j = h.journal("pacemaker.service", lines=600)
+        # pacemaker-controld's crit line when it learns its own fencing.
+        m = re.search(r"^.*We were allegedly just fenced.*$", j, re.M)
+        return m.group(0) if m else "pacemaker.service ended: " + (j.strip().splitlines() or ["(no journal)"])[-1]
+
+    def wait_stopped_itself(self, name, timeout_s=180) -> str:
+        line = self.stopped_itself(name, timeout_s)
+        assert line, ("pacemaker still runs on the fenced node", self.by_name[name].journal("pacemaker.service",
+                                                                                            lines=80))
+        return line
+
+    def _history_times(self, what: str, target: str, via=None) -> list:
+        import datetime
+        out = []
+        for line in self.history(via).splitlines():
+            if not re.search(rf"{what} of {target} successful", line):
+                continue
+            m = re.search(r"completed='([^']+)'", line)
+            if not m:
+                continue
+            txt = m.group(1)
+            for fmt in ("%Y-%m-%d %H:%M:%S.%f %z", "%Y-%m-%d %H:%M:%S %z", "%Y-%m-%d %H:%M:%SZ",
+                        "%Y-%m-%d %H:%M:%S.%fZ", "%a %b %d %H:%M:%S %Y"):
+                try:
+                    t = datetime.datetime.strptime(txt, fmt)
+                except ValueError:
+                    continue
+                if t.tzinfo is None:
+                    t = t.replace(tzinfo=datetime.timezone.utc)
+                out.append(t.timestamp())
+                break
+            else:
+                raise AssertionError(f"cannot read the time of: {line}")
+        return out
+
+    def unfenced_at(self, name, via=None) -> float:
+        """When the first unfencing of `name` completed (epoch seconds)."""
+        ts = self._history_times(r"(?:unfencing|\bon)", name, via)
+        assert ts, self.history(via)
+        return min(ts)
+
+    def first_start(self, name) -> float:
+        """When the writer's first pass on `name` started (its index)."""
+        r = self.by_name[name].run(f"grep '^start ' {WRITER_DIR}/index | head -1", timeout_s=30)
+        p = r.out.split()
+        assert len(p) == 4, r
+        return float(p[3])
+
+    def failed_ops(self, rid, via=None) -> list:
+        """The failed operations (start or monitor) crm_mon lists for
+        resource `rid`, as (node, op_key)."""
+        r = (via or self.any()).run("crm_mon -1 --output-as=xml", timeout_s=60)
+        out = []
+        for f in re.findall(r"<failure [^>]*>", r.out):
+            a = dict(re.findall(r'(\w[\w-]*)="([^"]*)"', f))
+            if a.get("op_key", "").startswith(rid + "_"):
+                out.append((a.get("node"), a["op_key"]))
+        return out
 
     def set_writer(self, role: str, timeout_s=180) -> None:
         self.any().run(f"crm_resource -r writer --meta -p target-role -v {role}", timeout_s=60, check=True)
@@ -347,7 +438,7 @@ def unfenced_ok(hist: str, target: str) -> bool:
     return re.search(rf"(?:unfencing|\bon) of {target} successful\b", hist) is not None
 
 
-def _poll_key_and_writer(cl, frozen, t0, timeout_s=180):
+def _poll_key_and_writer(cl, frozen, t0, timeout_s=600):
     """Times (s after t0) when the frozen node's key is gone from the
     device and when a survivor's writer has its first acknowledged write."""
     node = NODE_IDS[frozen.name]
@@ -389,17 +480,23 @@ def _poll_key_and_writer(cl, frozen, t0, timeout_s=180):
 
 def freeze_writer(cl):
     """Freeze the writer's node; returns the figures. The frozen node is
-    resumed, its writes checked, and it rejoins."""
+    resumed and its writes checked; it does not rejoin (Cluster.rejoin)."""
     w = cl.writer_node()
     frozen = cl.by_name[w]
     cl.wait_writing(w)
     t0 = time.monotonic()
     frozen.pause()
+    diag = ""
     try:
         got = _poll_key_and_writer(cl, frozen, t0)
+        if "key" not in got:
+            # What the survivors see while the node is still frozen.
+            s = next(h for h in cl.live() if h is not frozen)
+            diag = s.run("corosync-quorumtool -s; crm_mon -1; journalctl -u corosync -u pacemaker -n 120 --no-pager",
+                         timeout_s=120).out
     finally:
         frozen.resume()
-    assert "key" in got, f"{w}'s key was not removed: {cl.report()}\n{cl.history()}"
+    assert "key" in got, f"{w}'s key was not removed: {cl.report()}\n{cl.history()}\n{diag}"
     assert "write" in got, f"the writer did not write on a survivor: {cl.history()}"
     # Right after resuming: the device refuses the node, whatever it believes.
     assert nvf(frozen, "write", "--lba", "204").rc == CONFLICT
