@@ -347,18 +347,9 @@ def test_fenced_hosts_rejoin_at_once(monkeypatch):
     # were FENCED within 3 s, but the campaign's serial pkill + rejoin, one
     # guest round trip of 5-15 s each, took 75 s of the 147 s "recovery".
     import threading
-    import campaign
-    clock = _Clock()
-    monkeypatch.setattr(campaign, "time", clock)
-    camp = _slow_to_answer_campaign(clock, answer_after_s=0, bound_s=120)
     barrier, cmds = threading.Barrier(3, timeout=10), []
     nodes = [_FencedNode(x, barrier, cmds) for x in "abc"]
-    camp.live = lambda running=True: nodes
-    camp.report = lambda node=None: {"holder": None}
-    camp.states = lambda: {n.name: {"state": "FENCED", "key": "0x0"} for n in nodes}
-    camp.standbys = lambda exclude=(): nodes[:1]
-    camp.takeover = lambda n, how="agent": (0, {"state": "HOLDER"})
-    camp.rng = __import__("random").Random(0)
+    camp = _rejoin_campaign(monkeypatch, nodes, bound_s=120)
     camp.settle()
     assert camp.totals["rejoins"] == 3
     # The writers stop before the rejoin, in the same guest command.
@@ -442,11 +433,11 @@ class _FlakyPathNode(_N):
         return r
 
 
-def _rejoin_campaign(monkeypatch, nodes):
+def _rejoin_campaign(monkeypatch, nodes, bound_s=60):
     import campaign
     clock = _Clock()
     monkeypatch.setattr(campaign, "time", clock)
-    camp = _slow_to_answer_campaign(clock, answer_after_s=0, bound_s=60)
+    camp = _slow_to_answer_campaign(clock, answer_after_s=0, bound_s=bound_s)
     camp.live = lambda running=True: nodes
     camp.report = lambda node=None: {"holder": None}
     camp.states = lambda: {n.name: {"state": "FENCED", "key": "0x0"} for n in nodes}
