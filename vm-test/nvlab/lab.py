@@ -380,8 +380,14 @@ class Host:
                                "(all host identities share one VM); use topology='fabric'")
 
     def pause(self) -> None:
-        """Freeze this host's VM (QMP stop): its clock and I/O stop too."""
+        """Freeze this host's VM (QMP stop): its clock and I/O stop too. On
+        the cluster network, frames to it are dropped while it is frozen, as a
+        switch drops frames to a frozen NIC; the other hosts keep talking."""
         self._need_own_vm("pause")
+        # A stopped guest stops reading its hub socket; once that fills,
+        # QEMU's hub blocks and stalls the segment for every host.
+        if self.lab.hub:
+            self.lab.hub.set_port(self.lab.hosts.index(self), False)
         self.vm.qmp.execute("stop")
         self.vm.paused = True
 
@@ -389,6 +395,8 @@ class Host:
         self._need_own_vm("resume")
         self.vm.qmp.execute("cont")
         self.vm.paused = False
+        if self.lab.hub:
+            self.lab.hub.set_port(self.lab.hosts.index(self), True)
 
     def kill(self) -> None:
         """Kill this host's VM (SIGKILL to QEMU), like pulling the power."""
@@ -821,6 +829,10 @@ class ClusterHub:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def set_port(self, i: int, up: bool) -> None:
+        """Deliver frames to port i (up) or drop them (down)."""
+        self.qmp.execute("set_link", {"name": f"p{i}", "up": up})
 
     def start(self) -> None:
         (self.lab.run_dir / "hub.cmdline").write_text(shlex.join(self.argv) + "\n")
