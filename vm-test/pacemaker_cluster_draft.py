@@ -114,7 +114,8 @@ def test_2_stonith_admin_fence_and_rejoin(cl):
 def test_3_freeze_the_writer_node(cl):
     w, got, hist = freeze_writer(cl)
     print(f"freeze {w}: key removed after {got['key']:.1f} s, first write on {got['writer']} after "
-          f"{got['write']:.1f} s; history:\n{hist}", flush=True)
+          f"{got['write']:.1f} s; after the resume its first write reaching the device was refused "
+          f"({got['refused_after_resume']:.1f} s); history:\n{hist}", flush=True)
     print(f"{w} after resuming: {cl.stopped_itself(w, timeout_s=60)}", flush=True)
     cl.set_writer("Stopped")
     res = cl.check_media()

@@ -37,7 +37,7 @@ from collections import Counter
 
 import campaign
 from nvlab.util import build_dir
-from nvtest import CONFLICT, nvf, stamps
+from nvtest import CONFLICT, OK, nvf, stamps
 
 NODE_IDS = {"a": 1, "b": 2, "c": 3}
 NODE_MAP = "a:1;b:2;c:3"
@@ -478,6 +478,22 @@ def _poll_key_and_writer(cl, frozen, t0, timeout_s=600):
     return out
 
 
+def _first_refused_write(h, lba, timeout_s):
+    """Writes one block every 0.5 s until the device answers; asserts that
+    its answer is Reservation Conflict and that no write succeeded. Returns
+    the seconds until that answer."""
+    t0 = time.monotonic()
+    seen = []
+    while True:
+        r = nvf(h, "write", "--lba", str(lba))
+        seen.append((round(time.monotonic() - t0, 1), r.rc, (r.err or "").strip()[-160:]))
+        assert r.rc != OK, f"{h.name}: a write after the resume succeeded: {seen}"
+        if r.rc == CONFLICT:
+            return time.monotonic() - t0
+        assert time.monotonic() - t0 < timeout_s, f"{h.name}: no write reached the device in {timeout_s} s: {seen}"
+        time.sleep(0.5)
+
+
 def freeze_writer(cl):
     """Freeze the writer's node; returns the figures. The frozen node is
     resumed and its writes checked; it does not rejoin (Cluster.rejoin)."""
@@ -498,8 +514,12 @@ def freeze_writer(cl):
         frozen.resume()
     assert "key" in got, f"{w}'s key was not removed: {cl.report()}\n{cl.history()}\n{diag}"
     assert "write" in got, f"the writer did not write on a survivor: {cl.history()}"
-    # Right after resuming: the device refuses the node, whatever it believes.
-    assert nvf(frozen, "write", "--lba", "204").rc == CONFLICT
+    # After resuming: the device refuses the node, whatever it believes. Its
+    # NVMe/TCP controller may first have to reconnect (the target dropped it
+    # at keep-alive timeout while the VM was stopped): until then a write
+    # fails on the path; none may succeed.
+    refused_after_s = _first_refused_write(frozen, lba=204, timeout_s=90)
+    got["refused_after_resume"] = refused_after_s
     cl.sync_clock(frozen)
     # Its writer's pass, frozen mid-flight, ends fenced.
     frozen.wait_for("grep -q '^end ' /var/lib/nvwriter/index && "
