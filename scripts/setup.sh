@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(
   # build
-  cmake ninja-build g++ pkg-config
+  cmake ninja-build g++ pkg-config ccache
   libnvme-dev libjson-c-dev liburing-dev libspdlog-dev libcli11-dev libgtest-dev
   # fuzzers (libFuzzer runtime of clang-14)
   clang-14 libclang-rt-14-dev

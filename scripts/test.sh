@@ -15,6 +15,12 @@ step() { printf '\n=== %s (%ds)\n' "$*" $(( $(date +%s) - start )); }
 step "setup"
 scripts/setup.sh
 
+# The three builds (plain, ASan, fuzz) go through ccache: a second run of
+# this script, in any clone, recompiles only what changed. Paths are made
+# relative to the clone so that clones in other directories share entries.
+export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_C_COMPILER_LAUNCHER=ccache
+export CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=true
+
 step "build (warnings are errors)"
 cmake -S . -B build -G Ninja -DNVFENCE_WERROR=ON >/dev/null
 cmake --build build -j "$jobs"
@@ -35,4 +41,5 @@ tests/fuzz/run.sh "${NVFENCE_FUZZ_SECONDS:-10}"
 step "lab tests (QEMU, kernel nvmet reservations)"
 NVFENCE_BUILD_DIR="$root/build" ctest --test-dir build -L vm --output-on-failure -j 2
 
+ccache --show-stats 2>/dev/null | grep -E '^(Cacheable calls|  Hits|  Misses)' || true
 step "all tests passed"
