@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import nvlab  # noqa: E402
 from nvtest import reset  # noqa: E402
-from pacemaker_lab import NO_ETCD, Cluster, freeze_writer  # noqa: E402
+from pacemaker_lab import NO_ETCD, STEPS, Cluster, fence_steps, freeze_writer  # noqa: E402
 
 
 def measure(cl, rounds: int) -> dict:
@@ -35,7 +35,7 @@ def measure(cl, rounds: int) -> dict:
     token = cl.cmap("runtime.config.totem.token")
     consensus = cl.cmap("runtime.config.totem.consensus")
     loads = []
-    keys, writes = [], []
+    keys, writes, steps = [], [], []
     for i in range(rounds):
         loads.append(os.getloadavg()[0])
         w, got, _ = freeze_writer(cl)
@@ -43,6 +43,15 @@ def measure(cl, rounds: int) -> dict:
         writes.append(got["write"])
         print(f"round {i + 1}: froze {w}: key removed {got['key']:.2f} s, first write on {got['writer']} "
               f"{got['write']:.2f} s (load {loads[-1]:.1f})", flush=True)
+        survivor = cl.by_name[got["writer"]]
+        st, lines = fence_steps(survivor, w, got["freeze_wall"], got["freeze_wall"] + got["write"])
+        st["key removed"] = got["key"]
+        st["first write"] = got["write"]
+        steps.append(st)
+        print(f"round {i + 1}: on {survivor.name}'s journal (s after the freeze): "
+              + ", ".join(f"{k} {v:.2f}" for k, v in st.items()), flush=True)
+        for line in lines:
+            print(f"    {line}", flush=True)
         print(f"round {i + 1}: {w} after resuming: {cl.stopped_itself(w, timeout_s=60)}", flush=True)
         cl.set_writer("Stopped")
         res = cl.check_media()
@@ -61,7 +70,25 @@ def measure(cl, rounds: int) -> dict:
     print(f"| freeze -> survivor's first acknowledged write | {', '.join(f'{k:.2f}' for k in writes)} | "
           f"**{statistics.median(writes):.2f} s** |")
     print(f"| key removed minus token + consensus | | {statistics.median(keys) - detect:+.2f} s |", flush=True)
-    return {"token_ms": token, "consensus_ms": consensus, "keys": keys, "writes": writes, "loads": loads}
+    # The split, from a survivor's journal: corosync's detection,
+    # Pacemaker's decision, the fence agent's run, the writer's start.
+    names = [n for n, _ in STEPS] + ["key removed", "first write"]
+    print("\n| step (s after the freeze) | rounds | median |")
+    print("|---|---|---|")
+    for n in names:
+        vals = [st[n] for st in steps if n in st]
+        if vals:
+            print(f"| {n} | {', '.join(f'{v:.2f}' for v in vals)} | **{statistics.median(vals):.2f}** |")
+    pairs = (("fencing requested", "agent done", "the fence: request to the agent's success"),
+             ("membership without it", "fencing requested", "Pacemaker: new membership to the request"),
+             ("fencing requested", "key removed", "request to the key gone from the device"))
+    for a, b, what in pairs:
+        d = [st[b] - st[a] for st in steps if a in st and b in st]
+        if d:
+            print(f"| {what} | {', '.join(f'{v:.2f}' for v in d)} | **{statistics.median(d):.2f}** |")
+    print(flush=True)
+    return {"token_ms": token, "consensus_ms": consensus, "keys": keys, "writes": writes, "loads": loads,
+            "steps": steps}
 
 
 def main() -> int:

@@ -22,8 +22,8 @@ import pytest
 
 import nvlab
 from nvtest import CONFLICT, OK, nvf, reset
-from pacemaker_lab import (NO_ETCD, NODE_IDS, NODE_MAP, Cluster, bad_stonith_xml, fenced_ok, freeze_writer,
-                           keys_by_node, unfenced_ok, wait)
+from pacemaker_lab import (NO_ETCD, NODE_IDS, NODE_MAP, Cluster, bad_stonith_xml, fence_steps, fenced_ok,
+                           freeze_writer, keys_by_node, unfenced_ok, wait)
 
 T0 = time.monotonic()
 
@@ -42,6 +42,14 @@ def cl():
         print(f"cluster configured at {time.monotonic() - T0:.0f} s", flush=True)
         yield c
         print(f"test_pacemaker_cluster: {time.monotonic() - T0:.0f} s in all", flush=True)
+
+
+@pytest.fixture(autouse=True)
+def health_after(cl, request):
+    t = time.monotonic()
+    yield
+    print(f"\n[{request.node.name}: {time.monotonic() - t:.0f} s; at {time.monotonic() - T0:.0f} s]\n"
+          f"{cl.health()}", flush=True)
 
 
 def agent_stdin(cl, action, target, via=None, **over):
@@ -116,6 +124,8 @@ def test_3_freeze_the_writer_node(cl):
     print(f"freeze {w}: key removed after {got['key']:.1f} s, first write on {got['writer']} after "
           f"{got['write']:.1f} s; after the resume its first write reaching the device was refused "
           f"({got['refused_after_resume']:.1f} s); history:\n{hist}", flush=True)
+    steps, lines = fence_steps(cl.by_name[got["writer"]], w, got["freeze_wall"], got["freeze_wall"] + got["write"])
+    print("survivor's journal, s after the freeze: " + ", ".join(f"{k} {v:.1f}" for k, v in steps.items()), flush=True)
     print(f"{w} after resuming: {cl.stopped_itself(w, timeout_s=60)}", flush=True)
     cl.set_writer("Stopped")
     res = cl.check_media()
@@ -124,29 +134,6 @@ def test_3_freeze_the_writer_node(cl):
     cl.rejoin(w)
     cl.set_writer("Started")
     cl.wait_writer()
-
-
-def test_4_cut_cluster_network_of_the_writer_node(cl):
-    w = cl.writer_node()
-    h = cl.by_name[w]
-    cl.wait_writing(w)
-    others = [x for x in cl.live() if x is not h]
-    h.cut("cluster")
-    try:
-        assert not h.is_cut and "storage" not in h.cut_paths   # storage still up
-        wait(lambda: NODE_IDS[w] not in keys_by_node(cl.report(others[0])), 240, f"{w}'s key to be removed", 0.5)
-        moved = cl.wait_writer(exclude=(w,), timeout_s=240, via=others[0])
-        # The node still reaches the device, and the device refuses it.
-        assert h.run("dd if=$NVFENCE_DEV of=/dev/null bs=4096 count=1 iflag=direct", timeout_s=60).rc == 0
-        assert nvf(h, "write", "--lba", "205").rc == CONFLICT
-        hist = cl.history(cl.by_name[moved])
-        assert fenced_ok(hist, w), hist
-        print(f"cut {w}'s cluster network: fenced, writer on {moved}; history:\n{hist}", flush=True)
-    finally:
-        h.heal("cluster")
-    cl.wait_writing(moved)
-    print(f"{w} after healing: {cl.stopped_itself(w, timeout_s=60)}", flush=True)
-    cl.rejoin(w)
 
 
 def test_5_monitor_and_validate_catch_wrong_device_and_bad_map(cl):
@@ -192,3 +179,37 @@ def test_5_monitor_and_validate_catch_wrong_device_and_bad_map(cl):
     # Nothing above changed the reservation; the writer still writes.
     assert sorted(keys_by_node(cl.report(a))) == [1, 2, 3]
     cl.wait_writing(cl.wait_writer())
+
+
+# Scenario 4 runs last: after the heal, the cut node's stale partition meets
+# the cluster again (see the rejoin below), the one step that touches the
+# survivors' stacks.
+def test_4_cut_cluster_network_of_the_writer_node(cl):
+    w = cl.writer_node()
+    h = cl.by_name[w]
+    cl.wait_writing(w)
+    others = [x for x in cl.live() if x is not h]
+    h.cut("cluster")
+    try:
+        assert not h.is_cut and "storage" not in h.cut_paths   # storage still up
+        wait(lambda: NODE_IDS[w] not in keys_by_node(cl.report(others[0])), 240, f"{w}'s key to be removed", 0.5)
+        moved = cl.wait_writer(exclude=(w,), timeout_s=240, via=others[0])
+        # The node still reaches the device, and the device refuses it.
+        assert h.run("dd if=$NVFENCE_DEV of=/dev/null bs=4096 count=1 iflag=direct", timeout_s=60).rc == 0
+        assert nvf(h, "write", "--lba", "205").rc == CONFLICT
+        hist = cl.history(cl.by_name[moved])
+        assert fenced_ok(hist, w), hist
+        print(f"cut {w}'s cluster network: fenced, writer on {moved}; history:\n{hist}", flush=True)
+    finally:
+        h.heal("cluster")
+    cl.wait_writing(moved)
+    print(f"{w} after healing: {cl.stopped_itself(w, timeout_s=60)}", flush=True)
+    diag = ("systemctl is-active corosync pacemaker; journalctl -b -u corosync -u pacemaker --no-pager -o short-monotonic"
+            " | grep -E 'allegedly|shut down|Shutting|fatal|FATAL|error|Membership|membership' | tail -25")
+    for x in cl.live():
+        print(f"--- {x.name} after the heal:\n{x.run(diag, timeout_s=60).out}", flush=True)
+    try:
+        cl.rejoin(w)
+    finally:
+        for x in cl.live():
+            print(f"--- {x.name} after the rejoin:\n{x.run(diag, timeout_s=60).out}", flush=True)

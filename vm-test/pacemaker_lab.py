@@ -249,9 +249,17 @@ class Cluster:
         from nvtest import report
         return report(via or self.any())
 
-    def history(self, via=None) -> str:
+    def history(self, via=None, attempts=5) -> str:
+        """The fencer's history (`stonith_admin --history`). The fencer can
+        fail the query while it is busy with a membership change: asked
+        again, up to `attempts` times."""
         h = via or self.any()
-        return h.run("stonith_admin --history '*' --verbose", timeout_s=60).out
+        for _ in range(attempts):
+            r = h.run("stonith_admin --history '*' --verbose", timeout_s=60)
+            if r.rc == 0 and "events found" in r.out:
+                return r.out
+            time.sleep(2)
+        return f"(no fencing history from {h.name}: rc {r.rc}, {r.out.strip()} {r.err.strip()})"
 
     def unfenced(self, names) -> bool:
         ks = keys_by_node(self.report())
@@ -268,6 +276,21 @@ class Cluster:
                        f"grep -q '^C .* ok' $f", timeout_s=timeout_s, interval_s=0.2)
         assert r.rc == 0, (name, h.run(f"tail -5 {WRITER_DIR}/index; systemctl status nvwriter --no-pager").out)
 
+    def health(self) -> str:
+        """Each live node's cluster stack and what its journal says about
+        fencing and membership: printed after every scenario and on a
+        failed rejoin."""
+        cmd = ("echo \"stack: $(systemctl is-active corosync) $(systemctl is-active pacemaker)\"; "
+               "journalctl -b -o short-unix --no-pager -u corosync -u pacemaker | grep -E "
+               "'allegedly|Unfencing|unfenc|Requesting fencing|Operation .(on|off|reboot|monitor).|terminated|"
+               "Shutting|shut down|fatal|FATAL|crit:|error:|Members left|Members joined|wants to fence|"
+               "not part of|Node .* state is now lost|Stopping .*writer|Starting .*writer|Recover|Move ' | tail -40")
+        out = []
+        for h in self.live():
+            r = h.run(cmd, timeout_s=120)
+            out.append(f"--- {h.name}\n{r.out}{r.err}")
+        return "\n".join(out)
+
     def rejoin(self, name, timeout_s=400) -> None:
         """A node that was fenced at the storage (not rebooted: its
         pacemaker stopped itself on learning so) rejoins: the cluster stack
@@ -278,7 +301,7 @@ class Cluster:
         names = " ".join(sorted(x.name for x in self.live()))
         r = h.wait_for(f"crm_mon -1 2>/dev/null | grep -q 'Online: \\[ {names} \\]'", timeout_s=timeout_s,
                        interval_s=1)
-        assert r.rc == 0, h.run("crm_mon -1; corosync-cfgtool -s").out
+        assert r.rc == 0, h.run("crm_mon -1; corosync-cfgtool -s").out + "\n" + self.health()
         wait(lambda: self.unfenced([name]), timeout_s, f"{name} to be unfenced again", 1)
 
     def stopped_itself(self, name, timeout_s=180) -> str | None:
@@ -501,6 +524,7 @@ def freeze_writer(cl):
     frozen = cl.by_name[w]
     cl.wait_writing(w)
     t0 = time.monotonic()
+    wall0 = time.time()
     frozen.pause()
     diag = ""
     try:
@@ -520,6 +544,7 @@ def freeze_writer(cl):
     # fails on the path; none may succeed.
     refused_after_s = _first_refused_write(frozen, lba=204, timeout_s=90)
     got["refused_after_resume"] = refused_after_s
+    got["freeze_wall"] = wall0
     cl.sync_clock(frozen)
     # Its writer's pass, frozen mid-flight, ends fenced.
     frozen.wait_for("grep -q '^end ' /var/lib/nvwriter/index && "
@@ -530,3 +555,34 @@ def freeze_writer(cl):
     hist = cl.history()
     assert fenced_ok(hist, w), hist
     return w, got, hist
+
+
+# What a survivor's journal says between a freeze and the fencing, each
+# line's pattern with the step it marks (corosync 3.1.7, pacemaker 2.1.5).
+STEPS = (("token lost", r"corosync\[.*A processor failed, forming new configuration"),
+         ("membership without it", r"corosync\[.*A new membership .* was formed\. Members left"),
+         ("fencing requested", r"pacemaker-controld\[.*Requesting fencing \(\w+\) targeting node {node}\b"),
+         ("agent done", r"pacemaker-fenced\[.*Operation '\w+' \[\d+\] (targeting|for host '){node}"),
+         ("fencing confirmed", r"pacemaker-controld\[.*Peer {node} was (terminated|fenced)"))
+
+
+def fence_steps(h, victim, since_wall, until_wall):
+    """Seconds after since_wall at which h's journal shows each STEPS entry
+    (first match in the window; guests' clocks set from the host's), and
+    the matching lines."""
+    r = h.run(f"journalctl -o short-unix --no-pager --since @{since_wall - 2:.0f} --until @{until_wall + 2:.0f} "
+              f"-u corosync -u pacemaker", timeout_s=120)
+    out, lines = {}, []
+    for name, pat in STEPS:
+        rx = re.compile(pat.format(node=re.escape(victim)))
+        for line in r.out.splitlines():
+            if rx.search(line):
+                try:
+                    t = float(line.split()[0]) - since_wall
+                except ValueError:
+                    continue
+                if t >= -1:
+                    out[name] = t
+                    lines.append(line)
+                    break
+    return out, lines
