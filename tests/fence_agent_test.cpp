@@ -464,13 +464,32 @@ TEST(FenceAgentActions, OffWithoutReservationTakesOne) {
     EXPECT_FALSE(c.registered(2));
     EXPECT_EQ(c.t.type, ResvType::write_exclusive_reg_only);
     EXPECT_TRUE(c.t.is_holder(make_host(1)));
-    // Victim not registered and no reservation at all: the fencer registers and reserves.
+    // Nobody registered and no reservation at all: a fencer that was never
+    // unfenced does not register itself (only 'on' does), so it cannot
+    // fence: the action fails and nothing is sent.
     Cluster e;
-    std::string out;
-    ASSERT_EQ(e.run("n1", kMap + "action=off\nplug=n2", &out), kExitOk) << e.all_logs();
-    EXPECT_EQ(out, "Success: Powered OFF\n");
-    EXPECT_TRUE(e.t.is_holder(make_host(1)));
-    EXPECT_EQ(e.t.type, ResvType::write_exclusive_reg_only);
+    const size_t before = e.t.state_commands();
+    EXPECT_EQ(e.run("n1", kMap + "action=off\nplug=n2"), kExitError);
+    EXPECT_TRUE(e.logged("not registered")) << e.all_logs();
+    EXPECT_EQ(e.t.state_commands(), before);
+}
+
+// Found by the Pacemaker lab: a node frozen past the token was fenced;
+// resumed, its stale Pacemaker rejoined the membership, became DC and had
+// the healthy nodes fenced, its own fence_nvfence re-registering it to
+// preempt them. A fenced node must not be able to fence anyone.
+TEST(FenceAgentActions, AFencedNodeCannotFenceOthers) {
+    Cluster c;
+    unfence_all(c);
+    ASSERT_EQ(c.run("n2", kMap + "action=off\nplug=n1"), kExitOk) << c.all_logs();
+    ASSERT_FALSE(c.registered(1));
+    const size_t before = c.t.state_commands();
+    EXPECT_EQ(c.run("n1", kMap + "action=off\nplug=n3"), kExitError);
+    EXPECT_TRUE(c.logged("not registered")) << c.all_logs();
+    EXPECT_EQ(c.t.state_commands(), before);  // nothing sent
+    EXPECT_FALSE(c.registered(1));
+    EXPECT_TRUE(c.registered(3));
+    EXPECT_TRUE(c.t.is_holder(make_host(2)));
 }
 
 TEST(FenceAgentActions, OffOfAnUnknownNodeFails) {

@@ -255,7 +255,7 @@ int action_on(const Ctx& c) {
 
 enum class OffResult { already_off, fenced, refused, failed };
 
-OffResult off_device(const Ctx& c, Device& d, uint8_t victim, std::optional<uint8_t> local) {
+OffResult off_device(const Ctx& c, Device& d, uint8_t victim) {
     const ResvType type = resv_type_for(c.o.mode);
     std::optional<std::string> sock;
     bool looked_for_agent = false;
@@ -299,29 +299,17 @@ OffResult off_device(const Ctx& c, Device& d, uint8_t victim, std::optional<uint
                 changed = true;
             }
         } else {
-            uint64_t mykey = me ? me->key : 0;
             if (!me) {
-                // Preempting needs a registration of our own.
-                if (!local) {
-                    c.error(d.path() + ": this host is not registered and its node id is unknown, so it cannot "
-                            "preempt (give node_ids with this node, or run corosync)");
-                    return OffResult::failed;
-                }
-                EpochStore store(c.o.state_dir, d.volume());
-                FenceOptions fo;
-                fo.tag = c.o.tag;
-                fo.node = *local;
-                fo.type = type;
-                Fence f(d.resv(), d.host_id(), fo, &store);
-                auto j = f.join(std::nullopt, false);
-                if (!j) {
-                    c.error(d.path() + ": registering this host (node " + std::to_string(*local) +
-                            ") to preempt failed: " + j.error().message());
-                    return OffResult::failed;
-                }
-                mykey = j->key;
-                c.info(d.path() + ": registered this host with " + key_words(mykey) + " to preempt");
+                // Only 'on' registers. A host without a key here was fenced
+                // (or never unfenced): were it to register in order to
+                // preempt, a fenced node whose stale cluster stack rejoins
+                // could fence the healthy nodes. The fencer tries another
+                // node.
+                c.error(d.path() + ": this host is not registered (fenced, or never unfenced), so it cannot fence "
+                        "node " + std::to_string(victim) + ": only 'on' registers a node");
+                return OffResult::failed;
             }
+            const uint64_t mykey = me->key;
             for (uint64_t k : victims) {
                 AcquireArgs a;
                 a.action = AcquireAction::preempt_and_abort;
@@ -393,7 +381,7 @@ int action_off(const Ctx& c) {
             ++failed;
             continue;
         }
-        switch (off_device(c, *d, *victim, local)) {
+        switch (off_device(c, *d, *victim)) {
         case OffResult::already_off: break;
         case OffResult::fenced: any_change = true; break;
         case OffResult::refused: return kExitError;
