@@ -124,7 +124,8 @@ def test_3_freeze_the_writer_node(cl):
     print(f"freeze {w}: key removed after {got['key']:.1f} s, first write on {got['writer']} after "
           f"{got['write']:.1f} s; after the resume its first write reaching the device was refused "
           f"({got['refused_after_resume']:.1f} s); history:\n{hist}", flush=True)
-    steps, lines = fence_steps(cl.by_name[got["writer"]], w, got["freeze_wall"], got["freeze_wall"] + got["write"])
+    steps, lines = fence_steps([h for h in cl.live() if h.name != w], w, got["freeze_wall"],
+                               got["freeze_wall"] + got["write"])
     print("survivor's journal, s after the freeze: " + ", ".join(f"{k} {v:.1f}" for k, v in steps.items()), flush=True)
     print(f"{w} after resuming: {cl.stopped_itself(w, timeout_s=60)}", flush=True)
     cl.set_writer("Stopped")

@@ -560,29 +560,34 @@ def freeze_writer(cl):
 # What a survivor's journal says between a freeze and the fencing, each
 # line's pattern with the step it marks (corosync 3.1.7, pacemaker 2.1.5).
 STEPS = (("token lost", r"corosync\[.*A processor failed, forming new configuration"),
-         ("membership without it", r"corosync\[.*A new membership .* was formed\. Members left"),
-         ("fencing requested", r"pacemaker-controld\[.*Requesting fencing \(\w+\) targeting node {node}\b"),
-         ("agent done", r"pacemaker-fenced\[.*Operation '\w+' \[\d+\] (targeting|for host '){node}"),
+         ("membership without it", r"corosync\[.*A new membership .* was formed\. Members left: (\d+ )*{nid}\b"),
+         ("fencing requested", r"pacemaker-fenced\[.*Client pacemaker-controld\S* wants to fence \((reboot|off)\) {node} "),
+         ("agent done", r"pacemaker-fenced\[.*Operation '(reboot|off)' targeting {node} by \S+ for .*: OK"),
          ("fencing confirmed", r"pacemaker-controld\[.*Peer {node} was (terminated|fenced)"))
 
 
-def fence_steps(h, victim, since_wall, until_wall):
-    """Seconds after since_wall at which h's journal shows each STEPS entry
-    (first match in the window; guests' clocks set from the host's), and
-    the matching lines."""
-    r = h.run(f"journalctl -o short-unix --no-pager --since @{since_wall - 2:.0f} --until @{until_wall + 2:.0f} "
-              f"-u corosync -u pacemaker", timeout_s=120)
+def fence_steps(hosts, victim, since_wall, until_wall):
+    """Seconds after since_wall at which the survivors' journals (merged:
+    only the DC logs the request) first show each STEPS entry (guests'
+    clocks are set from the host's), and the matching lines."""
+    text = []
+    for h in hosts:
+        r = h.run(f"journalctl -o short-unix --no-pager --since @{since_wall - 2:.0f} --until @{until_wall + 2:.0f} "
+                  f"-u corosync -u pacemaker", timeout_s=120)
+        text += r.out.splitlines()
     out, lines = {}, []
     for name, pat in STEPS:
-        rx = re.compile(pat.format(node=re.escape(victim)))
-        for line in r.out.splitlines():
+        rx = re.compile(pat.format(node=re.escape(victim), nid=NODE_IDS[victim]))
+        hits = []
+        for line in text:
             if rx.search(line):
                 try:
-                    t = float(line.split()[0]) - since_wall
+                    hits.append((float(line.split()[0]) - since_wall, line))
                 except ValueError:
                     continue
-                if t >= -1:
-                    out[name] = t
-                    lines.append(line)
-                    break
+        hits = [x for x in hits if x[0] >= -1]
+        if hits:
+            t, line = min(hits)
+            out[name] = t
+            lines.append(line)
     return out, lines
