@@ -541,6 +541,21 @@ TEST(FenceAgentActions, MonitorAndValidateCatchABadMap) {
     EXPECT_TRUE(c.logged("given to two nodes"));
 }
 
+// Found by the Pacemaker lab: Pacemaker's validation (stonith_admin
+// --validate, crm_resource --validate) runs validate-all with a placeholder
+// target, "node1", whatever the cluster's nodes are called.
+TEST(FenceAgentActions, ValidateAllIgnoresPacemakersPlaceholderTarget) {
+    Cluster c;
+    unfence_all(c);
+    EXPECT_EQ(c.run("n1", kMap + "action=validate-all\nport=node1\nnodename=n1"), kExitOk) << c.all_logs();
+    EXPECT_TRUE(c.logged("node1")) << c.all_logs();
+    // A bad map or device still fails, whatever the target.
+    EXPECT_EQ(c.run("n1", "devices=/dev/nvme1n1\nnode_ids=n1:1;n2:1\naction=validate-all\nport=node1\nnodename=n1"),
+              kExitError);
+    EXPECT_EQ(c.run("n1", "devices=/dev/missing\nnode_ids=n1:1;n2:2\naction=validate-all\nport=node1\nnodename=n1"),
+              kExitError);
+}
+
 TEST(FenceAgentActions, ListAndCorosyncNodeIds) {
     Cluster c;
     std::string out;
