@@ -100,6 +100,7 @@ def main() -> int:
         reset(lab)
         cl = Cluster(lab)
         cl.install()
+        cl.start_watchers()
         cl.start_stack()
         cl.configure()
         measure(cl, rounds)

@@ -37,6 +37,7 @@ def cl():
         reset(lab)
         c = Cluster(lab)
         c.install()
+        c.start_watchers()
         c.start_stack()
         c.configure()
         print(f"cluster configured at {time.monotonic() - T0:.0f} s", flush=True)
@@ -123,7 +124,7 @@ def test_3_freeze_the_writer_node(cl):
     w, got, hist = freeze_writer(cl)
     print(f"freeze {w}: key removed after {got['key']:.1f} s, first write on {got['writer']} after "
           f"{got['write']:.1f} s; after the resume its first write reaching the device was refused "
-          f"({got['refused_after_resume']:.1f} s); history:\n{hist}", flush=True)
+          f"({got['refused_after_resume']:.1f} s); its pass in flight: {got['frozen_pass']}; history:\n{hist}", flush=True)
     steps, lines = fence_steps([h for h in cl.live() if h.name != w], w, got["freeze_wall"],
                                got["freeze_wall"] + got["write"])
     print("survivor's journal, s after the freeze: " + ", ".join(f"{k} {v:.1f}" for k, v in steps.items()), flush=True)
@@ -141,11 +142,11 @@ def test_5_monitor_and_validate_catch_wrong_device_and_bad_map(cl):
     a = cl.any()
     before = sorted(keys_by_node(cl.report(a)))
     assert before == [1, 2, 3], before
-    # Through Pacemaker: validate-all of the agent (crm_resource --validate
+    # Through Pacemaker: validate-all of the agent (stonith_admin --validate
     # runs it through the fencer's library).
     def validate(**params):
         opts = " ".join(f"--option {shlex.quote(f'{k}={v}')}" for k, v in params.items())
-        return a.run(f"crm_resource --validate --class stonith --agent fence_nvfence {opts}", timeout_s=90)
+        return a.run(f"stonith_admin --validate --agent fence_nvfence {opts} --timeout 60", timeout_s=90)
     r = validate(devices=cl.dev, node_ids=NODE_MAP)
     assert r.rc == 0, r
     for params in ({"devices": "/dev/nvme9n9", "node_ids": NODE_MAP}, {"devices": "/dev/null", "node_ids": NODE_MAP},
