@@ -1,18 +1,20 @@
-"""DRAFT, NOT YET PASSING (not collected by CTest): issue 15's scenarios
-1-5 in one lab; rename it to test_pacemaker_cluster.py (CTest
-vm_pacemaker_cluster, already RUN_SERIAL) once it passes reliably.
-Scenarios 1-2 passed in one run; a second run never formed the ring.
+"""Issue 15's five scenarios in one real Corosync/Pacemaker cluster: three
+systemd host VMs (Debian 12's corosync, pacemaker), knet on the cluster
+network, a stonith resource fence_nvfence with provides=unfencing, a writer
+resource (systemd:nvwriter) that requires unfencing, and nvfenced on every
+node as its watcher (pacemaker_lab.Cluster.start_watchers; docs/PACEMAKER.md).
 
-State (2026-12-01, load average 25-30 on the 2-core machine, corosync
-token 10000 ms / consensus 12000 ms): scenarios 1 and 2 passed; in 3 the
-writer's node b was frozen at 02:31 and within 180 s neither was its key
-removed nor was any fencing of b requested (`stonith_admin --history`
-lists none; `crm_resource --locate` kept answering b). Not yet known
-whether corosync on a and c formed the new membership (look at
-`corosync-quorumtool -s` and `journalctl -u corosync -u pacemaker` on a
-survivor during the freeze first), or whether the cluster network hub
-(one QEMU process, vm-test/nvlab/lab.py ClusterHub) stalls while one of
-its ports is a paused VM. 4 and 5 were not run.
+1. start: every node unfenced (3 keys) before the writer starts;
+2. `stonith_admin --fence`: the node's key gone, its writes refused; it
+   rejoins with a new key;
+3. the writer's node frozen (QMP stop): fenced through fence_nvfence, the
+   writer restarts on a survivor, the frozen node resumes, its writes are
+   refused and its watcher takes it out of the membership; media check;
+5. `monitor` and `validate-all` (through Pacemaker and with the fencer's
+   stdin) catch a wrong device and a bad map;
+4. (last) only the writer node's cluster network cut, storage up: fenced at
+   the device although it still reaches it.
+After every scenario each node's stack and fencing log are printed.
 """
 import re
 import shlex
