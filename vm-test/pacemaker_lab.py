@@ -346,6 +346,16 @@ class Cluster:
         m = re.search(r"^.*We were allegedly just fenced.*$", j, re.M)
         return m.group(0) if m else "pacemaker.service ended: " + (j.strip().splitlines() or ["(no journal)"])[-1]
 
+    def watcher_fenced(self, name, since_wall, timeout_s=120) -> str | None:
+        """The journal line of nvfenced on `name` saying it ran its fence
+        action (after since_wall), once it is there within timeout_s; None
+        when it is not."""
+        h = self.by_name[name]
+        cmd = (f"journalctl -o short-unix --no-pager --since @{since_wall - 1:.0f} -u 'nvfenced@*' "
+               "| grep -m1 \"fence action: running\"")
+        r = h.wait_for(cmd, timeout_s=timeout_s, interval_s=1)
+        return r.out.strip() if r.rc == 0 else None
+
     def wait_stopped_itself(self, name, timeout_s=180) -> str:
         line = self.stopped_itself(name, timeout_s)
         assert line, ("pacemaker still runs on the fenced node", self.by_name[name].journal("pacemaker.service",
