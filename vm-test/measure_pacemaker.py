@@ -15,7 +15,11 @@ then resumes the node (its next write must be refused), checks the media
 and lets it rejoin. Printed beside corosync's token and consensus as the
 running cluster reports them (corosync-cmapctl runtime.config.totem.*).
 
-Usage: /usr/bin/python3 vm-test/measure_pacemaker.py [ROUNDS]   (default 5)
+Usage: /usr/bin/python3 vm-test/measure_pacemaker.py [ROUNDS] [--host-check both|dynamic|static]
+ROUNDS defaults to 5, the host check to static (the lab's setting); with
+`both` the same cluster is measured with dynamic-list and then with
+static-list (pcmk_host_list, as docs/PACEMAKER.md's pcs example), ROUNDS
+each, side by side.
 """
 import os
 import statistics
@@ -29,7 +33,7 @@ from nvtest import reset  # noqa: E402
 from pacemaker_lab import NO_ETCD, STEPS, Cluster, fence_steps, freeze_writer  # noqa: E402
 
 
-def measure(cl, rounds: int) -> dict:
+def measure(cl, rounds: int, label: str = "") -> dict:
     """The rounds on a configured cluster; prints the table, returns the figures."""
     cl.wait_writer(timeout_s=600)
     token = cl.cmap("runtime.config.totem.token")
@@ -61,7 +65,7 @@ def measure(cl, rounds: int) -> dict:
         cl.set_writer("Started")
         cl.wait_writer()
     detect = (token + consensus) / 1000
-    print(f"\ncorosync: token {token} ms, consensus {consensus} ms (detection {detect:.1f} s); "
+    print(f"\n{label}corosync: token {token} ms, consensus {consensus} ms (detection {detect:.1f} s); "
           f"load average (1 min) at each round's start {', '.join(f'{x:.1f}' for x in loads)}; {rounds} rounds")
     print("| what | rounds (s) | median |")
     print("|---|---|---|")
@@ -81,6 +85,7 @@ def measure(cl, rounds: int) -> dict:
             print(f"| {n} | {', '.join(f'{v:.2f}' for v in vals)} | **{statistics.median(vals):.2f}** |")
     pairs = (("fencing requested", "agent done", "the fence: request to the agent's success"),
              ("membership without it", "fencing requested", "Pacemaker: new membership to the request"),
+             ("membership without it", "transition calculated", "Pacemaker: new membership to its scheduler's transition"),
              ("fencing requested", "key removed", "request to the key gone from the device"))
     for a, b, what in pairs:
         d = [st[b] - st[a] for st in steps if a in st and b in st]
@@ -92,7 +97,16 @@ def measure(cl, rounds: int) -> dict:
 
 
 def main() -> int:
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    args = sys.argv[1:]
+    check = "static"
+    if "--host-check" in args:
+        i = args.index("--host-check")
+        check = args[i + 1]
+        del args[i:i + 2]
+    if check not in ("both", "dynamic", "static"):
+        print(f"measure_pacemaker: --host-check must be both, dynamic or static, not {check!r}", file=sys.stderr)
+        return 2
+    rounds = int(args[0]) if args else 5
     t0 = time.monotonic()
     with nvlab.Lab(hosts=3, topology="fabric", flavour="systemd", packages=list(nvlab.CLUSTER_PACKAGES),
                    cluster_net=True, memory_mb=1024, boot_timeout_s=900,
@@ -103,7 +117,9 @@ def main() -> int:
         cl.start_watchers()
         cl.start_stack()
         cl.configure()
-        measure(cl, rounds)
+        for mode in (("dynamic", "static") if check == "both" else (check,)):
+            cl.set_host_check(mode == "static")
+            measure(cl, rounds, label=f"pcmk_host_check={mode}-list: ")
         print(f"total {time.monotonic() - t0:.0f} s")
     return 0
 

@@ -101,7 +101,11 @@ def stonith_xml(dev: str, monitor_s: int = 10) -> str:
             '<instance_attributes id="nvfence-ia">'
             f'<nvpair id="nvfence-devices" name="devices" value="{dev}"/>'
             f'<nvpair id="nvfence-node-ids" name="node_ids" value="{NODE_MAP}"/>'
-            '<nvpair id="nvfence-host-check" name="pcmk_host_check" value="dynamic-list"/>'
+            # A static host list, as docs/PACEMAKER.md configures it: with
+            # dynamic-list the fencer runs the agent's `list` before a fence
+            # once its cached list is old (measure_pacemaker.py --host-check both).
+            f'<nvpair id="nvfence-host-list" name="pcmk_host_list" value="{" ".join(sorted(NODE_IDS))}"/>'
+            '<nvpair id="nvfence-host-check" name="pcmk_host_check" value="static-list"/>'
             '</instance_attributes>'
             '<meta_attributes id="nvfence-meta">'
             '<nvpair id="nvfence-provides" name="provides" value="unfencing"/></meta_attributes>'
@@ -250,6 +254,20 @@ class Cluster:
         r = a.wait_for(f"crm_mon -1 2>/dev/null | grep -q 'Online: \\[ {names} \\]'", timeout_s=timeout_s,
                        interval_s=3)
         assert r.rc == 0, a.run("crm_mon -1; corosync-cfgtool -s; corosync-quorumtool -s").out
+
+    def set_host_check(self, static: bool) -> None:
+        """The stonith resource's pcmk_host_check: static-list (the host
+        list from the node map, as docs/PACEMAKER.md configures it with
+        pcs) or dynamic-list (the fencer asks the agent's `list`)."""
+        a = self.any()
+        if static:
+            hosts = " ".join(sorted(NODE_IDS))
+            a.run(f"crm_resource -r nvfence --set-parameter pcmk_host_list --parameter-value '{hosts}' && "
+                  "crm_resource -r nvfence --set-parameter pcmk_host_check --parameter-value static-list",
+                  timeout_s=60, check=True)
+        else:
+            a.run("crm_resource -r nvfence --set-parameter pcmk_host_check --parameter-value dynamic-list && "
+                  "crm_resource -r nvfence --delete-parameter pcmk_host_list", timeout_s=60, check=True)
 
     def configure(self, monitor_s: int = 10) -> None:
         a = self.hosts[0]
@@ -607,6 +625,8 @@ def freeze_writer(cl):
 # line's pattern with the step it marks (corosync 3.1.7, pacemaker 2.1.5).
 STEPS = (("token lost", r"corosync\[.*A processor failed, forming new configuration"),
          ("membership without it", r"corosync\[.*A new membership .* was formed\. Members left: (\d+ )*{nid}\b"),
+         ("controller saw it lost", r"pacemaker-controld\[.*Node {node} state is now lost"),
+         ("transition calculated", r"pacemaker-schedulerd\[.*Calculated transition"),
          ("fencing requested", r"pacemaker-fenced\[.*Client pacemaker-controld\S* wants to fence \((reboot|off)\) {node} "),
          ("agent done", r"pacemaker-fenced\[.*Operation '(reboot|off)' targeting {node} by \S+ for .*: OK"),
          ("fencing confirmed", r"pacemaker-controld\[.*Peer {node} was (terminated|fenced)"))

@@ -90,7 +90,8 @@ def test_1_start_unfences_every_node_before_the_writer(cl):
     assert re.search(r"nvfence_monitor_10000 .*rc=0", r.out), r.out
     r = a.run("stonith_admin --query nvfence --timeout 60", timeout_s=90)
     assert r.rc == 0, r
-    # list: the fencer asks the agent which nodes it can fence (dynamic-list).
+    # list: the agent names the nodes it can fence (what the fencer asks with
+    # pcmk_host_check=dynamic-list); the resource's static host list covers c.
     r = a.run("stonith_admin --list-targets nvfence --timeout 60", timeout_s=90)
     assert r.rc == 0 and all(re.search(rf"^\s*{n}\b", r.out, re.M) for n in NODE_IDS), r
     r = a.run("stonith_admin --list c --timeout 60", timeout_s=90)
