@@ -33,6 +33,14 @@ test_takeover_refused failed on "leader (this host leads)". Scenario 1
 then "passed", but by freezing b just after a had already been elected
 and preempted it (b's agent had not noticed yet): settle() now also
 requires the holder's elector to lead.
+Runs 4-6 (2026-12-01 09:28-09:42 UTC, quiet machine, load 1-4, TTL 5 s):
+run 5 (only the first test) passed; runs 4 and 6 found the holder a's
+elector no longer leading while its agent still held nf:0:1:2: "backoff,
+last error: resign: timed out", "campaigning, leader node=2 host=b, lease
+3.9 s left" (b elected, a not yet preempted), "backoff, leader node=3
+host=c, last error: token: timed out". So even on a quiet machine single
+etcd calls outlast the per-call bound (TTL/3) and leaders step down; the
+scenarios after the first stay unproven (run 6: 2 passed, 3 failed).
 This version: corosync/pacemaker masked (etcdlab.NO_PACEMAKER), etcd health
 over bash /dev/tcp instead of etcdctl, standby writer loops polling 1/s,
 agent interval 500 ms, TTL 5 s by default (NVFENCE_ETCD_TTL_S), writers
@@ -118,6 +126,15 @@ def cl():
     with nvlab.Lab(hosts=3, topology="fabric", flavour="systemd", packages=list(nvlab.CLUSTER_PACKAGES),
                    cluster_net=True, memory_mb=1024, boot_timeout_s=480, extra_cmdline=el.NO_PACEMAKER) as lab:
         yield setup_cluster(lab, build)
+
+
+@pytest.fixture(autouse=True)
+def agent_logs_after(cl):
+    """Each agent's last lines after every test: what its elector did."""
+    yield
+    for h in cl.lab.hosts:
+        if h.alive and not h.paused:
+            print(f"--- {h.name} agent log\n" + h.run("tail -n 40 /tmp/agent.1.log", timeout_s=60).out, flush=True)
 
 
 def wait_acks(h, key_hex, n=20, timeout_s=90):
