@@ -40,6 +40,8 @@ from nvlab.util import build_dir
 from nvtest import CONFLICT, OK, nvf, stamps
 
 NODE_IDS = {"a": 1, "b": 2, "c": 3}
+# The stonith resource's static host list (pcmk_host_list).
+HOST_LIST = " ".join(sorted(NODE_IDS))
 NODE_MAP = "a:1;b:2;c:3"
 # Corosync's token (token_coefficient 0) and consensus (1.2 x token, its own
 # rule). Corosync's default for three nodes is 3650 ms; the lab default is
@@ -104,7 +106,7 @@ def stonith_xml(dev: str, monitor_s: int = 10) -> str:
             # A static host list, as docs/PACEMAKER.md configures it: with
             # dynamic-list the fencer runs the agent's `list` before a fence
             # once its cached list is old (measure_pacemaker.py --host-check both).
-            f'<nvpair id="nvfence-host-list" name="pcmk_host_list" value="{" ".join(sorted(NODE_IDS))}"/>'
+            f'<nvpair id="nvfence-host-list" name="pcmk_host_list" value="{HOST_LIST}"/>'
             '<nvpair id="nvfence-host-check" name="pcmk_host_check" value="static-list"/>'
             '</instance_attributes>'
             '<meta_attributes id="nvfence-meta">'
@@ -261,8 +263,7 @@ class Cluster:
         pcs) or dynamic-list (the fencer asks the agent's `list`)."""
         a = self.any()
         if static:
-            hosts = " ".join(sorted(NODE_IDS))
-            a.run(f"crm_resource -r nvfence --set-parameter pcmk_host_list --parameter-value '{hosts}' && "
+            a.run(f"crm_resource -r nvfence --set-parameter pcmk_host_list --parameter-value '{HOST_LIST}' && "
                   "crm_resource -r nvfence --set-parameter pcmk_host_check --parameter-value static-list",
                   timeout_s=60, check=True)
         else:
@@ -373,6 +374,12 @@ class Cluster:
                "| grep -m1 \"fence action: running\"")
         r = h.wait_for(cmd, timeout_s=timeout_s, interval_s=1)
         return r.out.strip() if r.rc == 0 else None
+
+    def wait_watcher_fenced(self, name, since_wall, timeout_s=120) -> str:
+        line = self.watcher_fenced(name, since_wall, timeout_s)
+        assert line, ("nvfenced did not run its fence action",
+                      self.by_name[name].journal(f"nvfenced@{self.watchers}", lines=60))
+        return line
 
     def wait_stopped_itself(self, name, timeout_s=180) -> str:
         line = self.stopped_itself(name, timeout_s)
