@@ -185,6 +185,24 @@ TEST(FenceAgentOptions, NodeMapAndCorosync) {
     EXPECT_FALSE(parse_cmap_nodeid("", "", why));
 }
 
+// Found by fuzz_fence_options: "name (str) = " with nothing after it made a
+// node with an empty name. An empty value names nothing; the node is still
+// found by its address.
+TEST(FenceOptions, CmapNodelistIgnoresEmptyNamesAndAddresses) {
+    const auto nodes = parse_cmap_nodelist(
+        "nodelist.node.0.name (str) = \n"
+        "nodelist.node.0.ring0_addr (str) = 169.254.10.1\n"
+        "nodelist.node.0.nodeid (u32) = 1\n"
+        "nodelist.node.1.name (str) = n2\n"
+        "nodelist.node.1.ring0_addr (str) =  \n"
+        "nodelist.node.1.nodeid (u32) = 2\n");
+    EXPECT_EQ(nodes, (std::map<std::string, uint32_t>{{"169.254.10.1", 1}, {"n2", 2}}));
+    std::string why;
+    EXPECT_EQ(parse_cmap_nodeid("nodelist.node.0.name (str) = \nnodelist.node.0.nodeid (u32) = 1\n", "", why)
+                  .error(),
+              Errc::not_found);  // no this_node_id: the empty name is not taken for the local node
+}
+
 // ---- actions against the device model ----------------------------------------
 
 class FakeDevice final : public Device {

@@ -254,6 +254,7 @@ std::map<std::string, uint32_t> parse_cmap_nodelist(std::string_view cmap_output
         const size_t dot = rest.find('.');
         if (dot == std::string::npos) continue;
         const std::string idx = rest.substr(0, dot), field = rest.substr(dot + 1);
+        if (v.empty()) continue;  // an empty name or address names no node
         if (field == "name") names[idx] = v;
         else if (field == "ring0_addr") addrs[idx] = v;
         else if (field == "nodeid") ids[idx] = v;
