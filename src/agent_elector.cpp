@@ -16,6 +16,9 @@ namespace nvfence {
 using std::chrono::milliseconds;
 
 namespace {
+// A leader lookup with less time than this before the next renewal is skipped.
+constexpr milliseconds kMinLookup{100};
+
 uint32_t epoch_of(uint64_t key) {
     auto f = decode_key(key);
     return f ? f->epoch : 0;
@@ -57,7 +60,7 @@ const char* elector_key_help(const std::string& key) {
     if (key == "election_name") return "etcd election name (default nvfence/<volume>)";
     if (key == "lease_ttl_s") return "etcd lease TTL, 2..3600 s (default 5)";
     if (key == "lease_margin_ms") return "step down this long before the lease may expire (default min(1000, TTL/4))";
-    if (key == "etcd_timeout_ms") return "bound on each etcd call (default min(1000, TTL/3))";
+    if (key == "etcd_timeout_ms") return "bound on etcd calls outside a live lease, the least any call gets (default min(1000, TTL/3))";
     if (key == "lease_loss") return "etcd unreachable past the lease: fence (default: stop writers, fence action, release) or hold";
     return "elector setting";
 }
@@ -321,6 +324,14 @@ milliseconds ElectorDriver::until(Clock::TimePoint t) const {
     return std::chrono::duration_cast<milliseconds>(t - now) + milliseconds(1);
 }
 
+milliseconds ElectorDriver::lease_budget() const {
+    if (!guard_) return call_;
+    // etcd in a loaded guest answers in seconds: cutting a renewal at
+    // etcd_timeout_ms stepped leaders down with most of their lease left.
+    const auto left = until(guard_->lease_deadline() - milliseconds(gopts_.margin_ms));
+    return std::min(std::max(call_, left), milliseconds(gopts_.ttl_ms));
+}
+
 void ElectorDriver::note(const std::string& text, EventLevel level) {
     ElectorEvent e;
     e.kind = ElectorEventKind::note;
@@ -407,7 +418,7 @@ milliseconds ElectorDriver::step() {
             won_ = *r;
             won_at_ = t;
             rounds_ = 0;
-            auto term = elector_.term(bridge_.device_epoch(), call_);
+            auto term = elector_.term(bridge_.device_epoch(), lease_budget());
             if (!term) {
                 last_error_ = "token: " + term.error().message();
                 give_up("elected, but no token: " + term.error().message(), true);
@@ -429,7 +440,7 @@ milliseconds ElectorDriver::step() {
         if (r.error() == make_error_code(Errc::timeout)) {
             last_error_.clear();
             const auto ks = clock_.now();
-            guard_->on_keepalive(ks, elector_.keepalive(call_));
+            guard_->on_keepalive(ks, elector_.keepalive(lease_budget()));
             auto l = elector_.leader(call_);
             if (l) leader_value_ = l->value;
             else if (l.error() == make_error_code(ElectorErrc::no_leader)) leader_value_.clear();
@@ -447,7 +458,7 @@ milliseconds ElectorDriver::step() {
     case Phase::winning: {
         WinReply a = bridge_.take_answer(milliseconds(std::min<int64_t>(gopts_.renew_interval_ms, 200)));
         const auto t = clock_.now();
-        if (guard_->verdict(t) == GuardVerdict::renew) guard_->on_keepalive(t, elector_.keepalive(call_));
+        if (guard_->verdict(t) == GuardVerdict::renew) guard_->on_keepalive(t, elector_.keepalive(lease_budget()));
         const GuardVerdict v = guard_->verdict(clock_.now());
         if (v == GuardVerdict::step_down) {
             lose(guard_->reason(clock_.now()));
@@ -479,7 +490,7 @@ milliseconds ElectorDriver::step() {
                 give_up("the token kept falling behind the device's epochs; resigning", true);
                 return milliseconds(0);
             }
-            auto term = elector_.term(a.floor, call_);
+            auto term = elector_.term(a.floor, lease_budget());
             if (!term) {
                 last_error_ = "token: " + term.error().message();
                 give_up("no token above " + std::to_string(a.floor) + ": " + term.error().message(), true);
@@ -508,11 +519,15 @@ milliseconds ElectorDriver::step() {
         GuardVerdict v = guard_->verdict(now);
         if (v == GuardVerdict::renew || v == GuardVerdict::hold_until_preempted) {
             const auto ks = clock_.now();
-            auto k = elector_.keepalive(call_);
+            auto k = elector_.keepalive(lease_budget());
             guard_->on_keepalive(ks, k);
             if (!k) last_error_ = "keepalive: " + k.error().message();
             else last_error_.clear();
-            guard_->on_leader(elector_.leader(call_), *won_);
+            // The keepalive is the proof that counts (our key lives on our
+            // lease); the lookup only may tell sooner, so it never delays
+            // the next renewal.
+            if (const auto left = until(guard_->renew_due()); left >= kMinLookup)
+                guard_->on_leader(elector_.leader(std::min(left, lease_budget())), *won_);
             v = guard_->verdict(clock_.now());
         }
         if (v == GuardVerdict::step_down) {

@@ -179,8 +179,12 @@ private:
 class ElectorDriver {
 public:
     /// Drives @p elector (owned by the caller, used only by this driver)
-    /// with the timing @p guard and elector call bound @p call, reporting
-    /// to @p bridge; @p clock is the monotonic time source.
+    /// with the timing @p guard, reporting to @p bridge; @p clock is the
+    /// monotonic time source. @p call bounds each elector call; a call made
+    /// for a live lease (keepalive, leader lookup, token) may instead run
+    /// until the guard would step down (lease deadline minus margin), since
+    /// the guard counts from the send time and a slow answer in time is as
+    /// good as a fast one; no call is given more than the TTL.
     ElectorDriver(Elector& elector, ElectorBridge& bridge, Clock& clock, LeaseGuardOptions guard,
                   std::chrono::milliseconds call);
     /// One step; returns how long the caller may wait before the next one
@@ -202,6 +206,7 @@ private:
     void lose(LossReason r);
     void publish_snapshot(const std::string& leader, bool self);
     std::chrono::milliseconds until(Clock::TimePoint t) const;
+    std::chrono::milliseconds lease_budget() const;
 
     Elector& elector_;
     ElectorBridge& bridge_;

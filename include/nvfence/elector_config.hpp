@@ -19,6 +19,9 @@
 /// | etcd_timeout_ms | 100 .. a third of the TTL                     | min(1000, TTL/3) |
 /// | lease_loss      | fence \| hold                                 | fence   |
 ///
+/// etcd_timeout_ms bounds the calls made outside a live lease (resign,
+/// lookups while standing by) and is the least any call gets; calls for a
+/// live lease may run until the step-down deadline (ElectorDriver).
 /// With `elector = etcd` the agent's `role = acquire` is refused: only a
 /// won election makes a host acquire.
 /// With `elector = none` (today's behaviour: takeover on request) any other

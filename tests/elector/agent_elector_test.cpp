@@ -30,6 +30,24 @@ public:
     uint32_t counter = 0;
     int campaigns = 0, terms = 0, keepalives = 0, resigns = 0;
     std::vector<uint32_t> floors;
+    // How long term(), keepalive() and leader() take to answer (etcd in a
+    // busy guest). A call whose timeout is shorter spends its timeout and
+    // fails with Errc::timeout, as EtcdElector's does.
+    Ms latency{0};
+    std::vector<Ms> timeouts;  // the bound each of those calls was given
+    int timed_out = 0;
+    int64_t last_ok_sent_ms = -1;  // send time of the last keepalive answered
+
+    bool slow(Ms timeout) {
+        timeouts.push_back(timeout);
+        if (latency > timeout) {
+            clock.advance(timeout);
+            ++timed_out;
+            return true;
+        }
+        clock.advance(latency);
+        return false;
+    }
 
     Result<LeaderInfo> campaign(Ms timeout) override {
         ++campaigns;
@@ -41,8 +59,9 @@ public:
         }
         return me;
     }
-    Result<Term> term(uint32_t at_least, Ms) override {
+    Result<Term> term(uint32_t at_least, Ms timeout) override {
         ++terms;
+        if (slow(timeout)) return make_error_code(Errc::timeout);
         floors.push_back(at_least);
         counter = std::max(counter, at_least) + 1;
         Term t;
@@ -50,12 +69,19 @@ public:
         t.epoch = counter;
         return t;
     }
-    Result<LeaseStatus> keepalive(Ms) override {
+    Result<LeaseStatus> keepalive(Ms timeout) override {
         ++keepalives;
+        // etcd answers with the full TTL, counted from when it renewed.
+        const int64_t sent_ms = clock.elapsed_ms();
+        if (slow(timeout)) return make_error_code(Errc::timeout);
         if (keepalive_error) return keepalive_error;
+        last_ok_sent_ms = sent_ms;
         return LeaseStatus{2000};
     }
-    Result<LeaderInfo> leader(Ms) override { return leader_answer ? *leader_answer : Result<LeaderInfo>(me); }
+    Result<LeaderInfo> leader(Ms timeout) override {
+        if (slow(timeout)) return make_error_code(Errc::timeout);
+        return leader_answer ? *leader_answer : Result<LeaderInfo>(me);
+    }
     Result<LeaderInfo> observe(const std::optional<LeaderInfo>&, Ms) override { return me; }
     Status resign(Ms) override {
         ++resigns;
@@ -271,6 +297,43 @@ TEST_F(AgentElectorTest, CampaignTimeoutsRenewTheCandidacyAndShowTheLeader) {
     EXPECT_FALSE(s.self_leads);
     elector.leader_answer.reset();
     win();
+}
+
+// etcd in a busy guest answers in 700 ms, more than etcd_timeout_ms (600
+// here) but well inside the lease: a keepalive sent 666 ms after the last
+// one has until TTL - margin (1500 ms) after that to come back. Calls
+// bounded by the fixed etcd_timeout_ms failed every time and the leader
+// stepped down with a live lease (lab runs 4-6, issue 16).
+TEST_F(AgentElectorTest, SlowAnswersInsideTheLeaseKeepTheLeadership) {
+    setup();
+    elector.latency = std::chrono::milliseconds(700);
+    win();
+    for (int i = 0; i < 100; ++i) run(1);
+    EXPECT_EQ(driver->phase(), ElectorDriver::Phase::leader) << b->hooks->dump();
+    EXPECT_EQ(b->agent->state(), AgentState::holder);
+    EXPECT_EQ(b->hooks->fence_actions, 0) << b->hooks->dump();
+    EXPECT_EQ(elector.timed_out, 0) << "no call was cut short while the lease had time left";
+    EXPECT_GT(elector.keepalives, 10);
+}
+
+// The other side of the same rule: a call never outlasts the point where
+// the guard steps down, so etcd answering too late for the lease ends the
+// leadership by TTL - margin after the last confirmed renewal, not later.
+TEST_F(AgentElectorTest, AnswersTooSlowForTheLeaseStillStepDownInTime) {
+    setup();
+    win();
+    run(10);  // a renewal answered at once
+    elector.latency = std::chrono::milliseconds(5000);
+    int64_t lost_ms = -1;
+    for (int i = 0; i < 100 && lost_ms < 0; ++i) {
+        run(1);
+        if (b->hooks->fence_actions > 0) lost_ms = clock.elapsed_ms();
+    }
+    ASSERT_GE(lost_ms, 0) << b->hooks->dump();
+    ASSERT_GE(elector.last_ok_sent_ms, 0);
+    // TTL - margin after the last answered renewal was sent, plus one run() step.
+    EXPECT_LE(lost_ms - elector.last_ok_sent_ms, 2000 - 500 + 100) << "a call ran past the step-down deadline";
+    for (auto bound : elector.timeouts) EXPECT_LE(bound.count(), 2000) << "no call is given more than a TTL";
 }
 
 TEST_F(AgentElectorTest, TheQueueIsBounded) {
