@@ -18,6 +18,9 @@ using std::chrono::milliseconds;
 namespace {
 // A leader lookup with less time than this before the next renewal is skipped.
 constexpr milliseconds kMinLookup{100};
+// Elector calls that take this long are logged: the figure an operator
+// needs when leaders step down on a slow coordination service.
+constexpr milliseconds kSlowCall{500};
 
 uint32_t epoch_of(uint64_t key) {
     auto f = decode_key(key);
@@ -332,6 +335,18 @@ milliseconds ElectorDriver::lease_budget() const {
     return std::min(std::max(call_, left), milliseconds(gopts_.ttl_ms));
 }
 
+template <class Call>
+auto ElectorDriver::timed(const char* what, milliseconds bound, Call&& call) {
+    const auto t0 = clock_.now();
+    auto r = call(bound);
+    const auto took = std::chrono::duration_cast<milliseconds>(clock_.now() - t0);
+    if (took >= kSlowCall)
+        note(std::string("slow answer: ") + what + " took " + std::to_string(took.count()) + " ms (bound " +
+                 std::to_string(bound.count()) + " ms)" + (r ? "" : ": " + r.error().message()),
+             EventLevel::info);
+    return r;
+}
+
 void ElectorDriver::note(const std::string& text, EventLevel level) {
     ElectorEvent e;
     e.kind = ElectorEventKind::note;
@@ -353,7 +368,8 @@ void ElectorDriver::publish_snapshot(const std::string& leader, bool self) {
 
 void ElectorDriver::give_up(const std::string& why, bool back_off) {
     if (!why.empty()) note(why, EventLevel::warning);
-    if (auto s = elector_.resign(call_); !s) last_error_ = "resign: " + s.error().message();
+    if (auto s = timed("resign", call_, [&](milliseconds b) { return elector_.resign(b); }); !s)
+        last_error_ = "resign: " + s.error().message();
     guard_.reset();
     won_.reset();
     term_ = Term{};
@@ -418,7 +434,19 @@ milliseconds ElectorDriver::step() {
             won_ = *r;
             won_at_ = t;
             rounds_ = 0;
-            auto term = elector_.term(bridge_.device_epoch(), lease_budget());
+            // A renewal that is due goes first: the token transaction and
+            // the device work then have a whole TTL - margin, not what the
+            // last campaign slice left.
+            if (guard_->verdict(t) == GuardVerdict::renew)
+                guard_->on_keepalive(
+                    t, timed("keepalive", lease_budget(), [&](milliseconds b) { return elector_.keepalive(b); }));
+            if (guard_->verdict(clock_.now()) == GuardVerdict::step_down ||
+                guard_->verdict(clock_.now()) == GuardVerdict::hold_until_preempted) {
+                give_up("won, but the lease could not be renewed: not acting on this leadership", true);
+                return milliseconds(0);
+            }
+            auto term = timed("token", lease_budget(),
+                              [&](milliseconds b) { return elector_.term(bridge_.device_epoch(), b); });
             if (!term) {
                 last_error_ = "token: " + term.error().message();
                 give_up("elected, but no token: " + term.error().message(), true);
@@ -440,8 +468,8 @@ milliseconds ElectorDriver::step() {
         if (r.error() == make_error_code(Errc::timeout)) {
             last_error_.clear();
             const auto ks = clock_.now();
-            guard_->on_keepalive(ks, elector_.keepalive(lease_budget()));
-            auto l = elector_.leader(call_);
+            guard_->on_keepalive(ks, timed("keepalive", lease_budget(), [&](milliseconds b) { return elector_.keepalive(b); }));
+            auto l = timed("leader lookup", call_, [&](milliseconds b) { return elector_.leader(b); });
             if (l) leader_value_ = l->value;
             else if (l.error() == make_error_code(ElectorErrc::no_leader)) leader_value_.clear();
             backoff_.reset();
@@ -458,7 +486,8 @@ milliseconds ElectorDriver::step() {
     case Phase::winning: {
         WinReply a = bridge_.take_answer(milliseconds(std::min<int64_t>(gopts_.renew_interval_ms, 200)));
         const auto t = clock_.now();
-        if (guard_->verdict(t) == GuardVerdict::renew) guard_->on_keepalive(t, elector_.keepalive(lease_budget()));
+        if (guard_->verdict(t) == GuardVerdict::renew)
+            guard_->on_keepalive(t, timed("keepalive", lease_budget(), [&](milliseconds b) { return elector_.keepalive(b); }));
         const GuardVerdict v = guard_->verdict(clock_.now());
         if (v == GuardVerdict::step_down) {
             lose(guard_->reason(clock_.now()));
@@ -490,7 +519,7 @@ milliseconds ElectorDriver::step() {
                 give_up("the token kept falling behind the device's epochs; resigning", true);
                 return milliseconds(0);
             }
-            auto term = elector_.term(a.floor, lease_budget());
+            auto term = timed("token", lease_budget(), [&](milliseconds b) { return elector_.term(a.floor, b); });
             if (!term) {
                 last_error_ = "token: " + term.error().message();
                 give_up("no token above " + std::to_string(a.floor) + ": " + term.error().message(), true);
@@ -519,7 +548,7 @@ milliseconds ElectorDriver::step() {
         GuardVerdict v = guard_->verdict(now);
         if (v == GuardVerdict::renew || v == GuardVerdict::hold_until_preempted) {
             const auto ks = clock_.now();
-            auto k = elector_.keepalive(lease_budget());
+            auto k = timed("keepalive", lease_budget(), [&](milliseconds b) { return elector_.keepalive(b); });
             guard_->on_keepalive(ks, k);
             if (!k) last_error_ = "keepalive: " + k.error().message();
             else last_error_.clear();
@@ -527,7 +556,9 @@ milliseconds ElectorDriver::step() {
             // lease); the lookup only may tell sooner, so it never delays
             // the next renewal.
             if (const auto left = until(guard_->renew_due()); left >= kMinLookup)
-                guard_->on_leader(elector_.leader(std::min(left, lease_budget())), *won_);
+                guard_->on_leader(timed("leader lookup", std::min(left, lease_budget()),
+                                        [&](milliseconds b) { return elector_.leader(b); }),
+                                  *won_);
             v = guard_->verdict(clock_.now());
         }
         if (v == GuardVerdict::step_down) {
