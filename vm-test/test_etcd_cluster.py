@@ -1,4 +1,6 @@
-"""DRAFT (not collected: rename to test_etcd_cluster.py once it passes).
+"""nvfenced's etcd elector on a 3-member etcd (issue 16), CTest vm_etcd_cluster.
+
+History (this file was etcd_cluster_draft.py until run 9 passed 4 of 5):
 
 Run 1 (2026-11-30, load ~20, TTL 2 s): the etcd formed, b was elected and
 wrote with the token as epoch; then b's elector was back to "campaigning"
@@ -45,11 +47,16 @@ This version: corosync/pacemaker masked (etcdlab.NO_PACEMAKER), etcd health
 over bash /dev/tcp instead of etcdctl, standby writer loops polling 1/s,
 agent interval 500 ms, TTL 5 s by default (NVFENCE_ETCD_TTL_S), writers
 stopped before each media check, "new fence line"/"new step-down line"
-checks instead of "any line". Not yet run to the end.
+checks instead of "any line".
+Runs 7-11 (2026-12-01 21:56-22:45 UTC, quiet machine): docs/ETCD.md
+"What the lab showed". Elector calls for a live lease may now run until
+the step-down deadline; TTL 10 s in the lab (etcd answers in 0.5-2.5 s in
+these guests); settle() waits for a holder that leads; the freeze catches
+the writer inside a write pass.
 
 nvfenced with `elector = etcd` (issue 16) on three systemd host VMs: a
 3-member etcd cluster over the cluster network (169.254.100.0/24), one
-nvfenced per host campaigning in it (lease TTL 5 s), and on every host the
+nvfenced per host campaigning in it (lease TTL 10 s, TTL_S below), and on every host the
 campaign's writer loop (campaign.WRITER_LOOP: whenever the agent says
 HOLDER it writes stamped blocks with the agent's key). Every scenario ends
 with the campaign's media checker (campaign.check): no block holds a stamp
@@ -70,7 +77,9 @@ Scenarios, in one lab (the VM kill last):
  2. kill the leader VM: another host takes over.
 """
 import os
+import re
 import sys
+import time
 from collections import Counter
 
 import pytest
@@ -82,7 +91,13 @@ import campaign  # noqa: E402
 import etcdlab as el  # noqa: E402
 from nvtest import nvf  # noqa: E402
 
-TTL_S = int(os.environ.get("NVFENCE_ETCD_TTL_S", "5"))
+# 10 s, not etcd's usual 5 s: with the writer loops running, each TCG guest's
+# CPU is busy (0 % idle) and etcd answers in 0.5-2.5 s, up to 4 s around an
+# etcd member restart (runs 7-9, the elector's "slow answer" lines); with
+# TTL 5 s holders stepped down every 15-40 s (lease_loss = fence, as
+# documented), with TTL 10 s they held. The failover figures for TTL 2 s
+# and 5 s come from measure_etcd.py (no writer loops).
+TTL_S = int(os.environ.get("NVFENCE_ETCD_TTL_S", "10"))
 REGION_START = campaign.REGION_START
 REGION_BLOCKS = 512
 
@@ -181,22 +196,38 @@ def track_epoch(c, key_hex, what):
     c.max_epoch = e
 
 
-def settle(c):
-    """One holder with acknowledged writes; returns (host, status). A
-    standby fenced by an earlier takeover rejoins first (a FENCED agent does
-    not campaign)."""
-    rejoin_fenced(c)
-    h, s = el.wait_holder(c.lab.hosts, exclude=[n.h.name for n in c.nodes.values() if n.dead])
-    others = el.holders([x for x in c.lab.hosts if x is not h and not c.node(x).dead])
-    assert not others, f"two agents say HOLDER: {h.name} and {list(others)}"
-    wait_acks(h, s["key"])
-    # A holder whose elector stepped down (or that another leader already
-    # preempted without its agent noticing yet) is no leader to freeze or
-    # cut: run 3 "passed" scenario 1 by freezing such a host.
-    s = el.status(h)
-    assert s and s["state"] == "HOLDER" and "leader (this host leads)" in s["message"], \
-        (h.name, s, "the holder does not lead in etcd (stepped down?)")
-    return h, s
+def settle(c, timeout_s=240):
+    """One holder that leads in etcd, with acknowledged writes; returns
+    (host, status). A standby fenced by an earlier takeover rejoins first (a
+    FENCED agent does not campaign). A holder whose elector stepped down
+    (etcd could not confirm its lease: e.g. during an etcd member restart,
+    the documented lease_loss = fence path) keeps its reservation until the
+    next leader preempts it: wait for that leader (bounded) rather than
+    freeze or cut a host that no longer leads (run 3 "passed" scenario 1 by
+    freezing such a host)."""
+    dead = [n.h.name for n in c.nodes.values() if n.dead]
+    end = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < end:
+        rejoin_fenced(c)
+        h, s = el.wait_holder(c.lab.hosts, exclude=dead, timeout_s=max(10, end - time.monotonic()))
+        if "leader (this host leads)" not in s["message"]:
+            last = (h.name, s["message"])
+            time.sleep(2)
+            continue
+        # A host the leader preempted says HOLDER until its next check
+        # (interval 500 ms): give it a moment, then there must be one.
+        others = el.holders([x for x in c.lab.hosts if x is not h and x.name not in dead])
+        if others:
+            time.sleep(3)
+            others = el.holders([x for x in c.lab.hosts if x is not h and x.name not in dead])
+        assert not others, f"two agents say HOLDER: {h.name} and {list(others)}"
+        wait_acks(h, s["key"])
+        s = el.status(h)
+        if s and s["state"] == "HOLDER" and "leader (this host leads)" in s["message"]:
+            return h, s
+        last = (h.name, s and s["message"])
+    raise AssertionError(f"no holder leading in etcd within {timeout_s}s; last {last}")
 
 
 def rejoin_fenced(c):
@@ -213,7 +244,11 @@ def test_takeover_refused_and_status_shows_the_elector(cl):
     h, s = settle(cl)
     track_epoch(cl, s["key"], "first election")
     assert "elector: etcd: leader (this host leads), term" in s["message"], s
-    assert f"term {epoch(s['key'])}" in s["message"], s
+    # The term shown is the token; the key's epoch is that token, or older
+    # when this host won again while still holding (it keeps its key: the
+    # re-key limit in docs/ETCD.md; run 11).
+    m = re.search(r"term (\d+)", s["message"])
+    assert m and int(m.group(1)) >= epoch(s["key"]), s
     other = next(x for x in cl.lab.hosts if x is not h)
     r = other.run(f"{el.NVFENCE} takeover {el.VOL}", timeout_s=60)
     assert r.rc == 3 and "elector = etcd decides who holds" in r.err, r
