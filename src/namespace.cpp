@@ -77,6 +77,9 @@ Result<NamespacePaths> resolve_namespace(std::string_view path) {
                             std::to_string(major(st.st_rdev)) + ":" +
                             std::to_string(minor(st.st_rdev));
     const std::string kname = link_basename(sys);
+    // A node whose device the kernel no longer has: a namespace removed
+    // under us (its /dev node outlives it for a moment), not a wrong path.
+    if (kname.empty() && !exists(sys)) return make_error_code(Errc::device_gone);
     std::string c, n, unused;
     NamespacePaths out;
     if (blk && split_name(kname, "nvme", true, c, n)) {
@@ -148,6 +151,8 @@ Result<std::unique_ptr<Namespace>> Namespace::open(std::string_view path, const 
     int nsid = ::ioctl(fd.get(), NVME_IOCTL_ID);
     if (nsid <= 0) {
         if (nsid < 0 && (errno == EACCES || errno == EPERM)) return errno_error(errno);
+        if (nsid < 0 && (errno == ENODEV || errno == ENXIO || errno == ENOENT))
+            return make_error_code(Errc::device_gone);
         return make_error_code(Errc::not_nvme);
     }
     NamespaceInfo info;
