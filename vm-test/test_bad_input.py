@@ -19,6 +19,7 @@ Run: cd vm-test && NVFENCE_BUILD_DIR=../build /usr/bin/python3 -m pytest -q test
 """
 import json
 import re
+import threading
 import time
 import uuid
 
@@ -512,14 +513,32 @@ def test_namespace_removed_while_a_command_is_in_flight(clean):
             bg = run_until_failure(host, cmds, tag)
             time.sleep(2)
             host.pause()
+            # The disable may wait for the paused host (a write of its
+            # waiting for data it has not sent): give it a few seconds, then
+            # resume the host, which is frozen across it either way. Even
+            # starting it can wait: in CI (2026-12-01) the target's agent
+            # answered the spawn only once the host ran again (50 s later,
+            # after the request had timed out), so the spawn runs in a
+            # thread and the resume never waits for it.
+            box = {}
+
+            def begin():
+                try:
+                    box["job"] = target.ns_disable_begin()
+                except Exception as e:  # noqa: BLE001 - reported below
+                    box["error"] = e
+
+            t0 = time.monotonic()
+            starter = threading.Thread(target=begin, daemon=True)
+            starter.start()
             try:
-                # The disable may wait for the paused host (a write of its
-                # waiting for data it has not sent): give it a few seconds,
-                # then resume the host, which is frozen across it either way.
-                job = target.ns_disable_begin()
-                early = job.wait(5)
+                starter.join(5)
+                early = "job" in box and box["job"].wait(max(0.0, 5 - (time.monotonic() - t0)))
             finally:
                 host.resume()
+            starter.join(60)
+            assert not starter.is_alive() and "job" in box, f"starting the disable: {box}"
+            job = box["job"]
             assert job.wait(60) and "DISABLED" in job.output(), job.output()
             print(f"{tag}: namespace disabled {'before' if early else 'after'} the host resumed")
             rc, n, err = loop_result(bg)
