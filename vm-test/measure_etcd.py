@@ -62,8 +62,21 @@ def key_gone_at(text, old_key_b64):
     return None
 
 
+def leading_holder(lab, timeout_s=180):
+    """A HOLDER whose elector leads: a holder that stepped down keeps its
+    reservation until the next leader preempts it, and freezing it measures
+    nothing (the 00:01 attempt froze such a host)."""
+    end = time.monotonic() + timeout_s
+    while True:
+        hold, s = el.wait_holder(lab.hosts, timeout_s=max(10, end - time.monotonic()))
+        if "leader (this host leads)" in s["message"]:
+            return hold, s
+        assert time.monotonic() < end, f"no holder leads in etcd: {hold.name} {s['message']}"
+        time.sleep(1)
+
+
 def run_once(lab, ttl, offsets, boots):
-    hold, s = el.wait_holder(lab.hosts, timeout_s=120)
+    hold, s = leading_holder(lab)
     others = [h for h in lab.hosts if h is not hold]
     for h in others:
         h.run("rm -f /tmp/probe.ok; pkill -x dd; true", timeout_s=30)
@@ -76,7 +89,13 @@ def run_once(lab, ttl, offsets, boots):
                                        timeout_s=60).out.splitlines()]
     assert won_lines, f"{hold.name} holds but its log has no won election"
     old_leader_key = won_lines[-1].split("(leader key ", 1)[1].split()[0]
-    time.sleep(0.5)
+    # Freeze only once the poller has seen that key lead: one poll takes
+    # about 1.5 s in a busy guest, and the key may be gone 3-5 s after the
+    # freeze (the 23:49 attempt never saw it).
+    old_b64 = base64.b64encode(old_leader_key.encode()).decode()
+    seen = poller.wait_for(f"grep -q {old_b64} /tmp/leader_poll.log", timeout_s=60, interval_s=0.2)
+    assert seen.rc == 0, (f"the poller does not see {old_leader_key} lead",
+                          poller.run("tail -3 /tmp/leader_poll.log", timeout_s=30).out)
     t_freeze = time.time()
     hold.run("pkill -STOP -x nvfenced", timeout_s=30)
     t_freeze = (t_freeze + time.time()) / 2
