@@ -88,14 +88,13 @@ def run_once(lab, ttl, offsets, boots):
     won_lines = [ln for ln in hold.run(f"grep 'won the election' /tmp/agent.{boots[hold.name]}.log",
                                        timeout_s=60).out.splitlines()]
     assert won_lines, f"{hold.name} holds but its log has no won election"
-    old_leader_key = won_lines[-1].split("(leader key ", 1)[1].split()[0]
-    # Freeze only once the poller has seen that key lead: one poll takes
-    # about 1.5 s in a busy guest, and the key may be gone 3-5 s after the
-    # freeze (the 23:49 attempt never saw it).
-    old_b64 = base64.b64encode(old_leader_key.encode()).decode()
-    seen = poller.wait_for(f"grep -q {old_b64} /tmp/leader_poll.log", timeout_s=60, interval_s=0.2)
-    assert seen.rc == 0, (f"the poller does not see {old_leader_key} lead",
-                          poller.run("tail -3 /tmp/leader_poll.log", timeout_s=30).out)
+    # The key to watch is the one etcd shows leading now (the agent's log
+    # may lag: its last "won" line named an older leadership in the 00:06
+    # attempt). Freeze once the poller has logged a key at all.
+    got = poller.wait_for("grep -q '\"key\"' /tmp/leader_poll.log", timeout_s=60, interval_s=0.2)
+    assert got.rc == 0, poller.run("tail -3 /tmp/leader_poll.log", timeout_s=30).out
+    last = poller.run("grep '\"key\"' /tmp/leader_poll.log | tail -1", timeout_s=30).out.split()[-1]
+    old_key = last.split('"key":"', 1)[1].rstrip('"')
     t_freeze = time.time()
     hold.run("pkill -STOP -x nvfenced", timeout_s=30)
     t_freeze = (t_freeze + time.time()) / 2
@@ -109,9 +108,8 @@ def run_once(lab, ttl, offsets, boots):
     took = next(ln for ln in log if "-> HOLDER" in ln and "etcd elector (token " + token in ln)
     t_won = el.log_time(won) - offsets[new.name]
     t_hold = el.log_time(took) - offsets[new.name]
-    old_key = base64.b64encode(old_leader_key.encode()).decode()
     gone = key_gone_at(poller.run("cat /tmp/leader_poll.log", timeout_s=60).out, old_key)
-    assert gone is not None, f"the poller never saw {old_leader_key} lead, then go"
+    assert gone is not None, f"the poller never saw {base64.b64decode(old_key)} lead, then go"
     t_gone = gone - offsets[poller.name]
     for h in others:
         h.run("pkill -x dd; true", timeout_s=30)
