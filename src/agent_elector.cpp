@@ -347,6 +347,10 @@ auto ElectorDriver::timed(const char* what, milliseconds bound, Call&& call) {
     return r;
 }
 
+Result<LeaseStatus> ElectorDriver::renew_lease() {
+    return timed("keepalive", lease_budget(), [&](milliseconds b) { return elector_.keepalive(b); });
+}
+
 void ElectorDriver::note(const std::string& text, EventLevel level) {
     ElectorEvent e;
     e.kind = ElectorEventKind::note;
@@ -438,8 +442,7 @@ milliseconds ElectorDriver::step() {
             // the device work then have a whole TTL - margin, not what the
             // last campaign slice left.
             if (guard_->verdict(t) == GuardVerdict::renew)
-                guard_->on_keepalive(
-                    t, timed("keepalive", lease_budget(), [&](milliseconds b) { return elector_.keepalive(b); }));
+                guard_->on_keepalive(t, renew_lease());
             if (guard_->verdict(clock_.now()) == GuardVerdict::step_down ||
                 guard_->verdict(clock_.now()) == GuardVerdict::hold_until_preempted) {
                 give_up("won, but the lease could not be renewed: not acting on this leadership", true);
@@ -468,7 +471,7 @@ milliseconds ElectorDriver::step() {
         if (r.error() == make_error_code(Errc::timeout)) {
             last_error_.clear();
             const auto ks = clock_.now();
-            guard_->on_keepalive(ks, timed("keepalive", lease_budget(), [&](milliseconds b) { return elector_.keepalive(b); }));
+            guard_->on_keepalive(ks, renew_lease());
             auto l = timed("leader lookup", call_, [&](milliseconds b) { return elector_.leader(b); });
             if (l) leader_value_ = l->value;
             else if (l.error() == make_error_code(ElectorErrc::no_leader)) leader_value_.clear();
@@ -487,7 +490,7 @@ milliseconds ElectorDriver::step() {
         WinReply a = bridge_.take_answer(milliseconds(std::min<int64_t>(gopts_.renew_interval_ms, 200)));
         const auto t = clock_.now();
         if (guard_->verdict(t) == GuardVerdict::renew)
-            guard_->on_keepalive(t, timed("keepalive", lease_budget(), [&](milliseconds b) { return elector_.keepalive(b); }));
+            guard_->on_keepalive(t, renew_lease());
         const GuardVerdict v = guard_->verdict(clock_.now());
         if (v == GuardVerdict::step_down) {
             lose(guard_->reason(clock_.now()));
@@ -548,7 +551,7 @@ milliseconds ElectorDriver::step() {
         GuardVerdict v = guard_->verdict(now);
         if (v == GuardVerdict::renew || v == GuardVerdict::hold_until_preempted) {
             const auto ks = clock_.now();
-            auto k = timed("keepalive", lease_budget(), [&](milliseconds b) { return elector_.keepalive(b); });
+            auto k = renew_lease();
             guard_->on_keepalive(ks, k);
             if (!k) last_error_ = "keepalive: " + k.error().message();
             else last_error_.clear();

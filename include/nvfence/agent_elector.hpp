@@ -207,6 +207,7 @@ private:
     void publish_snapshot(const std::string& leader, bool self);
     std::chrono::milliseconds until(Clock::TimePoint t) const;
     std::chrono::milliseconds lease_budget() const;
+    Result<LeaseStatus> renew_lease();
     template <class Call>
     auto timed(const char* what, std::chrono::milliseconds bound, Call&& call);
 
