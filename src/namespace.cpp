@@ -151,8 +151,6 @@ Result<std::unique_ptr<Namespace>> Namespace::open(std::string_view path, const 
     int nsid = ::ioctl(fd.get(), NVME_IOCTL_ID);
     if (nsid <= 0) {
         if (nsid < 0 && (errno == EACCES || errno == EPERM)) return errno_error(errno);
-        if (nsid < 0 && (errno == ENODEV || errno == ENXIO || errno == ENOENT))
-            return make_error_code(Errc::device_gone);
         return make_error_code(Errc::not_nvme);
     }
     NamespaceInfo info;
