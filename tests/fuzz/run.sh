@@ -34,25 +34,46 @@ fi
 cmake --build "$build" --target fuzzers
 
 mkdir -p "$build/artifacts"
-failed=()
-for f in "${fuzzers[@]}"; do
-    seeds="$here/corpus/$f"
-    work="$build/corpus/$f"   # new inputs go here, never into the seeds
+# One fuzzer per core at a time: each is single-threaded, and the run's
+# wall time is what CI pays for.
+jobs="${FUZZ_JOBS:-$(nproc)}"
+case "$jobs" in ''|*[!0-9]*|0) echo "$0: FUZZ_JOBS must be a positive number" >&2; exit 2 ;; esac
+run_one() {
+    local f="$1" seeds="$here/corpus/$1" work="$build/corpus/$1"   # new inputs go to work, never into the seeds
     mkdir -p "$work"
-    dirs=("$work")
+    local dirs=("$work")
     [ -d "$seeds" ] && dirs+=("$seeds")
-    echo "== $f: ${secs}s"
-    if ! "$build/tests/fuzz/$f" "${dirs[@]}" \
-            -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=8192 \
-            -print_final_stats=1 -artifact_prefix="$build/artifacts/$f-" \
-            >"$build/$f.log" 2>&1; then
-        failed+=("$f")
-        echo "!! $f FAILED; last lines of $build/$f.log:"
-        tail -n 40 "$build/$f.log"
+    "$build/tests/fuzz/$f" "${dirs[@]}" \
+        -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=8192 \
+        -print_final_stats=1 -artifact_prefix="$build/artifacts/$f-" \
+        >"$build/$f.log" 2>&1
+}
+failed=()
+declare -A pid_of=()
+report() { # fuzzer, its exit status
+    if [ "$2" -ne 0 ]; then
+        failed+=("$1")
+        echo "!! $1 FAILED (exit $2); last lines of $build/$1.log:"
+        tail -n 40 "$build/$1.log"
     else
-        grep -E '^(stat::number_of_executed_units|stat::new_units_added)' "$build/$f.log" || true
+        echo "== $1: ${secs}s, $(grep -E '^stat::number_of_executed_units' "$build/$1.log" | awk '{print $2}') runs, $(grep -E '^stat::new_units_added' "$build/$1.log" | awk '{print $2}') new inputs"
     fi
+}
+reap_one() {
+    local p f rc=0
+    wait -n -p p || rc=$?
+    for f in "${!pid_of[@]}"; do
+        if [ "${pid_of[$f]}" = "$p" ]; then unset "pid_of[$f]"; report "$f" "$rc"; return; fi
+    done
+    echo "$0: lost track of fuzzer process $p" >&2
+    exit 1
+}
+for f in "${fuzzers[@]}"; do
+    while [ "${#pid_of[@]}" -ge "$jobs" ]; do reap_one; done
+    run_one "$f" &
+    pid_of[$f]=$!
 done
+while [ "${#pid_of[@]}" -gt 0 ]; do reap_one; done
 
 if [ "${#failed[@]}" -gt 0 ]; then
     echo "fuzzing failed: ${failed[*]} (inputs in $build/artifacts/)"
