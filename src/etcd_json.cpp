@@ -346,22 +346,6 @@ Result<KeepaliveReply> parse_keepalive(std::string_view line) {
     return k;
 }
 
-Result<CampaignReply> parse_campaign(std::string_view body) {
-    auto o = open_reply(body, false);
-    if (!o) return o.error();
-    CampaignReply c;
-    c.reply = o->second;
-    if (c.reply.error) return classify_error(*c.reply.error);
-    const json* l = member(o->first, "leader");
-    if (!l || !l->is_object()) return malformed();
-    std::string name;
-    if (!get_bytes(*l, "name", name) || !get_bytes(*l, "key", c.leader.key) ||
-        !get_int(*l, "rev", c.leader.revision) || !get_int(*l, "lease", c.leader.lease))
-        return malformed();
-    if (c.leader.key.empty() || c.leader.revision <= 0 || c.leader.lease <= 0) return malformed();
-    return c;
-}
-
 Result<LeaderInfo> parse_leader(std::string_view body, Header* header) {
     auto o = open_reply(body, false);
     if (!o) return o.error();
@@ -408,6 +392,38 @@ Result<TxnReply> parse_txn(std::string_view body) {
     return t;
 }
 
+Result<WatchReply> parse_watch(std::string_view line) {
+    auto o = open_reply(line, true);
+    if (!o) return o.error();
+    WatchReply w;
+    w.reply = o->second;
+    if (w.reply.error) return classify_error(*w.reply.error);
+    if (!get_bool(o->first, "created", w.created) || !get_bool(o->first, "canceled", w.canceled) ||
+        !get_int(o->first, "compact_revision", w.compact_revision) || w.compact_revision < 0)
+        return malformed();
+    const json* evs = member(o->first, "events");
+    if (evs && !evs->is_null()) {
+        if (!evs->is_array()) return malformed();
+        for (const auto& e : *evs) {
+            if (!e.is_object()) return malformed();
+            if (w.events.size() >= kMaxKvs) break;
+            WatchEvent ev;
+            const json* type = member(e, "type");
+            if (type && !type->is_null()) {
+                // The gateway names the enum; a number is accepted too (0 PUT, 1 DELETE).
+                if (type->is_string() && type->get_ref<const std::string&>() == "DELETE") ev.deleted = true;
+                else if (type->is_string() && type->get_ref<const std::string&>() == "PUT") ev.deleted = false;
+                else if (type->is_number_integer() && type->get<int64_t>() == 1) ev.deleted = true;
+                else if (!(type->is_number_integer() && type->get<int64_t>() == 0)) return malformed();
+            }
+            const json* kv = member(e, "kv");
+            if (kv && !kv->is_null() && !get_kv(*kv, ev.kv)) return malformed();
+            w.events.push_back(std::move(ev));
+        }
+    }
+    return w;
+}
+
 Result<Reply> parse_header_only(std::string_view body) {
     auto o = open_reply(body, false);
     if (!o) return o.error();
@@ -439,11 +455,6 @@ std::string grant_request(int64_t ttl_s) { return "{\"TTL\":" + json_i64(ttl_s) 
 
 std::string lease_request(int64_t id) { return "{\"ID\":" + json_i64(id) + "}"; }
 
-std::string campaign_request(std::string_view name, int64_t lease, std::string_view value) {
-    json j = {{"name", base64_encode(name)}, {"lease", std::to_string(lease)}, {"value", base64_encode(value)}};
-    return j.dump();
-}
-
 std::string name_request(std::string_view name) {
     json j = {{"name", base64_encode(name)}};
     return j.dump();
@@ -460,6 +471,36 @@ std::string resign_request(std::string_view name, const LeaderInfo& l) {
 
 std::string range_request(std::string_view key) {
     json j = {{"key", base64_encode(key)}};
+    return j.dump();
+}
+
+std::string candidacy_txn_request(std::string_view key, int64_t lease, std::string_view value) {
+    const std::string k = base64_encode(key);
+    json j = {
+        {"compare", json::array({{{"key", k}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}}})},
+        {"success",
+         json::array({{{"request_put", {{"key", k}, {"value", base64_encode(value)}, {"lease", std::to_string(lease)}}}}})},
+        {"failure", json::array({{{"request_range", {{"key", k}}}}})},
+    };
+    return j.dump();
+}
+
+std::string first_created_request(std::string_view prefix) {
+    // range_end: the prefix with its last byte incremented (etcd's WithPrefix).
+    std::string end(prefix);
+    while (!end.empty() && static_cast<unsigned char>(end.back()) == 0xff) end.pop_back();
+    if (end.empty()) end.assign(1, '\0');
+    else end.back() = static_cast<char>(static_cast<unsigned char>(end.back()) + 1);
+    json j = {{"key", base64_encode(prefix)},
+              {"range_end", base64_encode(end)},
+              {"limit", "1"},
+              {"sort_order", "ASCEND"},
+              {"sort_target", "CREATE"}};
+    return j.dump();
+}
+
+std::string watch_request(std::string_view key, int64_t start_revision) {
+    json j = {{"create_request", {{"key", base64_encode(key)}, {"start_revision", std::to_string(start_revision)}}}};
     return j.dump();
 }
 

@@ -107,6 +107,7 @@ private:
     std::unique_ptr<Http> http_;
     int64_t lease_ = 0;
     std::optional<LeaderInfo> won_;
+    std::optional<LeaderInfo> candidate_;  ///< Our queued key and its create revision.
     uint64_t cluster_id_ = 0;
     std::string last_error_;
 };

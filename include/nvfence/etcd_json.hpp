@@ -9,7 +9,7 @@
 ///  - errors are HTTP 500 with `{"error","message","code"}` (3.4) or
 ///    `{"code","message"}` (3.5); a stream reports them as
 ///    `{"error":{...}}`;
-///  - streams (keepalive, observe) are newline-delimited `{"result":...}`.
+///  - streams (keepalive, observe, watch) are newline-delimited `{"result":...}`.
 /// No parser throws or reads past its input; malformed input is
 /// Errc::malformed_data.
 
@@ -77,12 +77,6 @@ struct KeepaliveReply {
     int64_t ttl_s = 0;    ///< TTL now; 0 (omitted) when the lease expired.
 };
 
-/// Reply of /v3/election/campaign, and the leader key it names.
-struct CampaignReply {
-    Reply reply;          ///< Header.
-    LeaderInfo leader;    ///< name is not kept; key, rev, lease are.
-};
-
 /// Reply of /v3/kv/range, or one response_range inside a txn.
 struct RangeReply {
     Reply reply;          ///< Header.
@@ -94,6 +88,21 @@ struct TxnReply {
     Reply reply;                 ///< Header.
     bool succeeded = false;      ///< The compare held (omitted: false).
     std::vector<RangeReply> ranges; ///< Every response_range, in order.
+};
+
+/// One event of a watch (a PUT, or a DELETE of the key).
+struct WatchEvent {
+    bool deleted = false; ///< DELETE (type omitted: PUT).
+    Kv kv;                ///< The key (for a DELETE: key and mod_revision only).
+};
+
+/// One reply of /v3/watch's stream.
+struct WatchReply {
+    Reply reply;                     ///< Header.
+    bool created = false;            ///< The watch was set up (first reply).
+    bool canceled = false;           ///< etcd ended the watch (e.g. compacted).
+    int64_t compact_revision = 0;    ///< Set with canceled: the start revision was compacted.
+    std::vector<WatchEvent> events;  ///< The changes (at most 64 kept).
 };
 
 /// The per-volume epoch counter's value: `<epoch> <leader revision>`.
@@ -115,8 +124,6 @@ std::error_code classify_error(const ServerError& e);
 Result<LeaseGrant> parse_lease_grant(std::string_view body);
 /// Parses one line of /v3/lease/keepalive's stream.
 Result<KeepaliveReply> parse_keepalive(std::string_view line);
-/// Parses /v3/election/campaign's reply.
-Result<CampaignReply> parse_campaign(std::string_view body);
 /// Parses /v3/election/leader's reply into the leader (no_leader: error).
 Result<LeaderInfo> parse_leader(std::string_view body, Header* header = nullptr);
 /// Parses one line of /v3/election/observe's stream.
@@ -125,6 +132,8 @@ Result<LeaderInfo> parse_observe(std::string_view line, Header* header = nullptr
 Result<RangeReply> parse_range(std::string_view body);
 /// Parses /v3/kv/txn's reply.
 Result<TxnReply> parse_txn(std::string_view body);
+/// Parses one line of /v3/watch's stream.
+Result<WatchReply> parse_watch(std::string_view line);
 /// Parses a reply that carries only a header (resign, lease revoke).
 Result<Reply> parse_header_only(std::string_view body);
 
@@ -138,14 +147,20 @@ std::string format_counter(const CounterValue& c);
 std::string grant_request(int64_t ttl_s);
 /// Body of /v3/lease/keepalive and /v3/lease/revoke.
 std::string lease_request(int64_t id);
-/// Body of /v3/election/campaign.
-std::string campaign_request(std::string_view name, int64_t lease, std::string_view value);
 /// Body of /v3/election/leader and /v3/election/observe.
 std::string name_request(std::string_view name);
 /// Body of /v3/election/resign.
 std::string resign_request(std::string_view name, const LeaderInfo& leader);
 /// Body of /v3/kv/range for one key.
 std::string range_request(std::string_view key);
+/// Body of a candidacy's txn (what etcd's own election does): if @p key
+/// does not exist, put @p value on @p lease; else read it.
+std::string candidacy_txn_request(std::string_view key, int64_t lease, std::string_view value);
+/// Body of /v3/kv/range for the key with the lowest create revision under
+/// @p prefix: the election's leader.
+std::string first_created_request(std::string_view prefix);
+/// Body of /v3/watch creating a watch on @p key from @p start_revision.
+std::string watch_request(std::string_view key, int64_t start_revision);
 /// Body of the token txn: if the leader key still has create revision
 /// @p leader.revision and the counter key's mod revision is
 /// @p counter_mod_rev (0: absent), put @p next; else read the leader key.

@@ -69,7 +69,7 @@ TEST(EtcdJson, ErrorBodiesOf34And35AndStreams) {
     EXPECT_EQ(e->code, 2);
     EXPECT_EQ(e->message, "etcdserver: requested lease not found");
     EXPECT_EQ(classify_error(*e), make_error_code(ElectorErrc::lease_expired));
-    EXPECT_EQ(parse_campaign(e34).error(), make_error_code(ElectorErrc::lease_expired));
+    EXPECT_EQ(parse_txn(e34).error(), make_error_code(ElectorErrc::lease_expired));
     // 3.5.16:
     auto e35 = parse_error(R"({"code":2,"message":"election: no leader"})");
     ASSERT_TRUE(e35);
@@ -101,19 +101,39 @@ TEST(EtcdJson, KeepaliveLineAndExpiredLease) {
     EXPECT_EQ(parse_keepalive(R"({"result":{"ID":"-4","TTL":"5"}})").error(), make_error_code(Errc::malformed_data));
 }
 
-TEST(EtcdJson, CampaignReplyNamesTheLeaderKey) {
-    auto c = parse_campaign(with_header(
-        R"("leader":{"name":"bnZmZW5jZS92b2wx","key":"bnZmZW5jZS92b2wxLzM5MGRhMjJkY2U4NGZjMDk=","rev":"2","lease":"4111120352481180681"})"));
-    ASSERT_TRUE(c) << c.error().message();
-    EXPECT_EQ(c->leader.key, "nvfence/vol1/390da22dce84fc09");
-    EXPECT_EQ(c->leader.revision, 2);
-    EXPECT_EQ(c->leader.lease, 4111120352481180681);
-    // Missing rev (omitted zero) cannot be a leadership.
-    EXPECT_EQ(parse_campaign(with_header(R"("leader":{"name":"eA==","key":"eA==","lease":"1"})")).error(),
-              make_error_code(Errc::malformed_data));
-    EXPECT_EQ(parse_campaign(with_header("")).error(), make_error_code(Errc::malformed_data));
-    EXPECT_EQ(parse_campaign(with_header(R"("leader":{"name":"eA==","key":"!!","rev":"2","lease":"1"})")).error(),
-              make_error_code(Errc::malformed_data));
+TEST(EtcdJson, WatchLinesOfACreateADeleteAndACompaction) {
+    // Captured from etcd 3.4.23's /v3/watch.
+    auto created = parse_watch(std::string(R"({"result":)") + with_header(R"("created":true)") + "}");
+    ASSERT_TRUE(created) << created.error().message();
+    EXPECT_TRUE(created->created);
+    EXPECT_FALSE(created->canceled);
+    EXPECT_TRUE(created->events.empty());
+    auto put = parse_watch(std::string(R"({"result":)") +
+                           with_header(R"("events":[{"kv":{"key":"bnZmZW5jZS94L2FiYw==","create_revision":"2","mod_revision":"2","version":"1","value":"dg=="}}])") +
+                           "}");
+    ASSERT_TRUE(put);
+    ASSERT_EQ(put->events.size(), 1u);
+    EXPECT_FALSE(put->events[0].deleted);  // PUT: type omitted
+    EXPECT_EQ(put->events[0].kv.key, "nvfence/x/abc");
+    auto del = parse_watch(std::string(R"({"result":)") +
+                           with_header(R"("events":[{"type":"DELETE","kv":{"key":"bnZmZW5jZS94L2FiYw==","mod_revision":"3"}}])") +
+                           "}");
+    ASSERT_TRUE(del);
+    ASSERT_EQ(del->events.size(), 1u);
+    EXPECT_TRUE(del->events[0].deleted);
+    EXPECT_EQ(del->events[0].kv.mod_revision, 3);
+    auto compacted = parse_watch(
+        R"({"result":{"header":{"cluster_id":"324952591200643719","member_id":"3319814642761637952","raft_term":"2"},"canceled":true,"compact_revision":"3"}})");
+    ASSERT_TRUE(compacted);
+    EXPECT_TRUE(compacted->canceled);
+    EXPECT_EQ(compacted->compact_revision, 3);
+    // Errors and junk.
+    EXPECT_EQ(parse_watch(R"({"error":{"grpc_code":5,"http_code":404,"message":"etcdserver: requested lease not found"}})").error(),
+              make_error_code(ElectorErrc::lease_expired));
+    EXPECT_EQ(parse_watch(with_header(R"("created":true)")).error(), make_error_code(Errc::malformed_data));
+    EXPECT_EQ(parse_watch(R"({"result":{"events":[{"type":"MOVE"}]}})").error(), make_error_code(Errc::malformed_data));
+    EXPECT_EQ(parse_watch(R"({"result":{"events":{}}})").error(), make_error_code(Errc::malformed_data));
+    EXPECT_EQ(parse_watch(R"({"result":{"created":"yes"}})").error(), make_error_code(Errc::malformed_data));
 }
 
 TEST(EtcdJson, LeaderAndObserve) {
@@ -168,9 +188,18 @@ TEST(EtcdJson, RequestsCarryInt64AsStringsAndBase64) {
     EXPECT_EQ(grant_request(5), R"({"TTL":"5"})");
     EXPECT_EQ(lease_request(42), R"({"ID":"42"})");
     EXPECT_EQ(name_request("nvfence/vol1"), R"({"name":"bnZmZW5jZS92b2wx"})");
-    const std::string c = campaign_request("nvfence/vol1", 7, "node1");
-    EXPECT_NE(c.find(R"("lease":"7")"), std::string::npos);
-    EXPECT_NE(c.find(R"("value":"bm9kZTE=")"), std::string::npos);
+    // The candidacy, the leader lookup and the watch a campaign is made of,
+    // byte for byte (nlohmann orders keys alphabetically).
+    EXPECT_EQ(candidacy_txn_request("nvfence/vol1/7", 7, "node1"),
+              R"({"compare":[{"create_revision":"0","key":"bnZmZW5jZS92b2wxLzc=","result":"EQUAL","target":"CREATE"}],)"
+              R"("failure":[{"request_range":{"key":"bnZmZW5jZS92b2wxLzc="}}],)"
+              R"("success":[{"request_put":{"key":"bnZmZW5jZS92b2wxLzc=","lease":"7","value":"bm9kZTE="}}]})");
+    // range_end "nvfence/vol10": the prefix "nvfence/vol1/" with '/' + 1.
+    EXPECT_EQ(first_created_request("nvfence/vol1/"),
+              R"({"key":"bnZmZW5jZS92b2wxLw==","limit":"1","range_end":"bnZmZW5jZS92b2wxMA==","sort_order":"ASCEND","sort_target":"CREATE"})");
+    EXPECT_EQ(*base64_decode("bnZmZW5jZS92b2wxMA=="), "nvfence/vol10");
+    EXPECT_EQ(watch_request("nvfence/vol1/7", 12),
+              R"({"create_request":{"key":"bnZmZW5jZS92b2wxLzc=","start_revision":"12"}})");
     LeaderInfo l;
     l.key = "nvfence/vol1/7";
     l.revision = 9;

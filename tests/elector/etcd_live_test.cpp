@@ -262,6 +262,38 @@ TEST_F(EtcdLive, CampaignIsBoundedAndQueuedBehindTheLeader) {
     EXPECT_GT(wb->revision, wa->revision);
 }
 
+// A campaign call cut at its bound leaves the candidate queued (its key
+// stays on its lease): etcd's /v3/election/campaign deletes the key of a
+// call that is cut, and with bounds below etcd's answer time nobody ever
+// led (the lab, TTL 2 s).
+TEST_F(EtcdLive, ACutCampaignKeepsItsPlaceInTheQueue) {
+    auto a = elector("node=1");
+    auto b = elector("node=2");
+    auto c = elector("node=3");
+    auto d = elector("node=4");
+    auto wa = a->campaign(kCall);
+    ASSERT_TRUE(wa);
+    EXPECT_EQ(b->campaign(300ms).error(), make_error_code(Errc::timeout));
+    EXPECT_EQ(c->campaign(300ms).error(), make_error_code(Errc::timeout));
+    ASSERT_TRUE(b->keepalive(kCall));
+    ASSERT_TRUE(a->resign(kCall));
+    // Nobody campaigns now: etcd itself names b, queued first, the leader.
+    auto l = d->leader(kCall);
+    ASSERT_TRUE(l) << l.error().message();
+    EXPECT_EQ(l->value, "node=2");
+    const auto t0 = SteadyClock::now();
+    auto wb = b->campaign(kCall);
+    ASSERT_TRUE(wb) << wb.error().message();
+    EXPECT_TRUE(wb->same_leadership(*l));
+    EXPECT_LT(std::chrono::duration_cast<Ms>(SteadyClock::now() - t0).count(), 3000) << "b waited although it led";
+    // c is still queued behind b, not leading.
+    EXPECT_EQ(c->campaign(300ms).error(), make_error_code(Errc::timeout));
+    ASSERT_TRUE(b->resign(kCall));
+    auto wc = win(*c);
+    ASSERT_TRUE(wc) << wc.error().message();
+    EXPECT_GT(wc->revision, wb->revision);
+}
+
 TEST_F(EtcdLive, LeaseExpiryHandsLeadershipOver) {
     auto a = elector("node=1", 2);
     auto b = elector("node=2");

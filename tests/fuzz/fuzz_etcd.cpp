@@ -4,8 +4,9 @@
 // middle without TLS) or a damaged state file gives us.
 // Properties: no parser crashes, throws or reads out of bounds; base64 of
 // full padded input decodes and re-encodes to the same bytes; a parsed
-// counter or token record prints back to its input; a parsed leader or
-// campaign reply carries a positive revision and a non-empty key.
+// counter or token record prints back to its input; a parsed leader
+// reply carries a positive revision and a non-empty key; a watch
+// reply keeps at most 64 events.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -22,11 +23,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)parse_error(in);
     (void)parse_lease_grant(in);
     if (auto k = parse_keepalive(in)) FUZZ_CHECK(k->ttl_s >= 0 && k->id > 0);
-    if (auto c = parse_campaign(in)) FUZZ_CHECK(c->leader.revision > 0 && !c->leader.key.empty());
     if (auto l = parse_leader(in)) FUZZ_CHECK(l->revision > 0 && !l->key.empty());
     if (auto o = parse_observe(in)) FUZZ_CHECK(o->revision > 0 && !o->key.empty());
     if (auto r = parse_range(in)) FUZZ_CHECK(r->kvs.size() <= 64);
     (void)parse_txn(in);
+    if (auto w = parse_watch(in)) FUZZ_CHECK(w->events.size() <= 64 && w->compact_revision >= 0);
     (void)parse_header_only(in);
     if (auto c = parse_counter(in)) FUZZ_CHECK(format_counter(*c) == in);
     if (auto t = parse_token_record(in)) {
