@@ -348,7 +348,15 @@ auto ElectorDriver::timed(const char* what, milliseconds bound, Call&& call) {
 }
 
 Result<LeaseStatus> ElectorDriver::renew_lease() {
-    return timed("keepalive", lease_budget(), [&](milliseconds b) { return elector_.keepalive(b); });
+    const auto t0 = clock_.now();
+    auto r = timed("keepalive", lease_budget(), [&](milliseconds b) { return elector_.keepalive(b); });
+    // When the lease was last renewed is what a failover's lease expiry
+    // counts from (measure_etcd.py reads this line).
+    if (r)
+        note("keepalive: lease renewed for " + std::to_string(r->ttl_ms) + " ms, request sent " +
+                 std::to_string(std::chrono::duration_cast<milliseconds>(clock_.now() - t0).count()) + " ms ago",
+             EventLevel::debug);
+    return r;
 }
 
 void ElectorDriver::note(const std::string& text, EventLevel level) {
@@ -437,6 +445,8 @@ milliseconds ElectorDriver::step() {
             }
             won_ = *r;
             won_at_ = t;
+            note("elected: leader key " + won_->key + " rev " + std::to_string(won_->revision) + "; asking for the token",
+                 EventLevel::debug);
             rounds_ = 0;
             // A renewal that is due goes first: the token transaction and
             // the device work then have a whole TTL - margin, not what the

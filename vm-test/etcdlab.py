@@ -45,16 +45,23 @@ def writer_loop():
     return slower
 
 
-def etcd_defaults(lab, h, state="new", data=ETCD_DATA):
+# TCG guests on a loaded machine: raft timing 5x etcd's defaults (100 ms,
+# 1000 ms), so a slow guest does not lose its raft leadership on every
+# hiccup. etcd grants no lease shorter than 1.5 election timeouts: 4 s with
+# these, 2 s with etcd's defaults (measure_etcd.py uses those for TTL 2 s).
+HEARTBEAT_MS = 250
+ELECTION_MS = 2500
+
+
+def etcd_defaults(lab, h, state="new", data=ETCD_DATA, heartbeat_ms=HEARTBEAT_MS, election_ms=ELECTION_MS):
     ip = h.cluster_ip
     cluster = ",".join(f"{x.name}=http://{x.cluster_ip}:2380" for x in lab.hosts)
-    # TCG guests on a loaded machine: raft timing 5x etcd's defaults, so a
-    # slow guest does not lose its raft leadership on every hiccup.
     return (f"ETCD_NAME={h.name}\nETCD_DATA_DIR={data}\n"
             f"ETCD_LISTEN_PEER_URLS=http://{ip}:2380\nETCD_LISTEN_CLIENT_URLS=http://{ip}:2379\n"
             f"ETCD_INITIAL_ADVERTISE_PEER_URLS=http://{ip}:2380\nETCD_ADVERTISE_CLIENT_URLS=http://{ip}:2379\n"
             f"ETCD_INITIAL_CLUSTER={cluster}\nETCD_INITIAL_CLUSTER_STATE={state}\n"
-            f"ETCD_INITIAL_CLUSTER_TOKEN=nvfence-lab\nETCD_HEARTBEAT_INTERVAL=250\nETCD_ELECTION_TIMEOUT=2500\n")
+            f"ETCD_INITIAL_CLUSTER_TOKEN=nvfence-lab\nETCD_HEARTBEAT_INTERVAL={heartbeat_ms}\n"
+            f"ETCD_ELECTION_TIMEOUT={election_ms}\n")
 
 
 def endpoints(lab, h):
@@ -85,13 +92,13 @@ def healthy_cmd(h):
     return http_cmd(h.cluster_ip, "/health") + " | grep -q '\"health\":\"true\"'"
 
 
-def start_etcd(lab, state="new", data=ETCD_DATA, wipe=True):
+def start_etcd(lab, state="new", data=ETCD_DATA, wipe=True, heartbeat_ms=HEARTBEAT_MS, election_ms=ELECTION_MS):
     """(Re)configures and starts the 3 members; waits until all are healthy."""
     for h in lab.hosts:
         h.run("systemctl stop etcd", timeout_s=120)
         if wipe:
             h.run(f"rm -rf {data}", timeout_s=30)
-        h.put(etcd_defaults(lab, h, state, data).encode(), "/etc/default/etcd")
+        h.put(etcd_defaults(lab, h, state, data, heartbeat_ms, election_ms).encode(), "/etc/default/etcd")
     for h in lab.hosts:
         h.run("systemctl start --no-block etcd", timeout_s=60, check=True)
     for h in lab.hosts:
@@ -109,8 +116,8 @@ def agent_cmd(lab, h, node, ttl_s, extra="", interval_ms=None):
             f"--fence-action command --fence-command 'echo \"$NVFENCE_REASON\" >> /tmp/fenced' {AGENT_FLAGS} {extra}")
 
 
-def start_agent(lab, h, node, ttl_s, boot=1):
-    h.spawn(agent_cmd(lab, h, node, ttl_s), log_path=f"/tmp/agent.{boot}.log")
+def start_agent(lab, h, node, ttl_s, boot=1, extra=""):
+    h.spawn(agent_cmd(lab, h, node, ttl_s, extra), log_path=f"/tmp/agent.{boot}.log")
     r = h.wait_for(f"{NVFENCE} status {VOL} --json | grep -Eq '\"state\":\"(STANDBY|HOLDER|FENCED)\"'",
                    timeout_s=90)
     assert r.rc == 0, (h.name, h.run(f"tail -30 /tmp/agent.{boot}.log").out)
