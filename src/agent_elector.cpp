@@ -18,6 +18,8 @@ using std::chrono::milliseconds;
 namespace {
 // A leader lookup with less time than this before the next renewal is skipped.
 constexpr milliseconds kMinLookup{100};
+// The shortest campaign call: less is spent connecting.
+constexpr milliseconds kMinSlice{100};
 // Elector calls that take this long are logged: the figure an operator
 // needs when leaders step down on a slow coordination service.
 constexpr milliseconds kSlowCall{500};
@@ -347,6 +349,24 @@ auto ElectorDriver::timed(const char* what, milliseconds bound, Call&& call) {
     return r;
 }
 
+bool ElectorDriver::renew_candidacy() {
+    if (guard_->verdict(clock_.now()) == GuardVerdict::hold) return true;
+    // A candidate's place in the queue is its key on its lease, and etcd's
+    // answer to a renewal says whether that is still there; the guard's
+    // deadline (counted from our send times) is for acting as leader.
+    // Resigning on it sent candidates whose renewals were slow to the back
+    // of the queue, again and again (lab, TTL 2 s).
+    const auto ks = clock_.now();
+    auto k = renew_lease();
+    guard_->on_keepalive(ks, k);
+    if (k || k.error() != make_error_code(ElectorErrc::lease_expired)) return true;
+    // The lease (and the key on it) is gone: the next campaign call grants a new one.
+    last_error_ = "keepalive: " + k.error().message();
+    guard_.reset();
+    publish_snapshot(leader_value_, false);
+    return false;
+}
+
 Result<LeaseStatus> ElectorDriver::renew_lease() {
     const auto t0 = clock_.now();
     auto r = timed("keepalive", lease_budget(), [&](milliseconds b) { return elector_.keepalive(b); });
@@ -426,33 +446,21 @@ milliseconds ElectorDriver::step() {
             give_up(std::string("the agent is ") + agent_state_name(as) + ": not campaigning", false);
             return milliseconds(0);
         }
-        if (!guard_) {
-            guard_.emplace(gopts_, now);
-        } else if (guard_->verdict(now) == GuardVerdict::step_down ||
-                   guard_->verdict(now) == GuardVerdict::hold_until_preempted) {
-            // The candidacy's lease may be gone: a new one, never a win on it.
-            (void)elector_.resign(call_);
-            guard_.reset();
-            publish_snapshot(leader_value_, false);
-            return milliseconds(0);
-        }
-        auto r = elector_.campaign(milliseconds(gopts_.renew_interval_ms));
+        if (!guard_) guard_.emplace(gopts_, now);
+        else if (!renew_candidacy()) return milliseconds(0);
+        auto r = elector_.campaign(std::max(until(guard_->renew_due()), kMinSlice));
         if (r) {
-            const auto t = clock_.now();
-            if (guard_->verdict(t) == GuardVerdict::step_down || guard_->verdict(t) == GuardVerdict::hold_until_preempted) {
-                give_up("won, but the lease may have expired meanwhile: not acting on this leadership", true);
-                return milliseconds(0);
-            }
             won_ = *r;
-            won_at_ = t;
-            note("elected: leader key " + won_->key + " rev " + std::to_string(won_->revision) + "; asking for the token",
-                 EventLevel::debug);
+            won_at_ = clock_.now();
             rounds_ = 0;
-            // A renewal that is due goes first: the token transaction and
-            // the device work then have a whole TTL - margin, not what the
-            // last campaign slice left.
-            if (guard_->verdict(t) == GuardVerdict::renew)
-                guard_->on_keepalive(t, renew_lease());
+            note("elected: leader key " + won_->key + " rev " + std::to_string(won_->revision) +
+                     "; asking for the token",
+                 EventLevel::debug);
+            // Acting on this leadership needs a lease etcd renewed lately:
+            // a renewal that is due goes first, and the token transaction
+            // and the device work then have a whole TTL - margin.
+            if (guard_->verdict(won_at_) != GuardVerdict::hold)
+                guard_->on_keepalive(won_at_, renew_lease());
             if (guard_->verdict(clock_.now()) == GuardVerdict::step_down ||
                 guard_->verdict(clock_.now()) == GuardVerdict::hold_until_preempted) {
                 give_up("won, but the lease could not be renewed: not acting on this leadership", true);
@@ -480,11 +488,17 @@ milliseconds ElectorDriver::step() {
         }
         if (r.error() == make_error_code(Errc::timeout)) {
             last_error_.clear();
-            const auto ks = clock_.now();
-            guard_->on_keepalive(ks, renew_lease());
-            auto l = timed("leader lookup", call_, [&](milliseconds b) { return elector_.leader(b); });
-            if (l) leader_value_ = l->value;
-            else if (l.error() == make_error_code(ElectorErrc::no_leader)) leader_value_.clear();
+            if (!renew_candidacy()) return milliseconds(0);
+            // Who leads, for the status: at most once a TTL, and never in
+            // the way of the next renewal.
+            const auto t = clock_.now();
+            const auto left = until(guard_->renew_due());
+            if ((!looked_up_ || t - *looked_up_ >= milliseconds(gopts_.ttl_ms)) && left >= kMinLookup) {
+                looked_up_ = t;
+                auto l = timed("leader lookup", std::min(left, call_), [&](milliseconds b) { return elector_.leader(b); });
+                if (l) leader_value_ = l->value;
+                else if (l.error() == make_error_code(ElectorErrc::no_leader)) leader_value_.clear();
+            }
             backoff_.reset();
             publish_snapshot(leader_value_, false);
             return milliseconds(0);

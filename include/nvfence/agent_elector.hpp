@@ -208,6 +208,7 @@ private:
     std::chrono::milliseconds until(Clock::TimePoint t) const;
     std::chrono::milliseconds lease_budget() const;
     Result<LeaseStatus> renew_lease();
+    bool renew_candidacy();
     template <class Call>
     auto timed(const char* what, std::chrono::milliseconds bound, Call&& call);
 
@@ -223,6 +224,7 @@ private:
     int rounds_ = 0;
     Clock::TimePoint won_at_{};
     Clock::TimePoint backoff_until_{};
+    std::optional<Clock::TimePoint> looked_up_;
     Backoff backoff_{200, 5000};
     std::string leader_value_;
     std::string last_error_;

@@ -37,6 +37,7 @@ public:
     std::vector<Ms> timeouts;  // the bound each of those calls was given
     int timed_out = 0;            // keepalive() and term() cut short by their bound
     int64_t last_ok_sent_ms = -1;  // send time of the last keepalive answered
+    int keepalive_cut = 0;         // the next N keepalives spend their bound and time out
 
     bool slow(Ms timeout, bool counted = true) {
         timeouts.push_back(timeout);
@@ -71,6 +72,12 @@ public:
     }
     Result<LeaseStatus> keepalive(Ms timeout) override {
         ++keepalives;
+        if (keepalive_cut > 0) {
+            --keepalive_cut;
+            clock.advance(timeout);
+            ++timed_out;
+            return make_error_code(Errc::timeout);
+        }
         // etcd answers with the full TTL, counted from when it renewed.
         const int64_t sent_ms = clock.elapsed_ms();
         if (slow(timeout)) return make_error_code(Errc::timeout);
@@ -297,6 +304,41 @@ TEST_F(AgentElectorTest, CampaignTimeoutsRenewTheCandidacyAndShowTheLeader) {
     EXPECT_EQ(s.leader, "node=1 host=a");
     EXPECT_FALSE(s.self_leads);
     elector.leader_answer.reset();
+    win();
+}
+
+// A standby whose renewals came back too late twice (etcd renewed them,
+// the answers were cut at their bound) keeps its candidacy once etcd
+// renews its lease again: it used to resign as soon as the guard's
+// conservative deadline passed and queue again at the back with a new
+// lease (lab, TTL 2 s: no leader for minutes).
+TEST_F(AgentElectorTest, ASlowCandidateKeepsItsCandidacyWhileEtcdRenewsIt) {
+    setup();
+    elector.keepalive_cut = 2;
+    for (int i = 0; i < 8; ++i) elector.campaign_script.push_back(make_error_code(Errc::timeout));
+    run(9);
+    EXPECT_EQ(elector.timed_out, 2);
+    EXPECT_EQ(elector.resigns, 0) << "the candidacy was dropped although etcd renewed its lease";
+    EXPECT_EQ(driver->phase(), ElectorDriver::Phase::campaigning);
+    win();
+    EXPECT_EQ(elector.resigns, 0);
+}
+
+// The other side of it: a candidate whose renewals do not come back in
+// time may still win in etcd, but is not acted on until a renewal confirms
+// the lease (no token asked, nothing sent to the device).
+TEST_F(AgentElectorTest, AWinIsNotActedOnUntilARenewalConfirmsTheLease) {
+    setup();
+    driver = std::make_unique<ElectorDriver>(elector, *bridge, clock, guard_opts(), std::chrono::milliseconds(600));
+    elector.latency = std::chrono::milliseconds(900);  // every renewal cut at its bound
+    for (int i = 0; i < 4; ++i) elector.campaign_script.push_back(make_error_code(Errc::timeout));
+    const size_t sent = b->sent(opcode::kResvAcquire);
+    run(8);  // four bounded calls, then a win whose renewal is cut too
+    EXPECT_GT(elector.timed_out, 0);
+    EXPECT_EQ(elector.terms, 0) << "a token was asked for without a renewed lease";
+    EXPECT_EQ(b->sent(opcode::kResvAcquire), sent);
+    EXPECT_EQ(b->agent->state(), AgentState::standby);
+    elector.latency = std::chrono::milliseconds(0);
     win();
 }
 
