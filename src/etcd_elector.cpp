@@ -255,11 +255,16 @@ Result<LeaderInfo> EtcdElector::campaign(Ms timeout) {
     // Until our key is the first created, wait for the leader key's deletion.
     for (int round = 0; round < kCampaignRounds; ++round) {
         if (left() < kMinCallMs) return make_error_code(Errc::timeout);
-        auto r = http_->post("/v3/kv/range", etcd::first_created_request(prefix), left());
+        // The counter comes along (same revision): once we lead nobody else
+        // can move it, so the token needs one round trip, not two.
+        auto r = http_->post("/v3/kv/txn", etcd::leader_and_counter_request(prefix, etcd_counter_key(opts_.election)),
+                             left());
         if (!r) return r.error();
-        auto range = etcd::parse_range(r->body);
-        if (!range) return server_error(r->body, range.error());
-        if (range->reply.header.cluster_id) cluster_id_ = range->reply.header.cluster_id;
+        auto t = etcd::parse_txn(r->body);
+        if (!t) return server_error(r->body, t.error());
+        if (t->reply.header.cluster_id) cluster_id_ = t->reply.header.cluster_id;
+        if (t->ranges.size() != 2) return make_error_code(Errc::malformed_data);
+        const etcd::RangeReply* range = &t->ranges[0];
         if (range->kvs.empty() || range->kvs[0].create_revision > candidate_->revision) {
             // Our key is gone while the lease lives (deleted by hand): queue again.
             candidate_.reset();
@@ -270,6 +275,11 @@ Result<LeaderInfo> EtcdElector::campaign(Ms timeout) {
             LeaderInfo l = *candidate_;
             l.revision = first.create_revision;
             won_ = l;
+            seen_counter_ = SeenCounter{l.revision, !t->ranges[1].kvs.empty(), {}, 0};
+            if (seen_counter_->present) {
+                seen_counter_->value = t->ranges[1].kvs[0].value;
+                seen_counter_->mod_revision = t->ranges[1].kvs[0].mod_revision;
+            }
             return l;
         }
         if (left() < kMinCallMs) return make_error_code(Errc::timeout);
@@ -287,7 +297,7 @@ Result<LeaderInfo> EtcdElector::campaign(Ms timeout) {
                    });
             return gone;
         };
-        auto wr = http_->post("/v3/watch", etcd::watch_request(first.key, range->reply.header.revision + 1), left(),
+        auto wr = http_->post("/v3/watch", etcd::watch_request(first.key, t->reply.header.revision + 1), left(),
                               &sink);
         if (bad) return server_error(std::string(), bad);
         if (gone) continue;
@@ -309,23 +319,40 @@ Result<Term> EtcdElector::term(uint32_t at_least, Ms timeout) {
         floor = *rec;
     }
     const std::string counter_key = etcd_counter_key(opts_.election);
+    // The counter as the winning campaign call read it, for the first
+    // attempt only: if it moved since, the txn's compare fails and the
+    // loop reads it again.
+    std::optional<SeenCounter> seen = std::exchange(seen_counter_, std::nullopt);
+    if (seen && seen->leader_rev != won_->revision) seen.reset();
     for (int attempt = 0; attempt < kTokenAttempts; ++attempt) {
         auto left = std::chrono::duration_cast<Ms>(deadline - Clock::now());
         if (left < kMinCallMs) return make_error_code(Errc::timeout);
-        auto rr = http_->post("/v3/kv/range", etcd::range_request(counter_key), left);
-        if (!rr) return rr.error();
-        auto range = etcd::parse_range(rr->body);
-        if (!range) return range.error();
-        if (range->reply.header.cluster_id) cluster_id_ = range->reply.header.cluster_id;
         std::optional<etcd::CounterValue> cur;
         int64_t mod_rev = 0;
-        if (!range->kvs.empty()) {
-            cur = etcd::parse_counter(range->kvs.front().value);
+        std::string text;
+        bool present = false;
+        if (attempt == 0 && seen) {
+            present = seen->present;
+            text = seen->value;
+            mod_rev = seen->mod_revision;
+        } else {
+            auto rr = http_->post("/v3/kv/range", etcd::range_request(counter_key), left);
+            if (!rr) return rr.error();
+            auto range = etcd::parse_range(rr->body);
+            if (!range) return range.error();
+            if (range->reply.header.cluster_id) cluster_id_ = range->reply.header.cluster_id;
+            if (!range->kvs.empty()) {
+                present = true;
+                text = range->kvs.front().value;
+                mod_rev = range->kvs.front().mod_revision;
+            }
+        }
+        if (present) {
+            cur = etcd::parse_counter(text);
             if (!cur) {
                 last_error_ = "counter " + counter_key + " holds no `<epoch> <revision>`";
                 return make_error_code(Errc::malformed_data);
             }
-            mod_rev = range->kvs.front().mod_revision;
         }
         Term t;
         t.leader = *won_;

@@ -485,17 +485,26 @@ std::string candidacy_txn_request(std::string_view key, int64_t lease, std::stri
     return j.dump();
 }
 
-std::string first_created_request(std::string_view prefix) {
+namespace {
+json first_created_range(std::string_view prefix) {
     // range_end: the prefix with its last byte incremented (etcd's WithPrefix).
     std::string end(prefix);
     while (!end.empty() && static_cast<unsigned char>(end.back()) == 0xff) end.pop_back();
     if (end.empty()) end.assign(1, '\0');
     else end.back() = static_cast<char>(static_cast<unsigned char>(end.back()) + 1);
-    json j = {{"key", base64_encode(prefix)},
-              {"range_end", base64_encode(end)},
-              {"limit", "1"},
-              {"sort_order", "ASCEND"},
-              {"sort_target", "CREATE"}};
+    return {{"key", base64_encode(prefix)},
+            {"range_end", base64_encode(end)},
+            {"limit", "1"},
+            {"sort_order", "ASCEND"},
+            {"sort_target", "CREATE"}};
+}
+}  // namespace
+
+std::string first_created_request(std::string_view prefix) { return first_created_range(prefix).dump(); }
+
+std::string leader_and_counter_request(std::string_view prefix, std::string_view counter_key) {
+    json j = {{"success", json::array({{{"request_range", first_created_range(prefix)}},
+                                       {{"request_range", {{"key", base64_encode(counter_key)}}}}})}};
     return j.dump();
 }
 

@@ -108,6 +108,14 @@ private:
     int64_t lease_ = 0;
     std::optional<LeaderInfo> won_;
     std::optional<LeaderInfo> candidate_;  ///< Our queued key and its create revision.
+    /// The counter key as the winning campaign call read it.
+    struct SeenCounter {
+        int64_t leader_rev = 0;    ///< The leadership it was read for.
+        bool present = false;      ///< The key existed.
+        std::string value;         ///< Its value.
+        int64_t mod_revision = 0;  ///< Its mod revision.
+    };
+    std::optional<SeenCounter> seen_counter_;
     uint64_t cluster_id_ = 0;
     std::string last_error_;
 };

@@ -159,6 +159,9 @@ std::string candidacy_txn_request(std::string_view key, int64_t lease, std::stri
 /// Body of /v3/kv/range for the key with the lowest create revision under
 /// @p prefix: the election's leader.
 std::string first_created_request(std::string_view prefix);
+/// Body of a /v3/kv/txn without compares reading, at one revision, the
+/// election's leader (as first_created_request) and the counter key.
+std::string leader_and_counter_request(std::string_view prefix, std::string_view counter_key);
 /// Body of /v3/watch creating a watch on @p key from @p start_revision.
 std::string watch_request(std::string_view key, int64_t start_revision);
 /// Body of the token txn: if the leader key still has create revision

@@ -198,6 +198,10 @@ TEST(EtcdJson, RequestsCarryInt64AsStringsAndBase64) {
     EXPECT_EQ(first_created_request("nvfence/vol1/"),
               R"({"key":"bnZmZW5jZS92b2wxLw==","limit":"1","range_end":"bnZmZW5jZS92b2wxMA==","sort_order":"ASCEND","sort_target":"CREATE"})");
     EXPECT_EQ(*base64_decode("bnZmZW5jZS92b2wxMA=="), "nvfence/vol10");
+    EXPECT_EQ(leader_and_counter_request("nvfence/vol1/", "nvfence/vol1.epoch"),
+              R"({"success":[{"request_range":{"key":"bnZmZW5jZS92b2wxLw==","limit":"1","range_end":"bnZmZW5jZS92b2wxMA==","sort_order":"ASCEND","sort_target":"CREATE"}},)"
+              R"({"request_range":{"key":"bnZmZW5jZS92b2wxLmVwb2No"}}]})");
+    EXPECT_EQ(*base64_decode("bnZmZW5jZS92b2wxLmVwb2No"), "nvfence/vol1.epoch");
     EXPECT_EQ(watch_request("nvfence/vol1/7", 12),
               R"({"create_request":{"key":"bnZmZW5jZS92b2wxLzc=","start_revision":"12"}})");
     LeaderInfo l;

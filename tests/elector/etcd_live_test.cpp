@@ -394,6 +394,23 @@ TEST_F(EtcdLive, TermIsGuardedByTheLeaderKey) {
     EXPECT_EQ(counter, "");
 }
 
+// The winning campaign call read the counter with the leader key; the
+// token uses that read, and when the counter moved after it (only an
+// operator could), the transaction's compare catches it and the counter
+// is read again: the token is still above it.
+TEST_F(EtcdLive, TokenReadsTheCounterAgainWhenItMovedAfterTheWin) {
+    auto a = elector("node=1");
+    auto wa = a->campaign(kCall);
+    ASSERT_TRUE(wa);
+    ASSERT_EQ(etcd_.ctl({"put", "nvfence/vol-test.epoch", "41 1"}, nullptr), 0);
+    auto t = a->term(0, kCall);
+    ASSERT_TRUE(t) << t.error().message();
+    EXPECT_EQ(t->epoch, 42u);
+    std::string counter;
+    ASSERT_EQ(etcd_.ctl({"get", "--print-value-only", "nvfence/vol-test.epoch"}, &counter), 0);
+    EXPECT_EQ(counter.substr(0, counter.find('\n')), "42 " + std::to_string(wa->revision));
+}
+
 TEST_F(EtcdLive, LocalRecordRefusesARolledBackCounter) {
     const std::string state = etcd_.dir() + "/state";
     auto a = elector("node=1", 5, state);
