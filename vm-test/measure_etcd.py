@@ -19,10 +19,12 @@ guest's clock mapped to the host's by a round-trip offset):
   token            elected -> the token issued ("won the election")
   preempt          token -> the agent HOLDER (verified preempt-and-abort
                    with the token as epoch)
-  first write      HOLDER -> the probe's first accepted write
+  first write      HOLDER -> the probe's first accepted write (the probe
+                   tries every 0.1 s: about 50 ms of this is its pause)
   total            freeze -> first accepted write;  beyond TTL = total - TTL
 
 Medians (and min/max) over the runs, per TTL. Default: 10 runs, TTL 2 and 5.
+NVFENCE_MEASURE_LOGS=DIR keeps every agent's log of every run there.
 """
 import os
 import statistics
@@ -38,9 +40,12 @@ PROBE_LBA = 70000
 
 
 def probe_cmd():
-    # dd's own exit status tells: 0 accepted, else refused (Reservation Conflict).
+    # dd's own exit status tells: 0 accepted, else refused (Reservation
+    # Conflict). Ten tries a second: a loop without the pause kept the TCG
+    # guest's CPU busy with dd processes, its etcd member starved, and the
+    # handover took 3-9 s longer (the 02:00 runs).
     return (f"while ! dd if=/dev/zero of=\"$NVFENCE_DEV\" bs=4096 count=1 seek={PROBE_LBA // 8} oflag=direct "
-            f"2>/dev/null; do :; done; date +%s.%N > /tmp/probe.ok")
+            f"2>/dev/null; do usleep 100000; done; date +%s.%N > /tmp/probe.ok")
 
 
 def lease_end(log_lines, offset, t_freeze, ttl):
@@ -101,6 +106,14 @@ def run_once(lab, ttl, offsets, boots):
     old_log = hold.run(f"cat /tmp/agent.{boots[hold.name]}.log", timeout_s=60).out.splitlines()
     t_out = lease_end(old_log, offsets[hold.name], t_freeze, ttl)
     assert t_out is not None, f"{hold.name} logged no renewal before the freeze"
+    keep = os.environ.get("NVFENCE_MEASURE_LOGS")
+    if keep:
+        # Every agent's log of this run, for a run whose split looks odd.
+        os.makedirs(keep, exist_ok=True)
+        for h in lab.hosts:
+            text = old_log if h is hold else h.run(f"cat /tmp/agent.{boots[h.name]}.log", timeout_s=60).out.splitlines()
+            with open(os.path.join(keep, f"ttl{ttl}-{time.strftime('%H%M%S')}-{h.name}.log"), "w") as f:
+                f.write("\n".join(text) + "\n")
     hold.run("pkill -TERM -x nvfenced", timeout_s=30)
     hold.wait_for("! pgrep -x nvfenced", timeout_s=60)
     hold.run("rm -f /var/lib/nvfence/*.agent", timeout_s=30)
