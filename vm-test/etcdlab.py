@@ -142,7 +142,7 @@ def holders(hosts):
     return out
 
 
-def wait_holder(hosts, exclude=(), timeout_s=90):
+def wait_holder(hosts, exclude=(), timeout_s=90, interval_s=0.3):
     """The one host of hosts (not in exclude) whose agent says HOLDER."""
     end = time.monotonic() + timeout_s
     cand = [h for h in hosts if h.name not in exclude]
@@ -153,7 +153,7 @@ def wait_holder(hosts, exclude=(), timeout_s=90):
             last = (h.name, s)
             if s and s["state"] == "HOLDER":
                 return h, s
-        time.sleep(0.3)
+        time.sleep(interval_s)
     raise AssertionError(f"no holder among {[h.name for h in cand]} within {timeout_s}s; last {last}")
 
 
