@@ -25,6 +25,9 @@ _labmod.deferred_cleanup = True
 def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
+    # item.rep_setup / rep_call / rep_teardown: fixtures that collect
+    # diagnostics on a failure read them (request.node.rep_call.failed).
+    setattr(item, "rep_" + rep.when, rep)
     if rep.failed:
         _labmod.failures_seen += 1
     if rep.when != "teardown":

@@ -84,6 +84,7 @@ Description=nvfence lab writer (a Pacemaker resource)
 [Service]
 Type=simple
 ExecStart=/usr/local/bin/nvwriter
+TimeoutStopSec=60s
 """
 
 
@@ -134,7 +135,13 @@ WRITER_XML = ('<primitive id="writer" class="systemd" type="nvwriter">'
               '<meta_attributes id="writer-meta">'
               '<nvpair id="writer-requires" name="requires" value="unfencing"/>'
               '<nvpair id="writer-stickiness" name="resource-stickiness" value="100"/></meta_attributes>'
-              '<operations><op id="writer-monitor" name="monitor" interval="5s"/></operations>'
+              # start/stop timeouts as pcs sets them for a systemd resource
+              # (the agent's advertised 100 s): Pacemaker's default of 20 s
+              # fails a start on a slow node (daemon-reload first), and a
+              # failed stop is fenced.
+              '<operations><op id="writer-monitor" name="monitor" interval="5s"/>'
+              '<op id="writer-start" name="start" interval="0s" timeout="100s"/>'
+              '<op id="writer-stop" name="stop" interval="0s" timeout="100s"/></operations>'
               '</primitive>')
 
 
@@ -156,6 +163,36 @@ def keys_by_node(st) -> dict:
         if not r["foreign"]:
             out.setdefault(r["node"], []).append(r["epoch"])
     return out
+
+
+# Bringing a node back after it was fenced at the storage, step by step:
+# what docs/PACEMAKER.md "Bringing a fenced node back" tells the operator to
+# run, verbatim (test_pacemaker_cluster.py checks that every command is
+# there), and what Cluster.rejoin() runs. (where, command, bound in s, what
+# it establishes). "node" is the fenced node, "survivor" any other member;
+# "wait: CMD" re-runs CMD until it succeeds.
+REJOIN_STEPS = (
+    ("node", "timeout 120 systemctl stop pacemaker.service || systemctl kill --kill-who=all --signal=KILL pacemaker.service",
+     150,
+     "the node's Pacemaker is stopped"),
+    ("node", "systemctl stop corosync.service; systemctl reset-failed pacemaker.service corosync.service; "
+     "! pgrep -x 'pacemakerd|pacemaker-.*|corosync'", 90,
+     "nothing of the old stack runs on the node"),
+    ("survivor", "wait: crm_mon -1 | grep -Eq 'OFFLINE: \\[.* {node}( |\\])' && "
+     "! stonith_admin --history {node} | grep -q pending", 180,
+     "the survivors see the node offline, no fencing of it pending"),
+    ("node", "systemctl start corosync.service", 90, "corosync starts on the node"),
+    ("node", "wait: for id in {ids}; do corosync-quorumtool -l | grep -Eq \"^ +$id \" || exit 1; done", 180,
+     "corosync's membership has every live node"),
+    ("node", "systemctl start pacemaker.service", 90, "Pacemaker starts on the node"),
+    ("node", "wait: crm_mon -1 | grep -q 'Online: \\[ {names} \\]'", 300,
+     "Pacemaker shows every live node online"),
+    ("survivor", "wait: stonith_admin --history {node} | head -1 | grep -Eq '(unfencing|on) of {node} successful'", 300,
+     "Pacemaker unfenced the node"),
+    ("node", "wait: nvfence status {vol} --json | grep -q '\"state\":\"STANDBY\"' && "
+     "nvfence report {dev} --json | grep -q '\"node\":{nodeid},'", 120,
+     "the node's watcher stands by and its key is on the device again"),
+)
 
 
 class Cluster:
@@ -338,18 +375,152 @@ class Cluster:
             out.append(f"--- {h.name}\n{r.out}{r.err}")
         return "\n".join(out)
 
-    def rejoin(self, name, timeout_s=400) -> None:
-        """A node that was fenced at the storage (not rebooted: its
-        pacemaker stopped itself on learning so) rejoins: the cluster stack
-        restarts, Pacemaker unfences it (a new key) before anything runs there."""
+    # What collect() keeps of each node when a scenario fails: the stack's,
+    # the watcher's and the writer's journals, the membership as corosync,
+    # votequorum and Pacemaker see it, the fencing history, the device.
+    DIAG_CMDS = (
+        ("journal", "journalctl -b --no-pager -o short-unix -u corosync -u pacemaker -u 'nvfenced@*' -u nvwriter"),
+        ("systemctl", "systemctl status --no-pager -l corosync pacemaker 'nvfenced@*' nvwriter"),
+        ("corosync-cfgtool", "corosync-cfgtool -s; corosync-cfgtool -n"),
+        ("quorum", "corosync-quorumtool -s"),
+        ("crm_mon", "crm_mon -1 --include=all"),
+        ("history", "stonith_admin --history '*' --verbose"),
+        ("device", "nvfence report \"$NVFENCE_DEV\"; nvfence status --json 2>&1; ip -s link"),
+    )
+
+    def collect(self, label: str) -> str:
+        """Keeps every reachable node's DIAG_CMDS output and the cluster
+        hub's view of each port under the lab's run dir (kept by the lab
+        when a test failed); returns the directory."""
+        d = self.lab.run_dir / "diag" / re.sub(r"[^\w.-]+", "_", label)
+        d.mkdir(parents=True, exist_ok=True)
+        for h in self.hosts:
+            if h.name in self.killed or h.paused:
+                (d / f"{h.name}.txt").write_text("(killed or frozen: nothing collected)\n")
+                continue
+            parts = []
+            for name, cmd in self.DIAG_CMDS:
+                try:
+                    r = h.run(cmd, timeout_s=120)
+                    parts.append(f"===== {name}: {cmd} (rc {r.rc})\n{r.out}{r.err}")
+                except Exception as e:  # noqa: BLE001 - a dead guest must not hide the others
+                    parts.append(f"===== {name}: {cmd}\n(failed: {e})")
+            (d / f"{h.name}.txt").write_text("\n".join(parts))
+        if self.lab.hub:
+            (d / "hub.txt").write_text(self.lab.hub.describe())
+        self.log(f"diagnostics of {label} kept in {d}")
+        return str(d)
+
+    def rejoin(self, name, attempts=2) -> None:
+        """The documented procedure for a node fenced at the storage
+        (docs/PACEMAKER.md "Bringing a fenced node back"; REJOIN_STEPS):
+        its stack stopped for good, the survivors done with its fencing,
+        corosync first (membership checked), then Pacemaker, which unfences
+        it. A bounded retry of the start (attempts), then a clear error with
+        every node's diagnostics kept."""
         h = self.by_name[name]
-        h.run("systemctl stop pacemaker; systemctl restart corosync && systemctl start pacemaker",
-              timeout_s=240, check=True)
-        names = " ".join(sorted(x.name for x in self.live()))
-        r = h.wait_for(f"crm_mon -1 2>/dev/null | grep -q 'Online: \\[ {names} \\]'", timeout_s=timeout_s,
-                       interval_s=1)
-        assert r.rc == 0, h.run("crm_mon -1; corosync-cfgtool -s").out + "\n" + self.health()
-        wait(lambda: self.unfenced([name]), timeout_s, f"{name} to be unfenced again", 1)
+        survivor = self.any(exclude=(name,))
+        live = [x for x in self.live()]
+        ids = " ".join(str(NODE_IDS[x.name]) for x in live)
+        names = " ".join(sorted(x.name for x in live))
+        errors = []
+        for attempt in range(1, attempts + 1):
+            try:
+                self._rejoin_once(h, survivor, ids, names)
+                return
+            except AssertionError as e:
+                errors.append(f"attempt {attempt}: {e}")
+                self.log(f"rejoin of {name}, attempt {attempt} failed: {e}")
+                self.collect(f"rejoin-{name}-{attempt}")
+        raise AssertionError(f"{name} did not rejoin after {attempts} attempts:\n" + "\n".join(errors))
+
+    def _rejoin_once(self, h, survivor, ids, names) -> None:
+        name = h.name
+        for where, cmd, timeout_s, what in REJOIN_STEPS:
+            x = h if where == "node" else survivor
+            cmd = cmd.format(node=name, nodeid=NODE_IDS[name], ids=ids, names=names, dev=self.dev, vol=self.watchers)
+            if cmd.startswith("wait: "):
+                r = x.wait_for(cmd[len("wait: "):], timeout_s=timeout_s, interval_s=1)
+            else:
+                r = x.run(cmd, timeout_s=timeout_s)
+            assert r.rc == 0, f"{what}: `{cmd}` on {x.name} failed (rc {r.rc}): {(r.out + r.err).strip()[-600:]}"
+
+    def problems(self) -> list:
+        """What keeps the cluster from the state every scenario starts
+        from: every node online in Pacemaker, each unfenced (its key on the
+        device), the writer running with no failed operations."""
+        out = []
+        live = self.live()
+        names = " ".join(sorted(h.name for h in live))
+        a = live[0]
+        r = a.run("crm_mon -1", timeout_s=60)
+        if f"Online: [ {names} ]" not in r.out:
+            out.append("not every node online: " + " | ".join(
+                l.strip() for l in r.out.splitlines() if "Online" in l or "OFFLINE" in l or "UNCLEAN" in l))
+        try:
+            keys = keys_by_node(self.report(a))
+        except AssertionError as e:
+            keys = {}
+            out.append(f"no report: {e}")
+        missing = [h.name for h in live if NODE_IDS[h.name] not in keys]
+        if missing:
+            out.append(f"not unfenced (no key on the device): {missing}")
+        if self.writer_node(a) is None:
+            out.append("the writer does not run")
+        if self.failed_ops("writer", a) or self.failed_ops("nvfence", a):
+            out.append(f"failed operations: {self.failed_ops('writer', a) + self.failed_ops('nvfence', a)}")
+        return out
+
+    def ensure_ready(self, label: str, timeout_s: float = 300) -> None:
+        """Brings the cluster to the state every scenario starts from, so
+        that one scenario's broken cluster does not fail the next ones: a
+        frozen or cut node is resumed/healed, a node out of the cluster
+        rejoins by the documented procedure, failed operations are
+        cleaned up, the writer is started; if that does not do it, the whole
+        stack restarts on every node. Raises, naming what is still wrong,
+        when the cluster cannot be brought there."""
+        for h in self.hosts:
+            if h.name in self.killed:
+                continue
+            if h.paused:
+                h.resume()
+            if h.cut_paths:
+                h.heal(*sorted(h.cut_paths))
+        found = self.problems()
+        if not found:
+            return
+        self.log(f"before {label}: the cluster is not ready ({'; '.join(found)}): repairing")
+        self.collect(f"before-{label}")
+        try:
+            self._repair()
+        except AssertionError as e:
+            self.log(f"before {label}: repair failed ({e}); restarting every node's stack")
+            self.restart_stacks()
+            self._repair()
+        left = self.problems()
+        assert not left, f"before {label}: the cluster could not be brought to its starting state: {left}"
+
+    def _repair(self) -> None:
+        a = self.live()[0]
+        r = a.run("crm_mon -1", timeout_s=60)
+        names = sorted(h.name for h in self.live())
+        online = re.search(r"Online: \[ ([^\]]*) \]", r.out)
+        up = set(online.group(1).split()) if online else set()
+        for n in names:
+            if n not in up:
+                self.rejoin(n)
+        a.run("crm_resource -C -r writer; crm_resource -C -r nvfence; "
+              "crm_resource -r writer --meta -p target-role -v Started", timeout_s=120)
+        self.wait_writing(self.wait_writer(timeout_s=300))
+
+    def restart_stacks(self) -> None:
+        """Every node's cluster stack down, then up again (corosync first),
+        as a full cluster restart: the configuration stays in the CIB."""
+        stop = REJOIN_STEPS[0][1] + "; " + REJOIN_STEPS[1][1]
+        self._all(lambda h: h.run(stop, timeout_s=240, check=True), self.live())
+        self.start_stack(self.live())
+        wait(lambda: not [p for p in self.problems() if "not unfenced" in p or "not every node" in p],
+             300, "every node online and unfenced after the restart", 5)
 
     def stopped_itself(self, name, timeout_s=180) -> str | None:
         """Pacemaker on `name`, told it was fenced (not rebooted: fabric

@@ -49,8 +49,16 @@ def cl():
 
 @pytest.fixture(autouse=True)
 def health_after(cl, request):
+    # Each scenario after the first starts from the same state (every node
+    # online and unfenced, the writer running): a scenario that left the
+    # cluster broken is repaired here, or this one fails saying why.
+    if not request.node.name.startswith("test_1_"):
+        cl.ensure_ready(request.node.name)
     t = time.monotonic()
     yield
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed:
+        cl.collect(request.node.name)
     print(f"\n[{request.node.name}: {time.monotonic() - t:.0f} s; at {time.monotonic() - T0:.0f} s]\n"
           f"{cl.health()}", flush=True)
 

@@ -823,6 +823,7 @@ class ClusterHub:
             self.argv += ["-netdev", f"stream,id=p{i},server=on,addr.type=unix,addr.path={self.sock(i)}",
                           "-netdev", f"hubport,id=hp{i},hubid=0,netdev=p{i}"]
         self.proc: subprocess.Popen | None = None
+        self.port_up: dict = {}
 
     def sock(self, i: int) -> Path:
         return self.lab.run_dir / f"cnet{i}.sock"
@@ -833,6 +834,18 @@ class ClusterHub:
     def set_port(self, i: int, up: bool) -> None:
         """Deliver frames to port i (up) or drop them (down)."""
         self.qmp.execute("set_link", {"name": f"p{i}", "up": up})
+        self.port_up[i] = up
+
+    def describe(self) -> str:
+        """Each port's state as set through set_port (down while its host is
+        frozen), then QEMU's own view of the hub."""
+        lines = [f"port {i} (host {HOST_NAMES[i]}): {'up' if self.port_up.get(i, True) else 'DOWN'}"
+                 for i in range(self.ports)]
+        try:
+            lines.append(self.qmp.execute("human-monitor-command", {"command-line": "info network"}))
+        except Exception as e:  # noqa: BLE001 - diagnostics only
+            lines.append(f"(hub query failed: {e})")
+        return "\n".join(lines) + "\n"
 
     def start(self) -> None:
         (self.lab.run_dir / "hub.cmdline").write_text(shlex.join(self.argv) + "\n")
