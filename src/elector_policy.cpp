@@ -100,8 +100,10 @@ void LeaseGuard::on_keepalive(TimePoint sent_at, const Result<LeaseStatus>& r) {
     if (lost_ != LossReason::none) return;
     if (r) {
         // A reply can only extend from its own send time; an older reply
-        // arriving late never moves the deadline back.
-        deadline_ = std::max(deadline_, sent_at + std::chrono::milliseconds(r->ttl_ms));
+        // arriving late never moves the deadline back. No TTL above the one
+        // asked for is believed (a broken or hostile etcd reply of a year).
+        const int64_t ttl_ms = std::clamp<int64_t>(r->ttl_ms, 0, opts_.ttl_ms);
+        deadline_ = std::max(deadline_, sent_at + std::chrono::milliseconds(ttl_ms));
         last_sent_ = std::max(last_sent_, sent_at);
         failures_ = 0;
         return;

@@ -82,9 +82,36 @@ constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 
 std::error_code malformed() { return make_error_code(Errc::malformed_data); }
 
-// nlohmann's parse without exceptions: a discarded value on any error.
+// True when no array or object in @p text nests deeper than @p max_depth.
+// Iterative and linear: brackets inside strings (escapes included) do not
+// count. Malformed text may pass; the parser refuses it then, within the
+// depth bound.
+bool nesting_within(std::string_view text, size_t max_depth) {
+    size_t depth = 0;
+    bool in_string = false;
+    for (size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        if (in_string) {
+            if (c == '\\') ++i;
+            else if (c == '"') in_string = false;
+            continue;
+        }
+        if (c == '"') in_string = true;
+        else if (c == '[' || c == '{') {
+            if (++depth > max_depth) return false;
+        } else if ((c == ']' || c == '}') && depth > 0) {
+            --depth;
+        }
+    }
+    return true;
+}
+
+// nlohmann's parse without exceptions: a discarded value on any error. Its
+// parser and destructor recurse per nesting level: the depth is bounded
+// first (a 200 KB line of brackets overflowed the stack).
 std::optional<json> parse_object(std::string_view body) {
     if (body.size() > kMaxReplyBytes) return std::nullopt;
+    if (!nesting_within(body, kMaxJsonDepth)) return std::nullopt;
     json j = json::parse(body.begin(), body.end(), nullptr, false);
     if (j.is_discarded() || !j.is_object()) return std::nullopt;
     return j;
@@ -331,7 +358,7 @@ Result<LeaseGrant> parse_lease_grant(std::string_view body) {
     // "error" as a non-empty string is grant's own failure field.
     if (const json* e = member(o->first, "error"); e && e->is_string() && !e->get_ref<const std::string&>().empty())
         return make_error_code(ElectorErrc::server_error);
-    if (g.id <= 0 || g.ttl_s <= 0) return malformed();
+    if (g.id <= 0 || g.ttl_s <= 0 || g.ttl_s > kMaxLeaseTtlS) return malformed();
     return g;
 }
 
@@ -342,7 +369,7 @@ Result<KeepaliveReply> parse_keepalive(std::string_view line) {
     k.reply = o->second;
     if (k.reply.error) return classify_error(*k.reply.error);
     if (!get_int(o->first, "ID", k.id) || !get_int(o->first, "TTL", k.ttl_s)) return malformed();
-    if (k.id <= 0 || k.ttl_s < 0) return malformed();
+    if (k.id <= 0 || k.ttl_s < 0 || k.ttl_s > kMaxLeaseTtlS) return malformed();
     return k;
 }
 

@@ -26,6 +26,14 @@ namespace nvfence::etcd {
 
 /// Largest reply body parsed (and read from the network): 1 MiB.
 inline constexpr size_t kMaxReplyBytes = 1 << 20;
+/// Deepest nesting of arrays and objects accepted in a reply (etcd's own
+/// replies nest 5 deep); deeper input is malformed data, found by a linear
+/// scan before anything is parsed, so no parser recursion depends on it.
+inline constexpr size_t kMaxJsonDepth = 32;
+/// Longest lease TTL believed from etcd: its own maximum (9,000,000,000 s);
+/// a larger one is malformed data. The elector further trusts no TTL above
+/// the one it asked for.
+inline constexpr int64_t kMaxLeaseTtlS = 9'000'000'000;
 
 /// Standard base64 with padding.
 std::string base64_encode(std::string_view bytes);

@@ -221,3 +221,27 @@ TEST(ElectorPolicy, BackoffDoublesAndIsCapped) {
     EXPECT_GT(big.next_ms(), 0);
     EXPECT_EQ(big.next_ms(), INT64_MAX);
 }
+
+// A TTL from etcd is believed only up to the one this host asked for: a
+// hostile or broken reply of a year (or of etcd's maximum) must not keep a
+// host leading past its own lease.
+TEST(ElectorPolicy, GuardBelievesNoTtlAboveTheConfiguredOne) {
+    ManualClock clk;
+    LeaseGuardOptions o;
+    o.ttl_ms = 5000;
+    o.margin_ms = 1000;
+    o.renew_interval_ms = 1666;
+    LeaseGuard g(o, clk.now());
+    const auto sent = clk.now();
+    g.on_keepalive(sent, LeaseStatus{int64_t{365} * 24 * 3600 * 1000});
+    EXPECT_EQ(g.lease_deadline(), sent + milliseconds(5000));
+    g.on_keepalive(sent, LeaseStatus{int64_t{9'000'000'000} * 1000});
+    EXPECT_EQ(g.lease_deadline(), sent + milliseconds(5000));
+    clk.advance(milliseconds(4000));
+    EXPECT_EQ(g.verdict(clk.now()), GuardVerdict::step_down);
+    // A shorter TTL than asked is believed as it is.
+    LeaseGuard h(o, clk.now());
+    const auto sent2 = clk.now();
+    h.on_keepalive(sent2, LeaseStatus{2000});
+    EXPECT_EQ(h.lease_deadline(), sent2 + milliseconds(5000));  // the grant's own deadline still stands
+}

@@ -213,3 +213,41 @@ TEST(EtcdJson, RequestsCarryInt64AsStringsAndBase64) {
     EXPECT_NE(t.find(R"("mod_revision":"0")"), std::string::npos);
     EXPECT_NE(t.find(base64_encode("3 9")), std::string::npos);
 }
+
+// A hostile or broken etcd: a line nested 100,000 levels deep (200 KB, under
+// the 1 MiB bound) on the keepalive, watch and observe streams and in a
+// plain reply. A recursive parser overflows the stack on it (SIGSEGV, seen
+// at -O2); it must be refused as malformed data without recursion.
+TEST(EtcdJson, DeeplyNestedRepliesAreRefusedWithoutRecursion) {
+    const size_t levels = 100000;
+    const std::string arrays = std::string(levels, '[') + std::string(levels, ']');
+    const std::string objects = [&] {
+        std::string s;
+        for (size_t i = 0; i < levels; ++i) s += "{\"a\":";
+        s += "1";
+        s += std::string(levels, '}');
+        return s;
+    }();
+    ASSERT_LE(objects.size(), kMaxReplyBytes);
+    for (const std::string& inner : {arrays, objects}) {
+        const std::string line = R"({"result":{"ID":"7","TTL":"5","x":)" + inner + "}}";
+        EXPECT_EQ(parse_keepalive(line).error(), make_error_code(Errc::malformed_data));
+        EXPECT_EQ(parse_watch(line).error(), make_error_code(Errc::malformed_data));
+        EXPECT_EQ(parse_observe(line).error(), make_error_code(Errc::malformed_data));
+        EXPECT_EQ(parse_txn(with_header("\"x\":" + inner)).error(), make_error_code(Errc::malformed_data));
+        EXPECT_FALSE(parse_error(with_header("\"x\":" + inner)));
+    }
+}
+
+// Depth up to kMaxJsonDepth is still read; brackets inside strings (and
+// escaped quotes) do not count.
+TEST(EtcdJson, NestingUpToTheBoundAndBracketsInStringsAreRead) {
+    std::string deep = "1";
+    for (size_t i = 0; i + 2 < kMaxJsonDepth; ++i) deep = "[" + deep + "]";  // the line: kMaxJsonDepth deep
+    const std::string line = R"({"result":{"ID":"7","TTL":"5","x":)" + deep + R"(,"s":"[[[{{{\"[[["}})";
+    auto k = parse_keepalive(line);
+    ASSERT_TRUE(k) << k.error().message();
+    EXPECT_EQ(k->ttl_s, 5);
+    const std::string over = R"({"result":{"ID":"7","TTL":"5","x":[)" + deep + "]}}";  // one more
+    EXPECT_EQ(parse_keepalive(over).error(), make_error_code(Errc::malformed_data));
+}

@@ -43,8 +43,12 @@ run_one() {
     mkdir -p "$work"
     local dirs=("$work")
     [ -d "$seeds" ] && dirs+=("$seeds")
+    # Inputs as large as the parser accepts: etcd replies up to 1 MiB
+    # (etcd_json.hpp kMaxReplyBytes); the other parsers' inputs are small.
+    local max_len=8192
+    [ "$f" = fuzz_etcd ] && max_len=1048576
     "$build/tests/fuzz/$f" "${dirs[@]}" \
-        -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=8192 \
+        -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len="$max_len" \
         -print_final_stats=1 -artifact_prefix="$build/artifacts/$f-" \
         >"$build/$f.log" 2>&1
 }
