@@ -13,6 +13,13 @@
 namespace nvfence {
 
 Result<uint32_t> IoctlPassthru::submit(const Command& cmd, std::span<uint8_t> data) {
+    uint16_t raw = 0;
+    return submit_raw(cmd, data, raw);
+}
+
+Result<uint32_t> IoctlPassthru::submit_raw(const Command& cmd, std::span<uint8_t> data,
+                                           uint16_t& raw_status) {
+    raw_status = 0;
     nvme_passthru_cmd pc;
     std::memset(&pc, 0, sizeof pc);
     pc.opcode = cmd.opcode;
@@ -46,7 +53,10 @@ Result<uint32_t> IoctlPassthru::submit(const Command& cmd, std::span<uint8_t> da
         if (errno == ENODEV || errno == ENXIO) return make_error_code(Errc::device_gone);
         return errno_error(errno);
     }
-    if (rc > 0) return make_nvme_error(static_cast<uint16_t>(rc));
+    if (rc > 0) {
+        raw_status = static_cast<uint16_t>(rc);
+        return make_nvme_error(raw_status);
+    }
     return pc.result;
 }
 

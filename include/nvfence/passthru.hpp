@@ -35,6 +35,11 @@ public:
     explicit IoctlPassthru(int fd) : fd_(fd) {}
     /// See Passthru::submit.
     Result<uint32_t> submit(const Command& cmd, std::span<uint8_t> data) override;
+    /// As submit(), and stores in @p raw_status the status exactly as the
+    /// ioctl returned it: the 15-bit NVMe status including Do Not Retry
+    /// (0x4000) and More (0x2000), which the error_code drops; 0 when the
+    /// command succeeded or failed with an errno.
+    Result<uint32_t> submit_raw(const Command& cmd, std::span<uint8_t> data, uint16_t& raw_status);
 
 private:
     int fd_;
