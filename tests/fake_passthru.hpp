@@ -22,6 +22,14 @@
 /// Hooks let a test make the device fail a command, lie (claim success and
 /// change nothing), let another host act right after a command (races), or
 /// rewrite a Report buffer before it is returned.
+///
+/// The model is compared command by command with the real Linux nvmet target
+/// (tests/model/, lab test vm-test/test_model_nvmet.py, docs/RELIABILITY.md
+/// "Device model vs nvmet"). Where nvmet deviates from the specification the
+/// model follows the specification unless the matching flag of
+/// FakeTarget::deviations is set; NvmetDeviations::all() makes the model
+/// answer exactly as nvmet does. With reservations_supported = false it is a
+/// namespace without reservation support (QEMU's own NVMe device).
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -38,6 +46,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <vector>
 
@@ -76,6 +85,44 @@ inline std::error_code nvme_err(NvmeStatus s) {
     return make_nvme_error(static_cast<uint16_t>(s));
 }
 
+/// Known ways in which the Linux nvmet target (drivers/nvme/target/pr.c,
+/// checked on Linux 7.3.4) deviates from the NVMe Base Specification. Each
+/// flag makes FakeTarget answer as nvmet does; all off (the default) is the
+/// specification. docs/RELIABILITY.md "Device model vs nvmet" lists them.
+struct NvmetDeviations {
+    /// N1: an undefined RREGA/RACQA/RRELA completes with Invalid Command
+    /// Opcode (spec: Invalid Field in Command).
+    bool undefined_action_invalid_opcode = false;
+    /// N2: CPTPL is not looked at: 01b (reserved) is accepted, 11b is
+    /// accepted and PTPLS stays 0.
+    bool cptpl_ignored = false;
+    /// N3: under WEAR/EAAR only one registrant (the one that acquired, or
+    /// after it left the first remaining one) counts as holder for Acquire
+    /// and Release: another registrant's Acquire of the held type gets
+    /// Reservation Conflict, its Release succeeds and releases nothing
+    /// (spec: every registrant is a holder). Access checks and Report
+    /// (RCSTS) still treat every registrant as holder.
+    bool all_regs_single_holder = false;
+    /// N4: Release by the holder with the wrong RTYPE completes with
+    /// Reservation Conflict (spec: Invalid Field in Command).
+    bool release_wrong_type_conflict = false;
+    /// N5: the holder of a WE/EA/WERO/EARO reservation that preempts with
+    /// its own key only changes the type to RTYPE: other registrants that
+    /// share that key stay registered (spec: they are unregistered, only the
+    /// issuing host keeps its registration).
+    bool holder_self_preempt_keeps_shared_key = false;
+    /// Every deviation on: the model answers as nvmet does.
+    static NvmetDeviations all() { return {true, true, true, true, true}; }
+    /// What a new FakeTarget starts with: none, or all() when the
+    /// environment has NVFENCE_FAKE_TARGET=nvmet (to run the whole unit
+    /// suite against nvmet's behaviour: `NVFENCE_FAKE_TARGET=nvmet ctest -L unit`).
+    static NvmetDeviations from_env() {
+        const char* v = std::getenv("NVFENCE_FAKE_TARGET");
+        return v && std::string_view(v) == "nvmet" ? all() : NvmetDeviations{};
+    }
+    friend bool operator==(const NvmetDeviations&, const NvmetDeviations&) = default;
+};
+
 /// One command as the model saw it.
 struct Submission {
     HostId host;
@@ -107,6 +154,25 @@ public:
     /// default, as on nvmet: its hosts use 128-bit host ids, and nvmet then
     /// refuses the plain Report.
     bool plain_supported = false;
+    /// False: a namespace without reservation support, like QEMU's own NVMe
+    /// device: every reservation command fails with Invalid Command Opcode,
+    /// features 81h and 82h and log page 80h with Invalid Field in Command;
+    /// reads and writes are not checked against any reservation.
+    bool reservations_supported = true;
+    /// nvmet deviations from the specification to reproduce (default none).
+    NvmetDeviations deviations = NvmetDeviations::from_env();
+    /// Errors the model itself produces carry Do Not Retry, as nvmet and
+    /// QEMU set it on every one of them. Seen only in last_status.
+    bool dnr = true;
+    /// Errors nvmet also records in its Error Information log page (those
+    /// for which it names the offending field: a refused read/write/flush,
+    /// a refused Report size or EDS, an undefined action, a bad
+    /// notification mask) carry More (0x2000), as nvmet sets it. Seen only
+    /// in last_status; off for a namespace without reservation support.
+    bool error_log_more = true;
+    /// The last completion as the passthrough ioctl reports it: the 15-bit
+    /// status including DNR (0x4000) and More (0x2000); 0 on success.
+    uint16_t last_status = 0;
     std::vector<HostId> aborted;           ///< Hosts whose commands preempt-and-abort aborted.
     std::map<HostId, uint32_t> notify_mask;        ///< Feature 82h per host.
     std::map<HostId, std::deque<Notice>> notices;  ///< Pending log pages per host.
@@ -150,6 +216,14 @@ public:
         if (type == ResvType::none || !find(h)) return false;
         return all_regs() || holder == h;
     }
+    /// Whether @p h counts as holder for its own Acquire and Release: every
+    /// holder by the specification, only the one nvmet records under the
+    /// all-registrants types when deviations.all_regs_single_holder is set.
+    bool holds_for_command(const HostId& h) const {
+        if (deviations.all_regs_single_holder && all_regs())
+            return type != ResvType::none && find(h) && holder == h;
+        return is_holder(h);
+    }
     /// Number of commands with @p op on queue @p q.
     size_t count(uint8_t op, Queue q = Queue::io) const {
         size_t n = 0;
@@ -172,15 +246,28 @@ public:
             in_hook_ = true;
             auto e = fail(h, cmd);
             in_hook_ = false;
-            if (e) return *e;
+            if (e) {
+                last_status = e->category() == nvme_category() ? static_cast<uint16_t>(e->value()) : 0;
+                return *e;
+            }
         }
         if (hooks && swallow) {
             in_hook_ = true;
             const bool s = swallow(h, cmd);
             in_hook_ = false;
-            if (s) return uint32_t{0};
+            if (s) {
+                last_status = 0;
+                return uint32_t{0};
+            }
         }
+        last_status = 0;
+        logged_ = false;
         auto r = execute(h, cntlid, cmd, data);
+        if (!r && r.error().category() == nvme_category()) {
+            const bool more = logged_ && error_log_more && reservations_supported;
+            last_status = static_cast<uint16_t>(r.error().value() | (dnr ? kStatusDnr : 0) |
+                                                (more ? kStatusMore : 0));
+        }
         if (r && hooks && after) {
             in_hook_ = true;
             after(h, cmd);
@@ -194,6 +281,18 @@ private:
 
     uint16_t next_cntlid_ = 1;
     bool in_hook_ = false;
+    bool logged_ = false;  // the current error goes to the error log (More)
+
+    // An error nvmet records in its error log (it names the field).
+    std::error_code logged(NvmeStatus s) {
+        logged_ = true;
+        return nvme_err(s);
+    }
+
+    std::error_code undefined_action() {
+        return logged(deviations.undefined_action_invalid_opcode ? NvmeStatus::invalid_opcode
+                                                                 : NvmeStatus::invalid_field);
+    }
 
     // The host data of a host-to-device command, as Passthru::submit defines.
     static std::span<const uint8_t> host_data(const Command& c, std::span<uint8_t> data) {
@@ -219,6 +318,12 @@ private:
         regs.erase(regs.begin() + static_cast<std::ptrdiff_t>(i));
         if (!was_holder) return;
         if (all_regs()) {
+            // Every registrant still holds; nvmet hands its holder record
+            // to the first remaining registrant (see holds_for_command).
+            if (holder == h) {
+                if (regs.empty()) holder.reset();
+                else holder = regs.front().host;
+            }
             if (regs.empty()) type = ResvType::none;
             return;
         }
@@ -252,6 +357,7 @@ private:
         if (c.opcode == opcode::kFlush || c.opcode == opcode::kRead || c.opcode == opcode::kWrite)
             return rw(h, c);
         if (c.nsid != nsid) return nvme_err(NvmeStatus::invalid_namespace);
+        if (!reservations_supported) return nvme_err(NvmeStatus::invalid_opcode);
         switch (c.opcode) {
         case opcode::kResvRegister: return do_register(h, cntlid, c, data);
         case opcode::kResvAcquire: return do_acquire(h, c, data);
@@ -263,6 +369,7 @@ private:
 
     Result<uint32_t> rw(const HostId& h, const Command& c) {
         if (c.nsid != nsid) return nvme_err(NvmeStatus::invalid_namespace);
+        if (!reservations_supported) return uint32_t{0};
         if (type == ResvType::none || is_holder(h)) return uint32_t{0};
         const bool write = c.opcode != opcode::kRead;
         const bool registered = find(h) != nullptr;
@@ -276,7 +383,7 @@ private:
         case ResvType::exclusive_access_all_regs: ok = registered; break;
         case ResvType::none: break;
         }
-        if (!ok) return nvme_err(NvmeStatus::reservation_conflict);
+        if (!ok) return logged(NvmeStatus::reservation_conflict);
         return uint32_t{0};
     }
 
@@ -287,7 +394,7 @@ private:
             return nvme_err(NvmeStatus::invalid_field);
         const unsigned action = dw10 & 7u;
         const bool iekey = dw10 & 8u;
-        const unsigned cptpl = dw10 >> 30;
+        const unsigned cptpl = deviations.cptpl_ignored ? 0u : dw10 >> 30;
         if (cptpl == 1) return nvme_err(NvmeStatus::invalid_field);
         auto d = host_data(c, data);
         if (d.size() < 16) return nvme_err(NvmeStatus::data_transfer_error);
@@ -298,8 +405,9 @@ private:
             if (regs[i].host == h) idx = i;
         const bool registered = idx < regs.size();
         switch (action) {
+        // A new key of 0 is accepted, as nvmet does (the specification
+        // does not reserve it).
         case 0:  // register
-            if (nrkey == 0) return nvme_err(NvmeStatus::invalid_field);
             if (registered) {
                 if (regs[idx].key != nrkey) return nvme_err(NvmeStatus::reservation_conflict);
             } else {
@@ -312,12 +420,18 @@ private:
             unregister_one(idx);
             break;
         case 2:  // replace
-            if (nrkey == 0) return nvme_err(NvmeStatus::invalid_field);
+            if (!registered && iekey) {
+                // Replace with IEKEY registers a host that is not
+                // registered, as nvmet does; a new key of 0 is refused then.
+                if (nrkey == 0) return nvme_err(NvmeStatus::invalid_field);
+                regs.push_back({h, nrkey, cntlid});
+                break;
+            }
             if (!registered || (!iekey && regs[idx].key != crkey))
                 return nvme_err(NvmeStatus::reservation_conflict);
             regs[idx].key = nrkey;
             break;
-        default: return nvme_err(NvmeStatus::invalid_field);
+        default: return undefined_action();
         }
         if (cptpl == 2) ptpl = false;
         if (cptpl == 3) ptpl = true;
@@ -342,14 +456,14 @@ private:
         if (!me || me->key != crkey) return nvme_err(NvmeStatus::reservation_conflict);
         if (action == 0) {
             if (type != ResvType::none) {
-                if (is_holder(h) && type == rtype) return uint32_t{0};
+                if (holds_for_command(h) && type == rtype) return uint32_t{0};
                 return nvme_err(NvmeStatus::reservation_conflict);
             }
             type = rtype;
             holder = h;
             return uint32_t{0};
         }
-        if (action != 1 && action != 2) return nvme_err(NvmeStatus::invalid_field);
+        if (action != 1 && action != 2) return undefined_action();
         const bool abort = action == 2;
         if (type == ResvType::none) {
             if (unregister_by_key(prkey, h, abort, false) == 0)
@@ -373,11 +487,13 @@ private:
             }
         } else {
             const Reg* hold = holder ? find(*holder) : nullptr;
-            if (prkey != 0 && hold && prkey == hold->key) {
+            if (hold && prkey == hold->key) {
                 const ResvType old = type;
+                const bool self = holder == h;
                 holder = h;
                 type = rtype;
-                unregister_by_key(prkey, h, abort, true);
+                if (!(self && deviations.holder_self_preempt_keeps_shared_key))
+                    unregister_by_key(prkey, h, abort, true);
                 if (old != rtype) notify_others(h, NotificationType::reservation_released);
             } else if (prkey != 0) {
                 if (unregister_by_key(prkey, h, abort, false) == 0)
@@ -404,8 +520,10 @@ private:
         const Reg* me = find(h);
         if (!me || me->key != crkey) return nvme_err(NvmeStatus::reservation_conflict);
         if (action == 0) {
-            if (!is_holder(h)) return uint32_t{0};
-            if (rtype_raw != static_cast<uint8_t>(type)) return nvme_err(NvmeStatus::invalid_field);
+            if (!holds_for_command(h)) return uint32_t{0};
+            if (rtype_raw != static_cast<uint8_t>(type))
+                return nvme_err(deviations.release_wrong_type_conflict ? NvmeStatus::reservation_conflict
+                                                                        : NvmeStatus::invalid_field);
             const ResvType old = type;
             type = ResvType::none;
             holder.reset();
@@ -413,7 +531,7 @@ private:
                 notify_others(h, NotificationType::reservation_released);
             return uint32_t{0};
         }
-        if (action != 1) return nvme_err(NvmeStatus::invalid_field);
+        if (action != 1) return undefined_action();
         for (const auto& r : regs)
             if (r.host != h) notify(r.host, NotificationType::reservation_preempted);
         regs.clear();
@@ -430,10 +548,10 @@ private:
         if (c.cdw[1] & ~1u) return nvme_err(NvmeStatus::invalid_field);
         const bool eds = c.cdw[1] & 1u;
         if (eds && !extended_supported) return nvme_err(NvmeStatus::invalid_field);
-        if (!eds && !plain_supported) return nvme_err(NvmeStatus::host_id_inconsistent_format);
+        if (!eds && !plain_supported) return logged(NvmeStatus::host_id_inconsistent_format);
         const size_t header = eds ? kReportExtHeaderBytes : kReportHeaderBytes;
         const size_t entry = eds ? kRegistrantExtBytes : kRegistrantBytes;
-        if (len < header) return nvme_err(NvmeStatus::invalid_field);
+        if (len < header) return logged(NvmeStatus::invalid_field);
         auto out = data.first(static_cast<size_t>(len));
         std::fill(out.begin(), out.end(), uint8_t{0});
         put_le32(&out[0], generation);
@@ -465,20 +583,22 @@ private:
         case opcode::kGetFeatures:
             if ((c.cdw[0] & ~0xffu) != 0) return nvme_err(NvmeStatus::invalid_field);
             if (fid == kFeatHostId) {
+                // QEMU's NVMe device (no reservations) has no Host Identifier.
+                if (!reservations_supported) return nvme_err(NvmeStatus::invalid_field);
                 if (c.cdw[1] != 1 || c.data_len != 16 || data.size() < 16)
                     return nvme_err(NvmeStatus::invalid_field);
                 std::memcpy(data.data(), h.data(), 16);
                 return uint32_t{1};
             }
             if (fid == kFeatResvNotifMask) {
-                if (c.nsid != nsid) return nvme_err(NvmeStatus::invalid_field);
+                if (c.nsid != nsid || !reservations_supported) return nvme_err(NvmeStatus::invalid_field);
                 return notify_mask[h];
             }
             return nvme_err(NvmeStatus::invalid_field);
         case opcode::kSetFeatures:
-            if (fid == kFeatResvNotifMask && (c.cdw[0] & ~0xffu) == 0) {
-                if (c.nsid != nsid || (c.cdw[1] & ~kMaskBits) != 0)
-                    return nvme_err(NvmeStatus::invalid_field);
+            if (fid == kFeatResvNotifMask && (c.cdw[0] & ~0xffu) == 0 && reservations_supported) {
+                if ((c.cdw[1] & ~kMaskBits) != 0) return logged(NvmeStatus::invalid_field);
+                if (c.nsid != nsid) return nvme_err(NvmeStatus::invalid_field);
                 notify_mask[h] = c.cdw[1];
                 return c.cdw[1];
             }
@@ -486,6 +606,8 @@ private:
         case opcode::kGetLogPage: {
             if ((c.cdw[0] & 0xff) != kLogReservationNotification)
                 return nvme_err(NvmeStatus::invalid_log_page);
+            // QEMU's NVMe device: an unsupported log page is Invalid Field.
+            if (!reservations_supported) return nvme_err(NvmeStatus::invalid_field);
             // Not namespace specific: only NSID 0h or FFFFFFFFh.
             if (c.nsid != 0 && c.nsid != 0xffffffffu) return nvme_err(NvmeStatus::invalid_field);
             const uint64_t numd = (c.cdw[0] >> 16) | (uint64_t{c.cdw[1] & 0xffffu} << 16);
