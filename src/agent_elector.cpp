@@ -77,7 +77,7 @@ ElectorBridge::ElectorBridge(uint8_t tag, HostId self, const EpochStore* epochs)
 
 bool ElectorBridge::post(ElectorEvent e, milliseconds wait) {
     std::unique_lock lk(mu_);
-    if (!cv_.wait_for(lk, wait, [&] { return stop_ || queue_.size() < kElectorQueueCap; }) || stop_) {
+    if (!wait_for(lk, wait, [&] { return stop_ || queue_.size() < kElectorQueueCap; }) || stop_) {
         ++dropped_;
         return false;
     }
@@ -102,7 +102,7 @@ uint32_t ElectorBridge::device_epoch() const {
 
 WinReply ElectorBridge::take_answer(milliseconds wait) {
     std::unique_lock lk(mu_);
-    cv_.wait_for(lk, wait, [&] { return stop_ || answer_.has_value(); });
+    wait_for(lk, wait, [&] { return stop_ || answer_.has_value(); });
     if (!answer_) return WinReply{};
     WinReply r = std::move(*answer_);
     answer_.reset();
@@ -115,7 +115,12 @@ void ElectorBridge::nap(milliseconds wait) {
     const AgentState st = state_;
     // Woken by a state change, not by every publish (the agent publishes on
     // every wake).
-    cv_.wait_for(lk, wait, [&] { return stop_ || (publishes_ != seen && state_ != st); });
+    wait_for(lk, wait, [&] { return stop_ || (publishes_ != seen && state_ != st); });
+}
+
+void ElectorBridge::set_wait_cap(milliseconds cap) {
+    std::lock_guard lk(mu_);
+    wait_cap_ = cap;
 }
 
 void ElectorBridge::set_snapshot(const ElectorSnapshot& s) {

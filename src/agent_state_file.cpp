@@ -157,13 +157,17 @@ Result<PersistedState> parse_persisted_state(std::string_view text) {
     return s;
 }
 
-AgentStateFile::AgentStateFile(std::string dir, const std::string& volume) : dir_(std::move(dir)) {
+AgentStateFile::AgentStateFile(std::string dir, const std::string& volume)
+    : AgentStateFile(std::move(dir), volume, file_state_medium()) {}
+
+AgentStateFile::AgentStateFile(std::string dir, const std::string& volume, const StateMedium& medium)
+    : dir_(std::move(dir)), medium_(&medium) {
     path_ = dir_ + "/" + sanitize_volume(volume) + ".agent";
 }
 
 Result<std::optional<PersistedState>> AgentStateFile::load() const {
     bool absent = false;
-    auto text = read_state_file(path_, 4096, absent);
+    auto text = medium_->read(path_, 4096, absent);
     if (!text) return text.error();
     if (absent) return std::optional<PersistedState>{};
     auto s = parse_persisted_state(*text);
@@ -172,7 +176,7 @@ Result<std::optional<PersistedState>> AgentStateFile::load() const {
 }
 
 Status AgentStateFile::save(const PersistedState& s) const {
-    return write_file_atomic(dir_, path_, encode_persisted_state(s));
+    return medium_->write_atomic(dir_, path_, encode_persisted_state(s));
 }
 
 }  // namespace nvfence

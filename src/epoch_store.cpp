@@ -47,6 +47,10 @@ Result<Fd> lock_store(const std::string& dir, const std::string& lock_path) {
 
 }  // namespace
 
+Result<Fd> lock_state_store(const std::string& dir, const std::string& lock_path) {
+    return lock_store(dir, lock_path);
+}
+
 Result<uint32_t> parse_epoch_text(std::string_view s) {
     if (s.size() > kMaxEpochFileBytes) return make_error_code(Errc::state_io);
     while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.remove_suffix(1);
@@ -66,7 +70,11 @@ EpochObservation observe_epochs(const ReservationStatus& st, uint8_t tag, uint32
     return o;
 }
 
-EpochStore::EpochStore(std::string dir, const std::string& volume) : dir_(std::move(dir)) {
+EpochStore::EpochStore(std::string dir, const std::string& volume)
+    : EpochStore(std::move(dir), volume, file_state_medium()) {}
+
+EpochStore::EpochStore(std::string dir, const std::string& volume, const StateMedium& medium)
+    : dir_(std::move(dir)), medium_(&medium) {
     std::string v;
     for (char c : volume) {
         const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
@@ -79,19 +87,19 @@ EpochStore::EpochStore(std::string dir, const std::string& volume) : dir_(std::m
 
 Result<uint32_t> EpochStore::load() const {
     bool absent = false;
-    auto text = read_state_file(path_, kMaxEpochFileBytes, absent);
+    auto text = medium_->read(path_, kMaxEpochFileBytes, absent);
     if (!text) return text.error();
     if (absent) return uint32_t{0};
     return parse_epoch_text(*text);
 }
 
 Status EpochStore::raise_to(uint32_t epoch) const {
-    auto lock = lock_store(dir_, path_ + ".lock");
+    auto lock = medium_->lock(dir_, path_ + ".lock");
     if (!lock) return lock.error();
     auto cur = load();
     if (!cur) return cur.error();
     if (*cur >= epoch) return Ok{};
-    return write_file_atomic(dir_, path_, std::to_string(epoch) + "\n");
+    return medium_->write_atomic(dir_, path_, std::to_string(epoch) + "\n");
 }
 
 Result<EpochObservation> EpochStore::raise_from(const ReservationStatus& st, uint8_t tag) const {

@@ -83,4 +83,26 @@ Result<std::string> read_state_file(const std::string& path, size_t max_bytes, b
     return text;
 }
 
+namespace {
+
+class FileStateMedium final : public StateMedium {
+public:
+    Status write_atomic(const std::string& dir, const std::string& path, std::string_view text) const override {
+        return write_file_atomic(dir, path, text);
+    }
+    Result<std::string> read(const std::string& path, size_t max_bytes, bool& absent) const override {
+        return read_state_file(path, max_bytes, absent);
+    }
+    Result<Fd> lock(const std::string& dir, const std::string& lock_path) const override {
+        return lock_state_store(dir, lock_path);
+    }
+};
+
+}  // namespace
+
+const StateMedium& file_state_medium() {
+    static const FileStateMedium medium;
+    return medium;
+}
+
 }  // namespace nvfence

@@ -35,6 +35,7 @@
 /// key (the agent's device watch then says FENCED): while we hold it nobody
 /// else can write. docs/ETCD.md "Failure behaviour".
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -142,6 +143,11 @@ public:
     ElectorSnapshot snapshot() const;
     /// Asks the driver to end (nap() and take_answer() return at once).
     void stop();
+    /// Bounds every wait of post(), take_answer() and nap() by @p cap: a
+    /// single-threaded caller that steps the driver and drains the bridge
+    /// itself (the simulator, tests/sim/) passes 0 so nothing waits on the
+    /// real clock. Default: no bound beyond each call's own.
+    void set_wait_cap(std::chrono::milliseconds cap);
     /// True after stop().
     bool stopping() const;
 
@@ -154,6 +160,14 @@ public:
     void publish(const Agent& agent);
 
 private:
+    // cv_.wait_for bounded by wait_cap_; a bound of 0 only tests @p pred
+    // (no futex call: the simulator's single thread never waits).
+    template <class Pred>
+    bool wait_for(std::unique_lock<std::mutex>& lk, std::chrono::milliseconds wait, Pred pred) {
+        wait = std::min(wait, wait_cap_);
+        if (wait.count() <= 0) return pred();
+        return cv_.wait_for(lk, wait, pred);
+    }
     WinReply carry_out(Agent& agent, AgentHooks& hooks, Clock& clock, const ElectorEvent& e);
     void step_down(const Agent& agent, AgentHooks& hooks, const ElectorEvent& e);
 
@@ -171,6 +185,7 @@ private:
     ElectorSnapshot snap_;
     bool stop_ = false;
     uint64_t dropped_ = 0;
+    std::chrono::milliseconds wait_cap_ = std::chrono::milliseconds::max();
 };
 
 /// The elector's side: one step() at a time, each bounded by the elector

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "nvfence/result.hpp"
+#include "nvfence/state_file.hpp"
 
 namespace nvfence {
 
@@ -63,6 +64,9 @@ class AgentStateFile {
 public:
     /// A file for @p volume (sanitised as EpochStore does) under @p dir.
     AgentStateFile(std::string dir, const std::string& volume);
+    /// The same file on @p medium (borrowed; it must outlive this object):
+    /// the simulator's memory instead of the file system.
+    AgentStateFile(std::string dir, const std::string& volume, const StateMedium& medium);
     /// The stored state, std::nullopt when there is no file; Errc::state_io
     /// when it cannot be read or does not parse (never guessed around).
     Result<std::optional<PersistedState>> load() const;
@@ -74,6 +78,7 @@ public:
 private:
     std::string dir_;
     std::string path_;
+    const StateMedium* medium_;
 };
 
 }  // namespace nvfence

@@ -13,6 +13,7 @@
 #include "nvfence/key.hpp"
 #include "nvfence/report.hpp"
 #include "nvfence/result.hpp"
+#include "nvfence/state_file.hpp"
 
 namespace nvfence {
 
@@ -49,6 +50,9 @@ class EpochStore {
 public:
     /// A store for @p volume (sanitised to [A-Za-z0-9._-]) under @p dir.
     EpochStore(std::string dir, const std::string& volume);
+    /// The same store on @p medium (borrowed; it must outlive the store):
+    /// the simulator's memory instead of the file system.
+    EpochStore(std::string dir, const std::string& volume, const StateMedium& medium);
     /// The stored epoch, 0 when none was stored. Errc::state_io when the
     /// file does not parse; the errno (state_category()) when it cannot be read.
     Result<uint32_t> load() const;
@@ -65,6 +69,7 @@ public:
 private:
     std::string dir_;
     std::string path_;
+    const StateMedium* medium_;
 };
 
 }  // namespace nvfence

@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "nvfence/fd.hpp"
 #include "nvfence/result.hpp"
 
 namespace nvfence {
@@ -29,5 +30,32 @@ Status write_file_atomic(const std::string& dir, const std::string& path, std::s
 /// @p absent (and returns "") when it does not exist; Errc::state_io when
 /// it is longer than @p max_bytes; the errno (state_category()) otherwise.
 Result<std::string> read_state_file(const std::string& path, size_t max_bytes, bool& absent);
+
+/// Where the small state files live: the real file system (file_state_medium(),
+/// the default of EpochStore and AgentStateFile) or, in the simulator
+/// (tests/sim/), memory whose contents after a simulated crash the simulator
+/// decides, so no real file is touched. The members keep the contracts of
+/// the functions above.
+class StateMedium {
+public:
+    virtual ~StateMedium() = default;
+    /// write_file_atomic()'s contract: afterwards a reader sees @p text.
+    virtual Status write_atomic(const std::string& dir, const std::string& path, std::string_view text) const = 0;
+    /// read_state_file()'s contract.
+    virtual Result<std::string> read(const std::string& path, size_t max_bytes, bool& absent) const = 0;
+    /// An exclusive lock (file @p lock_path in @p dir, created with @p dir
+    /// if missing, checked with check_state_dir) held until the returned Fd
+    /// is closed. A medium with nothing to exclude returns an empty Fd.
+    virtual Result<Fd> lock(const std::string& dir, const std::string& lock_path) const = 0;
+};
+
+/// An exclusive flock(2) of @p lock_path in @p dir (created with its missing
+/// parents, mode 0700, and checked with check_state_dir), held until the Fd
+/// is closed; blocking, bounded by the holder's work (EpochStore's lock).
+Result<Fd> lock_state_store(const std::string& dir, const std::string& lock_path);
+
+/// The real file system: write_file_atomic(), read_state_file(),
+/// lock_state_store().
+const StateMedium& file_state_medium();
 
 }  // namespace nvfence
