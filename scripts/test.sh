@@ -5,6 +5,7 @@
 # failure; a missing lab is a failure, never a skip.
 #   scripts/test.sh            everything
 #   NVFENCE_FUZZ_SECONDS=60 scripts/test.sh   longer fuzzing
+#   NVFENCE_SIM_SECONDS=600 scripts/test.sh    a longer simulator slice
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -30,13 +31,24 @@ ctest --test-dir build -L unit --output-on-failure -j "$jobs"
 
 step "unit tests under ASan+UBSan"
 cmake -S . -B build-asan -G Ninja -DNVFENCE_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
-cmake --build build-asan -j "$jobs" --target unit_tests nvfence-cli nvfenced capi_test elector_unit_tests etcd_live_tests nvfence-elect fence_nvfence
+cmake --build build-asan -j "$jobs" --target unit_tests nvfence-cli nvfenced capi_test elector_unit_tests etcd_live_tests nvfence-elect fence_nvfence sim_unit_tests sim_known_defects nvfence-sim
 # The install and .deb tests check the plain build's packaging (above).
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan -L unit --output-on-failure -j "$jobs" -E '^(install_consumers|deb_package)$'
 
 step "fuzzers (${NVFENCE_FUZZ_SECONDS:-10}s each)"
 tests/fuzz/run.sh "${NVFENCE_FUZZ_SECONDS:-10}"
+
+# A fixed slice of the simulator (issue 25), seeded from the commit so a
+# given commit always runs the same schedules. --known-defects: the
+# invariants issue 24's defects break today (epoch_not_token,
+# acted_on_resigned_term, holder_past_lease, liveness) are counted, not
+# failures; every other invariant fails the step. Drop the flag (and the
+# defects from known_defect()) when issue 24 lands. docs/RELIABILITY.md.
+sim_seed=$(( 0x$(git rev-parse HEAD 2>/dev/null | sha256sum | cut -c1-12) ))
+step "simulator: ${NVFENCE_SIM_SECONDS:-60}s slice from seed $sim_seed (commit $(git rev-parse --short HEAD 2>/dev/null || echo none))"
+build/bin/nvfence-sim --seconds "${NVFENCE_SIM_SECONDS:-60}" --jobs "$jobs" --first-seed "$sim_seed" --known-defects \
+  --progress-ms 10000
 
 step "lab tests (QEMU, kernel nvmet reservations)"
 NVFENCE_BUILD_DIR="$root/build" ctest --test-dir build -L vm --output-on-failure -j 2

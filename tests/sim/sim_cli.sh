@@ -1,0 +1,38 @@
+#!/bin/bash
+# nvfence-sim's command line (CTest sim_cli, label unit): exit codes 0/1/2,
+# a replayed seed prints the same trace hash twice, a violation prints its
+# seed and the replay command. Usage: sim_cli.sh <nvfence-sim>
+set -u
+SIM=$1
+fail=0
+check() {  # expected-rc description command...
+    local want=$1 what=$2
+    shift 2
+    out=$("$@" 2>&1)
+    local rc=$?
+    if [ "$rc" != "$want" ]; then
+        echo "FAIL: $what: exit $rc, expected $want"
+        echo "$out" | tail -5
+        fail=1
+    fi
+}
+check 2 "no arguments" "$SIM"
+check 2 "unknown option" "$SIM" --bogus
+check 2 "seed with schedules" "$SIM" --seed 1 --schedules 3
+check 2 "unknown fault kind" "$SIM" --schedules 1 --faults nosuchfault
+check 2 "unknown invariant" "$SIM" --schedules 1 --tolerate nosuchinvariant
+check 0 "a clean seed in known-defect mode" "$SIM" --seed 1 --known-defects
+check 0 "a few schedules in known-defect mode" "$SIM" --schedules 20 --jobs 2 --known-defects --progress-ms 0
+# issue 24 defect 3 (tests/sim/sim_known_defects_test.cpp): a violation exits 1
+check 1 "a known-defect seed" "$SIM" --seed 3 --tolerate holder_past_lease,liveness
+out=$("$SIM" --seed 3 --tolerate holder_past_lease,liveness 2>&1)
+grep -q '^VIOLATION of acted_on_resigned_term at step [0-9]* (seed 3)' <<<"$out" || { echo "FAIL: no violation line"; fail=1; }
+grep -q '^replay: nvfence-sim --seed 3' <<<"$out" || { echo "FAIL: no replay line"; fail=1; }
+h1=$("$SIM" --seed 77 --known-defects | grep -o 'trace hash [0-9a-f]*')
+h2=$("$SIM" --seed 77 --known-defects | grep -o 'trace hash [0-9a-f]*')
+[ -n "$h1" ] && [ "$h1" = "$h2" ] || { echo "FAIL: seed 77 replayed with '$h1' then '$h2'"; fail=1; }
+p=$("$SIM" --schedules 10 --jobs 1 --known-defects --progress-ms 0)
+grep -q '^done: 10 schedules (.*/s), [0-9]* steps (.*/s), [0-9]* invariant checks; faults: freeze=' <<<"$p" ||
+    { echo "FAIL: progress line: $p"; fail=1; }
+[ $fail = 0 ] && echo "sim_cli: all checks passed"
+exit $fail

@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// @file sim_invariants.hpp
+/// The invariants nvfence-sim checks after every step, as a checker fed
+/// with what happened (device, elector, hosts). It knows nothing of the
+/// simulator, so its unit tests feed it hand-made violating histories.
+///
+/// Invariants (issue 25):
+///  - holder_highest_epoch: the device's holder has the highest epoch that
+///    ever held the reservation;
+///  - write_after_preempt: no write of a host's key lands after a completed
+///    preempt-and-abort of that key (until a target restart wiped the keys);
+///  - epoch_not_token: a key that takes the reservation has an epoch equal
+///    to a token the elector issued to that host;
+///  - epoch_went_back: a host's key epoch never goes back;
+///  - acted_on_resigned_term: a host never takes the reservation with the
+///    token of a term its own elector side resigned before (an answer
+///    applied to the wrong term);
+///  - older_token_holds: a host never takes the reservation with a token
+///    older than one already used on the device;
+///  - acked_write_lost: a write acknowledged ok landed, and no landed write
+///    is overwritten by one of an older epoch;
+///  - holder_past_lease: a host whose lease ran out by its own clock does
+///    not report HOLDER;
+///  - liveness: after the world healed, within a bounded simulated time,
+///    exactly one live host holds (on the device and in its agent) and
+///    every live host is STANDBY or HOLDER.
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "nvfence/control.hpp"
+
+namespace nvfence::sim {
+
+/// The invariants.
+enum class Inv : uint8_t {
+    holder_highest_epoch,
+    write_after_preempt,
+    epoch_not_token,
+    epoch_went_back,
+    acted_on_resigned_term,
+    older_token_holds,
+    acked_write_lost,
+    holder_past_lease,
+    liveness,
+};
+/// Number of Inv values.
+inline constexpr size_t kInvCount = 9;
+/// Words for an invariant ("epoch_not_token", ...).
+const char* inv_name(Inv i);
+/// The issue-24 defect that breaks @p i on the code this simulator was
+/// built against (5b205f7 and its successors until issue 24 lands), 0 when
+/// none is known. See docs/RELIABILITY.md "Simulator".
+int known_defect(Inv i);
+
+/// A broken invariant.
+struct Violation {
+    Inv inv = Inv::liveness;  ///< Which.
+    std::string what;         ///< In words, with hosts, keys, epochs.
+};
+
+/// One host as the checker sees it after a step.
+struct HostView {
+    bool alive = false;                        ///< Its agent process runs (not crashed).
+    AgentState state = AgentState::starting;   ///< The agent's state.
+    int64_t local_ms = 0;                      ///< Its own clock.
+    int64_t lease_deadline_ms = INT64_MIN;     ///< Its lease may live until this (own clock).
+};
+
+/// Feeds on events, answers with the first broken invariant.
+class InvariantChecker {
+public:
+    /// The elector issued @p token to @p host.
+    void token_issued(uint32_t token, int host);
+    /// @p host's elector side resigned the term of @p token.
+    void term_resigned(uint32_t token, int host);
+    /// The device's holder became @p host with a key of epoch @p epoch;
+    /// @p previous is the key that held before (0: nobody).
+    std::optional<Violation> new_holder(int host, uint64_t key, uint32_t epoch, uint64_t previous = 0);
+    /// After every step: the device's holder epoch (nullopt: nobody holds).
+    std::optional<Violation> holder_now(std::optional<uint32_t> epoch) const;
+    /// @p host's agent has a key of epoch @p epoch (0: none).
+    std::optional<Violation> agent_key(int host, uint32_t epoch);
+    /// A completed preempt-and-abort removed @p key.
+    void preempted(uint64_t key);
+    /// The target lost every key (restart without PTPL).
+    void target_restarted();
+    /// A write of @p host under @p key (epoch @p epoch) landed at @p lba.
+    /// @p unfenced: the device admitted it while nobody held the
+    /// reservation (after a target restart without PTPL wiped the keys):
+    /// nothing can fence it, so it is recorded but not judged.
+    std::optional<Violation> write_landed(int host, uint64_t key, uint32_t epoch, uint32_t lba, uint64_t seq,
+                                          bool unfenced = false);
+    /// @p host's writer reported write @p seq ok.
+    std::optional<Violation> write_acked(int host, uint64_t seq) const;
+    /// One host's state against its own lease.
+    std::optional<Violation> lease(int host, const HostView& h) const;
+    /// Liveness: @p device_holder is the host the device shows holding (-1: none).
+    std::optional<Violation> live(const std::vector<HostView>& hosts, int device_holder) const;
+    /// Checks performed so far.
+    uint64_t checks() const { return checks_; }
+
+private:
+    struct Issued {
+        uint32_t token;
+        int host;
+        bool resigned;
+    };
+    struct Block {
+        int host = -1;
+        uint32_t epoch = 0;
+        uint64_t seq = 0;
+    };
+    const Issued* find(uint32_t token) const;
+
+    std::vector<Issued> issued_;
+    std::vector<uint64_t> preempted_;
+    std::vector<uint32_t> last_epoch_;
+    std::array<Block, 16> media_{};
+    std::unordered_set<uint64_t> landed_;
+    uint32_t max_held_ = 0;
+    mutable uint64_t checks_ = 0;
+};
+
+/// The key of write @p seq of @p host in the landed set.
+inline uint64_t write_id(int host, uint64_t seq) { return (static_cast<uint64_t>(host) << 48) | seq; }
+
+}  // namespace nvfence::sim

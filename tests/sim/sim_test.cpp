@@ -1,0 +1,264 @@
+// SPDX-License-Identifier: MIT
+// nvfence-sim's own tests (label unit): each invariant fires on a hand-made
+// violating history and stays quiet on a legal one; the simulated clock and
+// disk; determinism (a seed replays bit for bit); fault-free and faulty
+// schedules in known-defect mode. The replays of the seeds that found
+// issue 24's defects are in sim_known_defects_test.cpp (CTest
+// sim_known_defects).
+#include <gtest/gtest.h>
+
+#include "nvfence/key.hpp"
+#include "sim_host.hpp"
+#include "sim_invariants.hpp"
+#include "sim_world.hpp"
+
+namespace nvfence::sim {
+namespace {
+
+constexpr uint8_t kTag = 7;
+uint64_t key(uint8_t node, uint32_t epoch) { return *make_key(KeyFields{kTag, node, epoch}); }
+
+// ---------------------------------------------------------------- invariants
+
+TEST(SimInvariants, HolderHighestEpochFiresWhenAnOlderEpochHoldsAgain) {
+    InvariantChecker c;
+    c.token_issued(5, 0);
+    c.token_issued(6, 1);
+    EXPECT_FALSE(c.new_holder(0, key(1, 5), 5));
+    EXPECT_FALSE(c.new_holder(1, key(2, 6), 6));
+    EXPECT_FALSE(c.holder_now(6));
+    EXPECT_FALSE(c.holder_now(std::nullopt));
+    auto v = c.holder_now(5);  // the device shows epoch 5 holding after 6 held
+    ASSERT_TRUE(v);
+    EXPECT_EQ(v->inv, Inv::holder_highest_epoch);
+}
+
+TEST(SimInvariants, OlderTokenHoldsFiresOnATakeoverBelowAnEpochThatHeld) {
+    InvariantChecker c;
+    c.token_issued(5, 0);
+    c.token_issued(6, 1);
+    EXPECT_FALSE(c.new_holder(1, key(2, 6), 6));
+    auto v = c.new_holder(0, key(1, 5), 5);
+    ASSERT_TRUE(v);
+    EXPECT_EQ(v->inv, Inv::older_token_holds);
+}
+
+TEST(SimInvariants, EpochNotTokenFiresOnAnEpochTheElectorNeverIssuedToThatHost) {
+    InvariantChecker c;
+    c.token_issued(5, 0);
+    c.token_issued(6, 1);
+    EXPECT_FALSE(c.new_holder(1, key(2, 6), 6));
+    // issue 24 defect 1: the stale winner of token 5 preempts and holds with 7
+    auto v = c.new_holder(0, key(1, 7), 7, key(2, 6));
+    ASSERT_TRUE(v);
+    EXPECT_EQ(v->inv, Inv::epoch_not_token);
+    EXPECT_NE(v->what.find("token 6 of host 1"), std::string::npos) << v->what;
+    // a token issued to another host is not ours either
+    InvariantChecker d;
+    d.token_issued(8, 1);
+    auto w = d.new_holder(0, key(1, 8), 8);
+    ASSERT_TRUE(w);
+    EXPECT_EQ(w->inv, Inv::epoch_not_token);
+}
+
+TEST(SimInvariants, ActedOnResignedTermFiresWhenAResignedTokenTakesTheReservation) {
+    InvariantChecker c;
+    c.token_issued(3, 0);
+    c.token_issued(4, 0);
+    c.term_resigned(4, 0);
+    EXPECT_FALSE(c.new_holder(0, key(1, 3), 3));
+    auto v = c.new_holder(0, key(1, 4), 4);
+    ASSERT_TRUE(v);
+    EXPECT_EQ(v->inv, Inv::acted_on_resigned_term);
+}
+
+TEST(SimInvariants, EpochWentBackFiresWhenAHostsKeyEpochDecreases) {
+    InvariantChecker c;
+    EXPECT_FALSE(c.agent_key(2, 4));
+    EXPECT_FALSE(c.agent_key(2, 0));  // no key: nothing to compare
+    EXPECT_FALSE(c.agent_key(2, 9));
+    auto v = c.agent_key(2, 8);
+    ASSERT_TRUE(v);
+    EXPECT_EQ(v->inv, Inv::epoch_went_back);
+}
+
+TEST(SimInvariants, WriteAfterPreemptFiresOnAWriteOfAPreemptedKey) {
+    InvariantChecker c;
+    EXPECT_FALSE(c.write_landed(0, key(1, 5), 5, 3, 1));
+    c.preempted(key(1, 5));
+    auto v = c.write_landed(0, key(1, 5), 5, 3, 2);
+    ASSERT_TRUE(v);
+    EXPECT_EQ(v->inv, Inv::write_after_preempt);
+    // a target restart wipes every key: what lands afterwards cannot be fenced
+    c.target_restarted();
+    EXPECT_FALSE(c.write_landed(0, key(1, 5), 5, 3, 3));
+}
+
+TEST(SimInvariants, AckedWriteLostFiresOnAStaleOverwriteAndOnAnAckThatNeverLanded) {
+    InvariantChecker c;
+    EXPECT_FALSE(c.write_landed(1, key(2, 6), 6, 0, 10));
+    EXPECT_FALSE(c.write_acked(1, 10));
+    auto v = c.write_landed(0, key(1, 5), 5, 0, 11);  // epoch 5 over epoch 6
+    ASSERT_TRUE(v);
+    EXPECT_EQ(v->inv, Inv::acked_write_lost);
+    auto w = c.write_acked(1, 12);  // acknowledged, never landed
+    ASSERT_TRUE(w);
+    EXPECT_EQ(w->inv, Inv::acked_write_lost);
+    // a write the device admitted while nobody held is recorded, not judged
+    EXPECT_FALSE(c.write_landed(0, key(1, 4), 4, 0, 13, true));
+}
+
+TEST(SimInvariants, HolderPastLeaseFiresOnlyForAHolderPastItsOwnDeadline) {
+    InvariantChecker c;
+    HostView h;
+    h.alive = true;
+    h.state = AgentState::holder;
+    h.local_ms = 5000;
+    h.lease_deadline_ms = 5000;
+    EXPECT_FALSE(c.lease(0, h));
+    h.state = AgentState::standby;
+    h.local_ms = 9000;
+    EXPECT_FALSE(c.lease(0, h));
+    h.state = AgentState::holder;
+    auto v = c.lease(0, h);
+    ASSERT_TRUE(v);
+    EXPECT_EQ(v->inv, Inv::holder_past_lease);
+    h.alive = false;  // a dead process reports nothing
+    EXPECT_FALSE(c.lease(0, h));
+}
+
+TEST(SimInvariants, LivenessWantsOneHolderOnTheDeviceAndEveryHostACandidate) {
+    InvariantChecker c;
+    HostView a, b;
+    a.alive = b.alive = true;
+    a.state = AgentState::holder;
+    b.state = AgentState::standby;
+    EXPECT_FALSE(c.live({a, b}, 0));
+    ASSERT_TRUE(c.live({a, b}, 1));   // the device disagrees
+    ASSERT_TRUE(c.live({a, b}, -1));  // nobody holds on the device
+    b.state = AgentState::fenced;     // issue 24 defect 5: a fenced standby
+    auto v = c.live({a, b}, 0);
+    ASSERT_TRUE(v);
+    EXPECT_EQ(v->inv, Inv::liveness);
+    b.state = AgentState::holder;
+    ASSERT_TRUE(c.live({a, b}, 0));   // two agents claim HOLDER
+}
+
+TEST(SimInvariants, KnownDefectsNameIssue24sDefects) {
+    EXPECT_EQ(known_defect(Inv::epoch_not_token), 1);
+    EXPECT_EQ(known_defect(Inv::acted_on_resigned_term), 3);
+    EXPECT_EQ(known_defect(Inv::holder_past_lease), 4);
+    EXPECT_EQ(known_defect(Inv::liveness), 5);
+    EXPECT_EQ(known_defect(Inv::holder_highest_epoch), 0);
+    EXPECT_EQ(known_defect(Inv::acked_write_lost), 0);
+    EXPECT_EQ(known_defect(Inv::write_after_preempt), 0);
+}
+
+// ---------------------------------------------------------------- clock and disk
+
+TEST(SimHost, ClockDriftsAndStopsOrJumpsOverAFreeze) {
+    int64_t g = 0;
+    HostClock c(g);
+    const int64_t t0 = c.local_ms();
+    c.set_drift_ppm(1000);  // 0.1 % fast
+    g = 10000;
+    EXPECT_EQ(c.local_ms() - t0, 10010);
+    c.set_drift_ppm(0);
+    c.freeze(10000, 12000, true);  // clock stops for 2 s
+    g = 13000;
+    EXPECT_EQ(c.local_ms() - t0, 11010);
+    c.freeze(13000, 15000, false);  // clock keeps counting: jumps at resume
+    g = 16000;
+    EXPECT_EQ(c.local_ms() - t0, 14010);
+    c.freeze(16000, 20000, true);
+    g = 17000;
+    c.thaw(17000);  // healing ends the freeze early
+    g = 18000;
+    EXPECT_EQ(c.local_ms() - t0, 15010);
+}
+
+TEST(SimHost, DiskKeepsOrLosesTheWriteACrashInterrupts) {
+    SimDisk d;
+    bool absent = false;
+    ASSERT_TRUE(d.write_atomic("/s", "/s/a", "one\n"));
+    EXPECT_EQ(*d.read("/s/a", 100, absent), "one\n");
+    d.on_write = [] { return 1; };  // dies before the write reached the disk
+    EXPECT_THROW((void)d.write_atomic("/s", "/s/a", "two\n"), SimCrash);
+    EXPECT_EQ(*d.read("/s/a", 100, absent), "one\n");
+    d.on_write = [] { return 2; };  // dies after
+    EXPECT_THROW((void)d.write_atomic("/s", "/s/a", "three\n"), SimCrash);
+    EXPECT_EQ(*d.read("/s/a", 100, absent), "three\n");
+    (void)d.read("/s/b", 100, absent);
+    EXPECT_TRUE(absent);
+    EXPECT_FALSE(d.read("/s/a", 2, absent).ok()) << "longer than the bound";
+}
+
+// ---------------------------------------------------------------- whole schedules
+
+TEST(SimWorld, ASeedReplaysBitForBit) {
+    for (uint64_t seed : {1ull, 2ull, 77ull, 4242ull}) {
+        SimOptions o;
+        o.seed = seed;
+        o.known_defects = true;
+        o.keep_trace = true;
+        const ScheduleResult a = run_schedule(o), b = run_schedule(o);
+        EXPECT_EQ(a.trace_hash, b.trace_hash) << "seed " << seed;
+        EXPECT_EQ(a.steps, b.steps);
+        EXPECT_EQ(a.sim_ms, b.sim_ms);
+        EXPECT_EQ(a.trace, b.trace);
+        EXPECT_EQ(a.faults, b.faults);
+        EXPECT_GE(a.steps, 50u) << "a schedule has at least 50 steps";
+    }
+    SimOptions x, y;
+    x.seed = 1;
+    y.seed = 2;
+    EXPECT_NE(run_schedule(x).trace_hash, run_schedule(y).trace_hash);
+}
+
+TEST(SimWorld, WithoutFaultsOneHostHoldsAndNothingButKnownDefectsBreaks) {
+    for (uint64_t seed = 1; seed <= 20; ++seed) {
+        SimOptions o;
+        o.seed = seed;
+        o.fault_mask = 0;
+        o.known_defects = true;
+        o.keep_trace = true;
+        const ScheduleResult r = run_schedule(o);
+        EXPECT_FALSE(r.violation) << "seed " << seed << ": " << r.violation->what << "\n" << r.trace;
+        EXPECT_EQ(r.faults, (std::array<uint64_t, kFaultCount>{})) << "no fault injected";
+        EXPECT_NE(r.trace.find("now holds the reservation"), std::string::npos) << r.trace;
+    }
+}
+
+TEST(SimWorld, FaultsAreInjectedAndCountedByKind) {
+    std::array<uint64_t, kFaultCount> total{};
+    uint64_t checks = 0;
+    for (uint64_t seed = 1; seed <= 60; ++seed) {
+        SimOptions o;
+        o.seed = seed;
+        o.known_defects = true;
+        const ScheduleResult r = run_schedule(o);
+        for (size_t i = 0; i < kFaultCount; ++i) total[i] += r.faults[i];
+        checks += r.checks;
+    }
+    for (size_t i = 0; i < kFaultCount; ++i)
+        EXPECT_GT(total[i], 0u) << fault_name(static_cast<Fault>(i)) << " never injected in 60 schedules";
+    EXPECT_GT(checks, 60u * 100);
+}
+
+TEST(SimWorld, AFaultMaskKeepsOtherKindsOut) {
+    SimOptions o;
+    o.seed = 9;
+    o.known_defects = true;
+    o.fault_mask = 1u << static_cast<unsigned>(Fault::freeze);
+    for (uint64_t seed = 1; seed <= 10; ++seed) {
+        o.seed = seed;
+        const ScheduleResult r = run_schedule(o);
+        for (size_t i = 0; i < kFaultCount; ++i)
+            if (i != static_cast<size_t>(Fault::freeze)) {
+                EXPECT_EQ(r.faults[i], 0u) << fault_name(static_cast<Fault>(i));
+            }
+    }
+}
+
+}  // namespace
+}  // namespace nvfence::sim

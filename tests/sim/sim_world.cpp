@@ -1,0 +1,1224 @@
+// SPDX-License-Identifier: MIT
+// nvfence-sim's world: see sim_world.hpp.
+//
+// Scheduling. Every host runs three "threads" of its agent process: the
+// agent's loop (checks, bridge drains: the only code that touches the
+// Agent), the elector driver (ElectorDriver::step) and an application that
+// writes through a FencedWriter (RingWriter over tests/fake_ring.hpp's
+// ring). Besides them the device executes queued commands and the fault
+// injector acts. Each has a next wake time; one step runs the earliest
+// (ties broken by the PRNG). A call that waits (a device command, an
+// elector call) blocks its thread: the world runs every other thread's
+// steps up to the call's end (nested, on the same stack), then the call
+// returns. A host whose process dies inside a call unwinds with SimCrash;
+// its objects are destroyed once no frame of it is left on the stack.
+// Limitation: nested waits complete last-in first-out, so a call that began
+// inside another host's wait and ends after it delays that wait's end.
+#include "sim_world.hpp"
+
+#include <algorithm>
+#include <cassert>
+#include <cerrno>
+#include <cstdio>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "../fake_passthru.hpp"
+#include "../fake_ring.hpp"
+#include "../../src/ring_writer.hpp"
+#include "nvfence/agent.hpp"
+#include "nvfence/agent_elector.hpp"
+#include "nvfence/epoch_store.hpp"
+#include "nvfence/error.hpp"
+#include "nvfence/key.hpp"
+#include "sim_host.hpp"
+#include "sim_rng.hpp"
+
+namespace nvfence::sim {
+
+const char* fault_name(Fault f) {
+    switch (f) {
+    case Fault::freeze: return "freeze";
+    case Fault::crash: return "crash";
+    case Fault::crash_in_command: return "crash_in_command";
+    case Fault::crash_in_write: return "crash_in_write";
+    case Fault::etcd_partition: return "etcd_partition";
+    case Fault::etcd_down: return "etcd_down";
+    case Fault::device_partition: return "device_partition";
+    case Fault::device_delay: return "device_delay";
+    case Fault::lost_done: return "lost_done";
+    case Fault::lost_not_done: return "lost_not_done";
+    case Fault::late_answer: return "late_answer";
+    case Fault::target_restart: return "target_restart";
+    }
+    return "?";
+}
+
+std::optional<Fault> parse_fault(const std::string& name) {
+    for (size_t i = 0; i < kFaultCount; ++i)
+        if (name == fault_name(static_cast<Fault>(i))) return static_cast<Fault>(i);
+    return std::nullopt;
+}
+
+namespace {
+
+using std::chrono::milliseconds;
+using Ms = milliseconds;
+
+constexpr uint8_t kTag = 7;
+constexpr uint32_t kBlocks = 16;  // the media the writers write (InvariantChecker's size)
+constexpr uint32_t kBlockBytes = 512;
+constexpr int kThreads = 3;
+enum Thr : int { kAgent = 0, kDriver = 1, kApp = 2 };
+
+uint32_t epoch_of(uint64_t key) {
+    auto f = decode_key(key);
+    return f ? f->epoch : 0;
+}
+
+// ---------------------------------------------------------------- trace
+
+enum class Rec : uint8_t { fault, command, holder, token, resign, state, crash, restart, heal, violation, note };
+
+struct TraceRec {
+    int64_t t;
+    uint64_t step;
+    Rec kind;
+    int8_t host;
+    uint32_t a;
+    uint64_t b;
+    int32_t c;
+};
+
+// ---------------------------------------------------------------- etcd model
+
+struct EtcdLease {
+    int64_t id;
+    int host;
+    int64_t expires;
+    bool alive;
+};
+struct EtcdCandidate {
+    int host;
+    int64_t lease;
+    int64_t rev;
+    uint32_t token;  // 0: none issued for this leadership yet
+};
+
+// The coordination service's state (one per schedule).
+struct EtcdModel {
+    int64_t ttl_ms = 2000;
+    int64_t next_lease = 0x100;
+    int64_t revision = 1;
+    uint32_t counter = 0;
+    std::vector<EtcdLease> leases;
+    std::vector<EtcdCandidate> queue;  // by creation revision
+
+    EtcdLease* lease(int64_t id) {
+        for (auto& l : leases)
+            if (l.id == id) return &l;
+        return nullptr;
+    }
+    void expire(int64_t now) {
+        for (auto& l : leases)
+            if (l.alive && l.expires <= now) l.alive = false;
+        std::erase_if(queue, [&](const EtcdCandidate& c) {
+            const EtcdLease* l = lease(c.lease);
+            return !l || !l->alive;
+        });
+        std::erase_if(leases, [](const EtcdLease& l) { return !l.alive; });
+    }
+    const EtcdCandidate* leader() const { return queue.empty() ? nullptr : &queue.front(); }
+};
+
+class World;
+
+// ---------------------------------------------------------------- per-process pieces
+
+class SimElector final : public Elector {
+public:
+    SimElector(World& w, int host) : w_(w), host_(host) {}
+    Result<LeaderInfo> campaign(Ms timeout) override;
+    Result<Term> term(uint32_t at_least, Ms timeout) override;
+    Result<LeaseStatus> keepalive(Ms timeout) override;
+    Result<LeaderInfo> leader(Ms timeout) override;
+    Result<LeaderInfo> observe(const std::optional<LeaderInfo>& known, Ms timeout) override;
+    Status resign(Ms timeout) override;
+
+private:
+    LeaderInfo info(const EtcdCandidate& c) const;
+    void reset();
+
+    World& w_;
+    int host_;
+    int64_t lease_ = 0;
+    std::optional<int64_t> rev_;
+    std::vector<uint32_t> tokens_;  // issued for this candidacy
+};
+
+class SimPort final : public Passthru {
+public:
+    SimPort(World& w, int host) : w_(w), host_(host) {}
+    Result<uint32_t> submit(const Command& cmd, std::span<uint8_t> data) override;
+
+private:
+    World& w_;
+    int host_;
+};
+
+class SimHooks final : public AgentHooks {
+public:
+    SimHooks(World& w, int host) : w_(w), host_(host) {}
+    void event(const AgentEvent& e) override;
+    Status stop_writers(const std::string& reason) override;
+    Status fence_action(const std::string&) override {
+        ++actions;
+        return Ok{};
+    }
+    int actions = 0;
+
+private:
+    World& w_;
+    int host_;
+};
+
+using SimWriter = detail::RingWriter<test::FakeRing>;
+
+// The application: writes while its agent holds, through the real writer.
+struct App {
+    std::unique_ptr<SimWriter> writer;
+    uint64_t key = 0;      // the grant the writer writes under
+    uint64_t id = 0;       // which writer (completions of an older one are dropped)
+    bool stopped = false;  // stop_writers ran: no new writer until the agent leaves HOLDER
+    size_t sent_seen = 0;  // ring.sent entries handed to the device
+    std::deque<uint64_t> queued;  // sequence numbers queued, not yet taken by the ring
+};
+
+// One agent process (nvfenced): recreated on every restart.
+struct Proc {
+    Proc(World& w, int host, HostClock& clock, const HostId& id, const AgentOptions& ao, const EpochStore& epochs,
+         const AgentStateFile& state, const LeaseGuardOptions& g, Ms call)
+        : port(w, host), hooks(w, host), agent(port, 1, id, ao, clock, hooks, &epochs, &state),
+          bridge(ao.tag, id, &epochs), elector(w, host), driver(elector, bridge, clock, g, call) {
+        bridge.set_wait_cap(Ms(0));
+    }
+    SimPort port;
+    SimHooks hooks;
+    Agent agent;
+    ElectorBridge bridge;
+    SimElector elector;
+    ElectorDriver driver;
+    App app;
+    bool started = false;
+};
+
+struct Host {
+    explicit Host(const int64_t& global) : clock(global) {}
+    int idx = 0;
+    HostId id{};
+    uint16_t cntlid = 0;
+    HostClock clock;
+    SimDisk disk;
+    std::unique_ptr<EpochStore> epochs;
+    std::unique_ptr<AgentStateFile> statefile;
+    std::unique_ptr<Proc> proc;
+    uint32_t gen = 0;
+    bool dying = false;
+    int frames = 0;
+    std::array<int64_t, kThreads> next{};
+    std::array<bool, kThreads> blocked{};
+    int64_t frozen_until = 0;
+    int64_t etcd_cut_until = 0;
+    int64_t dev_cut_until = 0;
+    int64_t lease_deadline_local = INT64_MIN;
+    bool bridge_dirty = false;
+    AgentState last_state = AgentState::starting;
+    uint64_t seq = 0;
+    bool live() const { return proc && !dying && proc->started; }
+};
+
+// A command or write the device still has to execute.
+struct DevOp {
+    int64_t at;
+    int host;
+    uint32_t gen;        // the writing process (its ring gets the completion)
+    uint64_t writer;     // App::id of the writer
+    bool write;
+    bool aborted;        // by a preempt-and-abort of its host
+    bool cut;            // its host could not reach the device
+    int phase;           // write: 0 admission, 1 the data lands
+    bool unfenced;       // admitted while nobody held the reservation
+    uint64_t key;        // write: the writer's grant
+    uint32_t lba;
+    uint64_t seq;
+    size_t ring_index;
+    Command cmd;         // late command
+    std::array<uint8_t, 16> data;
+    size_t data_len;
+};
+
+// ---------------------------------------------------------------- the world
+
+class World {
+public:
+    explicit World(const SimOptions& o);
+    ~World();
+    World(const World&) = delete;
+    World& operator=(const World&) = delete;
+    ScheduleResult run();
+
+    // for the per-process pieces
+    Result<uint32_t> device_command(int h, const Command& cmd, std::span<uint8_t> data);
+    template <class T, class F>
+    Result<T> etcd_call(int h, Ms timeout, F&& effect);
+    int64_t now() const { return now_; }
+    EtcdModel& etcd() { return etcd_; }
+    Host& host(int h) { return *hosts_[static_cast<size_t>(h)]; }
+    void block(int h, int thr, int64_t until);
+    void token_issued(uint32_t token, int h) {
+        checker_.token_issued(token, h);
+        trace(Rec::token, h, token, 0);
+    }
+    void resigned(const std::vector<uint32_t>& tokens, int h) {
+        for (uint32_t t : tokens) checker_.term_resigned(t, h);
+        trace(Rec::resign, h, tokens.empty() ? 0 : tokens.back(), tokens.size());
+    }
+    void writers_stopped(int h);
+    void agent_event(int h, const AgentEvent& e) {
+        if (!opts_.events) return;
+        texts_.push_back(format_event(e));
+        trace(Rec::note, h, static_cast<uint32_t>(texts_.size() - 1), 0);
+    }
+    bool draw(Fault f);
+    Rng& rng() { return rng_; }
+    int64_t ttl() const { return guard_.ttl_ms; }
+
+private:
+    // Most per-opportunity rate (per mille) of each fault kind; each
+    // schedule draws its own rate below it (0: that kind stays off).
+    static constexpr std::array<uint32_t, kFaultCount> kMaxRate{10, 10, 6, 150, 10, 10, 10, 60, 20, 20, 60, 2};
+
+    void setup();
+    int crash_at_write(int h);
+    void boot(Host& H);
+    void drop_writer(App& a);
+    void kill(Host& H, Rec why, uint32_t detail);
+    void finalize_kill(Host& H);
+    int64_t thread_time(const Host& H, int thr) const;
+    int64_t device_time() const;
+    bool run_one(int64_t limit);
+    void run_thread(Host& H, int thr);
+    void agent_step(Host& H);
+    void driver_step(Host& H);
+    void app_step(Host& H);
+    void app_submit(Host& H, App& a);
+    void app_reap(Host& H, App& a);
+    void device_step();
+    void execute_write(DevOp& op);
+    Result<uint32_t> execute(int h, const Command& cmd, std::span<uint8_t> data);
+    void abort_writes_of(int victim);
+    uint64_t holder_key() const;
+    void fault_step();
+    void inject(Fault f, Host& H);
+    void heal();
+    void check(const std::optional<Violation>& v);
+    void fail(const Violation& v);
+    HostView view(Host& H);
+    void after_step();
+    void check_liveness();
+    int host_of(const HostId& id) const;
+    int device_holder() const;
+    void trace(Rec k, int h, uint32_t a, uint64_t b, int32_t c = 0);
+    void hash(uint64_t v);
+    std::string format_rec(const TraceRec& r) const;
+    std::string format_trace() const;
+
+    SimOptions opts_;
+    Rng rng_;
+    int64_t now_ = 0;
+    uint64_t steps_ = 0;
+    int depth_ = 0;
+    test::FakeTarget target_;
+    EtcdModel etcd_;
+    std::vector<std::unique_ptr<Host>> hosts_;
+    std::vector<DevOp> ops_;
+    std::vector<test::FakeTarget::Reg> regs_before_;
+    AgentOptions agent_opts_;
+    LeaseGuardOptions guard_;
+    Ms call_{1000};
+    std::array<uint32_t, kFaultCount> rate_{};
+    int64_t next_fault_ = 0;
+    int64_t fault_gap_ms_ = 500;
+    int64_t etcd_down_until_ = 0;
+    bool healed_ = false;
+    int64_t heal_at_ = 0;
+    int64_t live_deadline_ = kNever;
+    bool done_ = false;
+    uint64_t writer_ids_ = 0;
+    AlignedBuffer buf_{kBlockBytes, kBlockBytes};
+    InvariantChecker checker_;
+    ScheduleResult res_;
+    std::vector<TraceRec> trace_;
+    std::vector<std::string> texts_;  // Rec::note lines (SimOptions::events)
+    uint64_t hash_ = 14695981039346656037ull;
+    std::array<std::string, kInvCount> tolerated_text_{};
+    uint32_t tolerate_ = 0;
+};
+
+// ---------------------------------------------------------------- SimElector
+
+LeaderInfo SimElector::info(const EtcdCandidate& c) const {
+    LeaderInfo i;
+    i.key = "nvfence/sim/" + std::to_string(c.lease);
+    i.value = "host" + std::to_string(c.host);
+    i.revision = c.rev;
+    i.lease = c.lease;
+    return i;
+}
+
+void SimElector::reset() {
+    lease_ = 0;
+    rev_.reset();
+    tokens_.clear();
+}
+
+Result<LeaderInfo> SimElector::campaign(Ms timeout) {
+    Host& H = w_.host(host_);
+    const int64_t deadline = w_.now() + timeout.count();
+    auto left = [&] { return Ms(std::max<int64_t>(0, deadline - w_.now())); };
+    if (lease_ == 0) {
+        const int64_t sent = H.clock.local_ms();
+        auto g = w_.etcd_call<int64_t>(host_, left(), [&]() -> Result<int64_t> {
+            auto& e = w_.etcd();
+            const int64_t id = e.next_lease++;
+            e.leases.push_back({id, host_, w_.now() + e.ttl_ms, true});
+            return id;
+        });
+        if (!g) return g.error();
+        lease_ = *g;
+        rev_.reset();
+        tokens_.clear();
+        H.lease_deadline_local = sent + w_.ttl();
+    }
+    if (!rev_) {
+        auto r = w_.etcd_call<int64_t>(host_, left(), [&]() -> Result<int64_t> {
+            auto& e = w_.etcd();
+            if (!e.lease(lease_)) return make_error_code(ElectorErrc::lease_expired);
+            const int64_t rev = ++e.revision;
+            e.queue.push_back({host_, lease_, rev, 0});
+            return rev;
+        });
+        if (!r) {
+            if (r.error() == make_error_code(ElectorErrc::lease_expired)) reset();
+            return r.error();
+        }
+        rev_ = *r;
+    }
+    // Until our key is the first: poll (a watch with a delivery delay).
+    for (;;) {
+        if (left().count() < 20) return make_error_code(Errc::timeout);
+        auto r = w_.etcd_call<LeaderInfo>(host_, left(), [&]() -> Result<LeaderInfo> {
+            auto& e = w_.etcd();
+            if (!e.lease(lease_)) return make_error_code(ElectorErrc::lease_expired);
+            const EtcdCandidate* c = e.leader();
+            if (c && c->rev == *rev_) return info(*c);
+            return make_error_code(ElectorErrc::not_leader);
+        });
+        if (r) return r;
+        if (r.error() == make_error_code(ElectorErrc::lease_expired)) {
+            reset();
+            return r.error();
+        }
+        if (r.error() != make_error_code(ElectorErrc::not_leader)) return r.error();
+        w_.block(host_, kDriver, std::min(deadline, w_.now() + w_.rng().range(20, 120)));
+    }
+}
+
+Result<Term> SimElector::term(uint32_t at_least, Ms timeout) {
+    if (!rev_) return make_error_code(ElectorErrc::not_campaigning);
+    auto t = w_.etcd_call<Term>(host_, timeout, [&]() -> Result<Term> {
+        auto& e = w_.etcd();
+        if (e.queue.empty() || e.queue.front().rev != *rev_) return make_error_code(ElectorErrc::not_leader);
+        EtcdCandidate& c = e.queue.front();
+        if (c.token == 0 || c.token <= at_least) {
+            c.token = std::max(e.counter, at_least) + 1;
+            e.counter = c.token;
+            w_.token_issued(c.token, host_);
+        }
+        Term term;
+        term.leader = info(c);
+        term.epoch = c.token;
+        term.cluster_id = "sim";
+        return term;
+    });
+    if (t && std::find(tokens_.begin(), tokens_.end(), t->epoch) == tokens_.end()) tokens_.push_back(t->epoch);
+    return t;
+}
+
+Result<LeaseStatus> SimElector::keepalive(Ms timeout) {
+    if (lease_ == 0) return make_error_code(ElectorErrc::not_campaigning);
+    Host& H = w_.host(host_);
+    const int64_t sent = H.clock.local_ms();
+    auto k = w_.etcd_call<LeaseStatus>(host_, timeout, [&]() -> Result<LeaseStatus> {
+        auto& e = w_.etcd();
+        EtcdLease* l = e.lease(lease_);
+        if (!l) return make_error_code(ElectorErrc::lease_expired);
+        l->expires = w_.now() + e.ttl_ms;
+        return LeaseStatus{e.ttl_ms};
+    });
+    if (k) H.lease_deadline_local = std::max(H.lease_deadline_local, sent + w_.ttl());
+    else if (k.error() == make_error_code(ElectorErrc::lease_expired)) reset();
+    return k;
+}
+
+Result<LeaderInfo> SimElector::leader(Ms timeout) {
+    return w_.etcd_call<LeaderInfo>(host_, timeout, [&]() -> Result<LeaderInfo> {
+        const EtcdCandidate* c = w_.etcd().leader();
+        if (!c) return make_error_code(ElectorErrc::no_leader);
+        return info(*c);
+    });
+}
+
+Result<LeaderInfo> SimElector::observe(const std::optional<LeaderInfo>& known, Ms timeout) {
+    auto l = leader(timeout);
+    if (!l && known) return *known;
+    return l;
+}
+
+Status SimElector::resign(Ms timeout) {
+    // The candidacy ends here whatever etcd hears (elector.hpp).
+    const int64_t lease = lease_;
+    w_.resigned(tokens_, host_);
+    reset();
+    Host& H = w_.host(host_);
+    H.lease_deadline_local = std::min(H.lease_deadline_local, H.clock.local_ms());
+    if (lease == 0) return Ok{};
+    auto r = w_.etcd_call<int>(host_, timeout, [&]() -> Result<int> {
+        auto& e = w_.etcd();
+        if (EtcdLease* l = e.lease(lease)) l->expires = w_.now();
+        e.expire(w_.now());
+        return 0;
+    });
+    if (!r) return r.error();
+    return Ok{};
+}
+
+// ---------------------------------------------------------------- ports and hooks
+
+Result<uint32_t> SimPort::submit(const Command& cmd, std::span<uint8_t> data) {
+    return w_.device_command(host_, cmd, data);
+}
+
+void SimHooks::event(const AgentEvent& e) { w_.agent_event(host_, e); }
+
+Status SimHooks::stop_writers(const std::string&) {
+    w_.writers_stopped(host_);
+    return Ok{};
+}
+
+
+// ---------------------------------------------------------------- world: setup and lifecycle
+
+struct SimStop {};  // a violation ends the schedule (unwinds every frame)
+
+uint32_t known_mask() {
+    uint32_t m = 0;
+    for (size_t i = 0; i < kInvCount; ++i)
+        if (known_defect(static_cast<Inv>(i))) m |= 1u << i;
+    return m;
+}
+
+World::World(const SimOptions& o) : opts_(o), rng_(o.seed) {
+    res_.seed = o.seed;
+    tolerate_ = o.tolerate | (o.known_defects ? known_mask() : 0u);
+    trace_.reserve(256);
+    setup();
+}
+
+World::~World() {
+    for (auto& H : hosts_)
+        if (H->proc) drop_writer(H->proc->app);
+}
+
+void World::setup() {
+    const int n = static_cast<int>(rng_.range(2, 4));
+    const int64_t ttl_s = std::array<int64_t, 3>{2, 3, 5}[rng_.below(3)];
+    guard_.ttl_ms = ttl_s * 1000;
+    guard_.margin_ms = std::min<int64_t>(1000, guard_.ttl_ms / 4);
+    guard_.renew_interval_ms = guard_.ttl_ms / 3;
+    guard_.on_loss = LeaseLossAction::fence;
+    call_ = Ms(std::min<int64_t>(1000, guard_.ttl_ms / 3));
+    etcd_.ttl_ms = guard_.ttl_ms;
+    agent_opts_.tag = kTag;
+    agent_opts_.type = ResvType::write_exclusive;
+    agent_opts_.role = StartRole::standby;
+    agent_opts_.interval_ms = static_cast<uint32_t>(rng_.range(100, 1000));
+    agent_opts_.device_timeout_ms = static_cast<uint32_t>(rng_.range(500, 3000));
+    agent_opts_.volume = "vol-sim";
+    agent_opts_.device = "/dev/sim";
+    target_.nsid = 1;
+    for (size_t f = 0; f < kFaultCount; ++f) rate_[f] = static_cast<uint32_t>(rng_.range(0, kMaxRate[f]));
+    fault_gap_ms_ = rng_.range(200, 3000);
+    next_fault_ = rng_.range(0, 2 * fault_gap_ms_);
+    for (int i = 0; i < n; ++i) {
+        auto H = std::make_unique<Host>(now_);
+        H->idx = i;
+        H->id = test::make_host(static_cast<uint8_t>(i + 1));
+        H->cntlid = static_cast<uint16_t>(i + 1);
+        H->clock.set_drift_ppm(rng_.range(-200, 200));
+        H->disk.on_write = [this, i] { return crash_at_write(i); };
+        const std::string dir = "/sim/host" + std::to_string(i);
+        H->epochs = std::make_unique<EpochStore>(dir, "vol-sim", H->disk);
+        H->statefile = std::make_unique<AgentStateFile>(dir, "vol-sim", H->disk);
+        H->next = {rng_.range(0, 500), kNever, kNever};
+        hosts_.push_back(std::move(H));
+    }
+}
+
+int World::crash_at_write(int h) {
+    if (!draw(Fault::crash_in_write)) return 0;
+    Host& H = host(h);
+    H.dying = true;
+    const int reached = rng_.chance(500) ? 2 : 1;
+    trace(Rec::crash, h, static_cast<uint32_t>(Fault::crash_in_write), static_cast<uint64_t>(reached));
+    return reached;
+}
+
+void World::boot(Host& H) {
+    AgentOptions ao = agent_opts_;
+    ao.node = static_cast<uint8_t>(H.idx + 1);
+    H.proc = std::make_unique<Proc>(*this, H.idx, H.clock, H.id, ao, *H.epochs, *H.statefile, guard_, call_);
+    ++H.gen;
+    H.next = {now_, kNever, kNever};
+    H.bridge_dirty = false;
+    trace(Rec::restart, H.idx, H.gen, 0);
+}
+
+void World::drop_writer(App& a) {
+    if (!a.writer) return;
+    // The process is gone: the kernel completes what it had (the device may
+    // still execute those writes: their DevOps stay queued).
+    auto& ring = a.writer->ring();
+    for (size_t i = 0; i < ring.sent.size(); ++i)
+        if (!ring.is_done(i)) ring.complete(i, -EIO);
+    Completion out[8];
+    for (int i = 0; i < 64 && a.writer->in_flight() > 0; ++i) {
+        auto r = a.writer->reap(out, 0);
+        if (!r || *r == 0) break;
+    }
+    a.writer.reset();
+}
+
+void World::kill(Host& H, Rec why, uint32_t detail) {
+    if (!H.proc || H.dying) return;
+    H.dying = true;
+    trace(why, H.idx, detail, 0);
+    if (H.frames == 0) finalize_kill(H);
+}
+
+void World::finalize_kill(Host& H) {
+    assert(H.frames == 0 && H.dying);
+    if (H.proc) drop_writer(H.proc->app);
+    H.proc.reset();
+    H.dying = false;
+    H.next = {now_ + rng_.range(200, 3000), kNever, kNever};
+    H.blocked = {};
+}
+
+bool World::draw(Fault f) {
+    const auto i = static_cast<size_t>(f);
+    if (healed_ || !(opts_.fault_mask & (1u << i)) || rate_[i] == 0) return false;
+    if (!rng_.chance(rate_[i])) return false;
+    ++res_.faults[i];
+    return true;
+}
+
+void World::writers_stopped(int h) {
+    Host& H = host(h);
+    if (H.proc) H.proc->app.stopped = true;
+}
+
+// ---------------------------------------------------------------- world: scheduling
+
+int64_t World::thread_time(const Host& H, int thr) const {
+    if (H.blocked[static_cast<size_t>(thr)] || H.dying) return kNever;
+    if (!H.proc && thr != kAgent) return kNever;  // the agent slot restarts a dead process
+    return std::max(H.next[static_cast<size_t>(thr)], H.frozen_until);
+}
+
+int64_t World::device_time() const {
+    int64_t t = kNever;
+    for (const auto& op : ops_) t = std::min(t, op.at);
+    return t;
+}
+
+bool World::run_one(int64_t limit) {
+    // Candidates: (host, thread) of each host, then the device (-1) and the
+    // fault injector (-2).
+    std::array<std::pair<int, int>, 16> ties{};
+    size_t n = 0;
+    int64_t best = kNever;
+    auto offer = [&](int64_t t, int h, int thr) {
+        if (t > best) return;
+        if (t < best) n = 0;
+        best = t;
+        if (n < ties.size()) ties[n++] = {h, thr};
+    };
+    for (const auto& H : hosts_)
+        for (int thr = 0; thr < kThreads; ++thr) offer(thread_time(*H, thr), H->idx, thr);
+    offer(device_time(), -1, 0);
+    if (!healed_) offer(next_fault_, -2, 0);
+    if (best > limit || best >= kNever) return false;
+    const auto [h, thr] = ties[n > 1 ? rng_.below(n) : 0];
+    now_ = std::max(now_, best);
+    ++steps_;
+    hash(static_cast<uint64_t>(now_));
+    hash(static_cast<uint64_t>((h + 2) * 4 + thr));
+    if (h == -1) device_step();
+    else if (h == -2) fault_step();
+    else run_thread(host(h), thr);
+    after_step();
+    return true;
+}
+
+void World::run_thread(Host& H, int thr) {
+    ++H.frames;
+    ++depth_;
+    assert(depth_ < 64);
+    try {
+        if (!H.proc) boot(H);
+        else if (thr == kAgent) agent_step(H);
+        else if (thr == kDriver) driver_step(H);
+        else app_step(H);
+    } catch (const SimCrash&) {
+        // H.dying was set by whoever crashed it; its frames unwind to here.
+        assert(H.dying);
+    } catch (...) {
+        --depth_;
+        --H.frames;
+        throw;
+    }
+    --depth_;
+    --H.frames;
+    if (H.dying && H.frames == 0) finalize_kill(H);
+}
+
+void World::block(int h, int thr, int64_t until) {
+    Host& H = host(h);
+    auto& b = H.blocked[static_cast<size_t>(thr)];
+    assert(!b);
+    b = true;
+    for (;;) {
+        const int64_t target = std::max(until, H.frozen_until);
+        while (!H.dying && run_one(target)) {
+        }
+        if (H.dying) break;
+        now_ = std::max(now_, target);
+        if (H.frozen_until <= now_) break;
+    }
+    b = false;
+    if (H.dying) throw SimCrash{};
+}
+
+void World::agent_step(Host& H) {
+    Proc& p = *H.proc;
+    if (!p.started) {
+        if (auto s = p.agent.start(); !s) {
+            // nvfenced exits; systemd starts it again.
+            kill(H, Rec::crash, 100);
+            throw SimCrash{};
+        }
+        p.started = true;
+        p.bridge.publish(p.agent);
+        H.next[kDriver] = now_;
+        H.next[kApp] = now_ + rng_.range(0, 50);
+    } else {
+        const AgentState before = p.agent.state();
+        if (H.bridge_dirty) {
+            H.bridge_dirty = false;
+            p.bridge.drain(p.agent, p.hooks, H.clock);
+        }
+        if (p.agent.until_next_check().count() == 0) p.agent.check();
+        p.bridge.publish(p.agent);
+        if (p.agent.state() != before) H.next[kDriver] = std::min(H.next[kDriver], now_ + 1);
+    }
+    const int64_t wait = std::max<int64_t>(1, p.agent.until_next_check().count());
+    H.next[kAgent] = now_ + (H.bridge_dirty ? 1 : wait);
+}
+
+void World::driver_step(Host& H) {
+    Proc& p = *H.proc;
+    const auto w = p.driver.step();
+    H.bridge_dirty = true;
+    H.next[kDriver] = now_ + std::max<int64_t>(1, w.count()) + rng_.range(0, 2);
+    H.next[kAgent] = std::min(H.next[kAgent], now_ + rng_.range(0, 3));
+}
+
+// ---------------------------------------------------------------- world: the application's writes
+
+void World::app_step(Host& H) {
+    Proc& p = *H.proc;
+    App& a = p.app;
+    const bool holder = p.agent.state() == AgentState::holder;
+    if (!holder) a.stopped = false;  // a new grant may start the writers again
+    if (a.writer) app_reap(H, a);
+    if (!a.writer && holder && !a.stopped && p.agent.key() != 0) {
+        detail::WriterTarget t;
+        t.fd = Fd(-1);
+        t.mode = WriterMode::block;
+        t.block_bytes = kBlockBytes;
+        t.size_blocks = kBlocks;
+        t.nsid = 1;
+        t.max_io_bytes = 4096;
+        WriterOptions o;
+        o.queue_depth = 4;
+        o.timeout_ms = 1;
+        o.epoch = epoch_of(p.agent.key());
+        a.writer = std::make_unique<SimWriter>(std::move(t), o);
+        const bool ok = a.writer->init().ok();
+        assert(ok);
+        (void)ok;
+        a.key = p.agent.key();
+        a.id = ++writer_ids_;
+        a.sent_seen = 0;
+        a.queued.clear();
+    }
+    if (a.writer && !a.stopped && !a.writer->fenced() && a.writer->in_flight() < a.writer->queue_depth())
+        app_submit(H, a);
+    if (a.writer && (a.stopped || a.writer->fenced()) && a.writer->in_flight() == 0) a.writer.reset();
+    H.next[kApp] = now_ + rng_.range(5, 60);
+}
+
+void World::app_submit(Host& H, App& a) {
+    const uint64_t seq = ++H.seq;
+    const auto lba = static_cast<uint32_t>(rng_.below(kBlocks));
+    if (!a.writer->queue_write(lba, buf_.span(), seq)) return;
+    a.queued.push_back(seq);
+    (void)a.writer->submit();
+    auto& ring = a.writer->ring();
+    for (; a.sent_seen < ring.sent.size(); ++a.sent_seen) {
+        const test::SentIo& io = ring.sent[a.sent_seen];
+        assert(!a.queued.empty());
+        const uint64_t s = a.queued.front();
+        a.queued.pop_front();
+        if (io.opcode == IORING_OP_NOP) continue;  // cancelled by the latch: never reaches the device
+        DevOp op{};
+        op.write = true;
+        op.host = H.idx;
+        op.gen = H.gen;
+        op.writer = a.id;
+        op.key = a.key;
+        op.lba = static_cast<uint32_t>(io.off / kBlockBytes);
+        op.seq = s;
+        op.ring_index = a.sent_seen;
+        op.cut = now_ < H.dev_cut_until;
+        op.at = now_ + (draw(Fault::device_delay) ? rng_.range(50, 1500) : rng_.range(1, 20));
+        ops_.push_back(op);
+    }
+}
+
+void World::app_reap(Host& H, App& a) {
+    Completion out[8];
+    auto r = a.writer->reap(out, 0);
+    if (!r) return;
+    for (size_t i = 0; i < *r; ++i) {
+        const Completion& c = out[i];
+        if (c.kind == IoKind::write && c.status == IoStatus::ok) check(checker_.write_acked(H.idx, c.user_data));
+        if (c.status == IoStatus::fenced) a.stopped = true;
+    }
+}
+
+// ---------------------------------------------------------------- world: the device
+
+void World::device_step() {
+    size_t k = 0;
+    for (size_t i = 1; i < ops_.size(); ++i)
+        if (ops_[i].at < ops_[k].at) k = i;
+    DevOp op = ops_[k];
+    ops_.erase(ops_.begin() + static_cast<std::ptrdiff_t>(k));
+    if (!op.write) {
+        hash(0xde1a7);
+        (void)execute(op.host, op.cmd, std::span<uint8_t>(op.data.data(), op.data_len));
+        return;
+    }
+    execute_write(op);
+}
+
+void World::execute_write(DevOp& op) {
+    int32_t res = 0;
+    if (op.aborted || op.cut) {
+        res = -EIO;  // aborted by a preempt-and-abort, or never reached the device
+    } else if (op.phase == 0) {
+        // Admission: the device checks the reservation now; the data lands later.
+        Host& H = host(op.host);
+        auto r = target_.submit(H.id, H.cntlid, encode_rw(true, 1, op.lba, 1, kBlockBytes), buf_.span());
+        if (r) {
+            op.phase = 1;
+            op.unfenced = target_.type == ResvType::none;
+            op.at = now_ + rng_.range(0, 10);
+            ops_.push_back(op);
+            return;
+        }
+        res = is_nvme(r.error(), NvmeStatus::reservation_conflict) ? -EBADE : -EIO;
+    } else {
+        check(checker_.write_landed(op.host, op.key, epoch_of(op.key), op.lba, op.seq, op.unfenced));
+        res = static_cast<int32_t>(kBlockBytes);
+    }
+    hash(static_cast<uint64_t>(res) ^ (op.seq << 8));
+    Host& H = host(op.host);
+    if (H.proc && !H.dying && H.gen == op.gen && H.proc->app.writer && H.proc->app.id == op.writer)
+        H.proc->app.writer->ring().complete(op.ring_index, res);
+}
+
+void World::abort_writes_of(int victim) {
+    for (auto& op : ops_)
+        if (op.write && op.host == victim && !op.aborted) {
+            op.aborted = true;
+            op.at = now_;
+        }
+}
+
+uint64_t World::holder_key() const {
+    if (target_.type == ResvType::none || !target_.holder) return 0;
+    const auto* r = target_.find(*target_.holder);
+    return r ? r->key : 0;
+}
+
+int World::host_of(const HostId& id) const {
+    for (const auto& H : hosts_)
+        if (H->id == id) return H->idx;
+    return -1;
+}
+
+int World::device_holder() const {
+    if (target_.type == ResvType::none || !target_.holder) return -1;
+    return host_of(*target_.holder);
+}
+
+Result<uint32_t> World::execute(int h, const Command& cmd, std::span<uint8_t> data) {
+    const uint64_t before = holder_key();
+    const size_t aborted_before = target_.aborted.size();
+    regs_before_ = target_.regs;
+    Host& H = host(h);
+    auto r = target_.submit(H.id, H.cntlid, cmd, data);
+    const bool state_cmd = cmd.opcode == opcode::kResvRegister || cmd.opcode == opcode::kResvAcquire ||
+                           cmd.opcode == opcode::kResvRelease;
+    if (state_cmd)
+        trace(Rec::command, h, cmd.opcode | ((cmd.cdw[0] & 7u) << 8), 0,
+              r ? 0 : static_cast<int32_t>(r.error().value()));
+    for (size_t i = aborted_before; i < target_.aborted.size(); ++i) {
+        const int victim = host_of(target_.aborted[i]);
+        for (const auto& g : regs_before_)
+            if (g.host == target_.aborted[i]) checker_.preempted(g.key);
+        abort_writes_of(victim);
+    }
+    if (const uint64_t now_key = holder_key(); now_key != before && now_key != 0) {
+        trace(Rec::holder, device_holder(), epoch_of(now_key), now_key);
+        check(checker_.new_holder(device_holder(), now_key, epoch_of(now_key), before));
+    }
+    return r;
+}
+
+Result<uint32_t> World::device_command(int h, const Command& cmd, std::span<uint8_t> data) {
+    Host& H = host(h);
+    assert(H.proc && !H.dying);
+    const int64_t sent = now_;
+    const int64_t bound = cmd.timeout_ms ? cmd.timeout_ms : 30000;
+    const std::error_code timed_out(ETIMEDOUT, std::system_category());
+    int64_t delay = rng_.range(0, 3);
+    if (draw(Fault::device_delay)) delay = rng_.range(50, 2 * bound);
+    if (now_ < H.dev_cut_until) {
+        block(h, kAgent, sent + bound);
+        return timed_out;
+    }
+    if (delay / 2 >= bound) {
+        // Reaches the device after the host gave up on it: runs late.
+        if (cmd.opcode != opcode::kResvReport && cmd.queue == Queue::io && data.size() <= 16) {
+            DevOp op{};
+            op.host = h;
+            op.at = sent + delay / 2;
+            op.cmd = cmd;
+            op.data_len = data.size();
+            std::copy(data.begin(), data.end(), op.data.begin());
+            ops_.push_back(op);
+        }
+        block(h, kAgent, sent + bound);
+        return timed_out;
+    }
+    block(h, kAgent, sent + delay / 2);
+    if (draw(Fault::crash_in_command)) {
+        const bool ran = rng_.chance(500);
+        if (ran) (void)execute(h, cmd, data);
+        kill(H, Rec::crash, static_cast<uint32_t>(Fault::crash_in_command) | (ran ? 0x100u : 0u));
+        throw SimCrash{};
+    }
+    const bool lost_not = draw(Fault::lost_not_done);
+    Result<uint32_t> r = uint32_t{0};
+    if (!lost_not) r = execute(h, cmd, data);
+    const bool lost = lost_not || draw(Fault::lost_done);
+    block(h, kAgent, std::min(sent + bound, now_ + (delay - delay / 2)));
+    if (delay > bound) return timed_out;
+    if (lost) return std::error_code(ECONNRESET, std::system_category());
+    return r;
+}
+
+template <class T, class F>
+Result<T> World::etcd_call(int h, Ms timeout, F&& effect) {
+    Host& H = host(h);
+    const int64_t sent = now_;
+    const int64_t bound = std::max<int64_t>(1, timeout.count());
+    if (now_ < etcd_down_until_) {
+        block(h, kDriver, std::min(sent + bound, now_ + rng_.range(1, 5)));
+        return make_error_code(ElectorErrc::unreachable);
+    }
+    if (now_ < H.etcd_cut_until) {
+        block(h, kDriver, sent + bound);
+        return make_error_code(Errc::timeout);
+    }
+    int64_t d1 = rng_.range(1, 8), d2 = rng_.range(1, 8);
+    if (draw(Fault::late_answer)) {
+        d1 = rng_.range(0, bound);
+        d2 = rng_.range(bound / 2, 2 * bound);
+    }
+    if (d1 >= bound) {
+        block(h, kDriver, sent + bound);
+        return make_error_code(Errc::timeout);
+    }
+    block(h, kDriver, sent + d1);
+    etcd_.expire(now_);
+    Result<T> r = effect();
+    if (d1 + d2 > bound) {
+        block(h, kDriver, sent + bound);
+        return make_error_code(Errc::timeout);
+    }
+    block(h, kDriver, sent + d1 + d2);
+    return r;
+}
+
+// ---------------------------------------------------------------- world: faults
+
+void World::fault_step() {
+    // Event faults with a non-zero rate in this schedule, weighted by it.
+    constexpr std::array kinds{Fault::freeze, Fault::crash, Fault::etcd_partition, Fault::etcd_down,
+                               Fault::device_partition, Fault::target_restart};
+    uint64_t total = 0;
+    for (Fault f : kinds)
+        if (opts_.fault_mask & (1u << static_cast<size_t>(f))) total += rate_[static_cast<size_t>(f)];
+    next_fault_ = now_ + rng_.range(fault_gap_ms_ / 2, fault_gap_ms_ * 3 / 2);
+    if (total == 0) return;
+    uint64_t pick = rng_.below(total);
+    for (Fault f : kinds) {
+        if (!(opts_.fault_mask & (1u << static_cast<size_t>(f)))) continue;
+        const uint64_t w = rate_[static_cast<size_t>(f)];
+        if (pick < w) {
+            inject(f, host(static_cast<int>(rng_.below(hosts_.size()))));
+            return;
+        }
+        pick -= w;
+    }
+}
+
+void World::inject(Fault f, Host& H) {
+    ++res_.faults[static_cast<size_t>(f)];
+    const int64_t ttl = guard_.ttl_ms;
+    int64_t until = now_;
+    switch (f) {
+    case Fault::freeze: {
+        until = now_ + rng_.range(100, 3 * ttl);
+        const bool stops = rng_.chance(700);
+        H.frozen_until = std::max(H.frozen_until, until);
+        H.clock.freeze(now_, H.frozen_until, stops);
+        break;
+    }
+    case Fault::crash: kill(H, Rec::crash, static_cast<uint32_t>(f)); return;
+    case Fault::etcd_partition: H.etcd_cut_until = until = now_ + rng_.range(200, 3 * ttl); break;
+    case Fault::etcd_down: etcd_down_until_ = until = now_ + rng_.range(200, 2 * ttl); break;
+    case Fault::device_partition: H.dev_cut_until = until = now_ + rng_.range(200, 3000); break;
+    case Fault::target_restart:
+        // No PTPL: every registration and the reservation are gone.
+        target_.regs.clear();
+        target_.type = ResvType::none;
+        target_.holder.reset();
+        target_.generation = 0;
+        target_.notices.clear();
+        checker_.target_restarted();
+        break;
+    default: assert(false && "not an event fault"); return;
+    }
+    trace(Rec::fault, H.idx, static_cast<uint32_t>(f), static_cast<uint64_t>(until - now_));
+}
+
+void World::heal() {
+    healed_ = true;
+    heal_at_ = now_;
+    live_deadline_ = now_ + 3 * guard_.ttl_ms + 6000;
+    for (auto& H : hosts_) {
+        H->frozen_until = std::min(H->frozen_until, now_);
+        H->clock.thaw(now_);
+        H->etcd_cut_until = 0;
+        H->dev_cut_until = 0;
+    }
+    etcd_down_until_ = 0;
+    next_fault_ = kNever;
+    trace(Rec::heal, -1, 0, 0);
+}
+
+// ---------------------------------------------------------------- world: invariants
+
+void World::check(const std::optional<Violation>& v) {
+    if (v) fail(*v);
+}
+
+void World::fail(const Violation& v) {
+    const auto i = static_cast<size_t>(v.inv);
+    if (tolerate_ & (1u << i)) {
+        if (!res_.tolerated[i]) {
+            res_.tolerated[i] = 1;
+            tolerated_text_[i] = v.what;
+            trace(Rec::violation, -1, static_cast<uint32_t>(i), 1);
+        }
+        return;
+    }
+    res_.violation = v;
+    res_.violation_step = steps_;
+    trace(Rec::violation, -1, static_cast<uint32_t>(i), 0);
+    throw SimStop{};
+}
+
+HostView World::view(Host& H) {
+    HostView v;
+    v.alive = H.live();
+    v.state = v.alive ? H.proc->agent.state() : AgentState::starting;
+    v.local_ms = H.clock.local_ms();
+    v.lease_deadline_ms = H.lease_deadline_local;
+    return v;
+}
+
+void World::after_step() {
+    for (auto& Hp : hosts_) {
+        Host& H = *Hp;
+        const HostView v = view(H);
+        if (!v.alive) continue;
+        const uint64_t key = H.proc->agent.key();
+        if (v.state != H.last_state) {
+            H.last_state = v.state;
+            trace(Rec::state, H.idx, static_cast<uint32_t>(v.state), key);
+        }
+        check(checker_.agent_key(H.idx, epoch_of(key)));
+        check(checker_.lease(H.idx, v));
+    }
+    const uint64_t hk = holder_key();
+    check(checker_.holder_now(hk ? std::optional<uint32_t>(epoch_of(hk)) : std::nullopt));
+    if (healed_) check_liveness();
+}
+
+void World::check_liveness() {
+    std::vector<HostView> views;
+    views.reserve(hosts_.size());
+    bool all_up = true;
+    for (auto& H : hosts_) {
+        views.push_back(view(*H));
+        all_up = all_up && views.back().alive;
+    }
+    auto v = checker_.live(views, device_holder());
+    if (all_up && !v) {
+        done_ = true;  // healed and live: the schedule passed
+        return;
+    }
+    if (now_ < live_deadline_) return;
+    done_ = true;
+    if (!v) v = Violation{Inv::liveness, "a host's agent did not start again after the world healed"};
+    v->what += " (" + std::to_string(now_ - heal_at_) + " ms after healing)";
+    fail(*v);
+}
+
+// ---------------------------------------------------------------- world: trace
+
+void World::hash(uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+        hash_ ^= (v >> (8 * i)) & 0xff;
+        hash_ *= 1099511628211ull;
+    }
+}
+
+void World::trace(Rec k, int h, uint32_t a, uint64_t b, int32_t c) {
+    hash(static_cast<uint64_t>(k) | (static_cast<uint64_t>(h + 1) << 8) | (uint64_t{a} << 16));
+    hash(b);
+    hash(static_cast<uint64_t>(static_cast<uint32_t>(c)));
+    trace_.push_back({now_, steps_, k, static_cast<int8_t>(h), a, b, c});
+}
+
+std::string World::format_rec(const TraceRec& r) const {
+    const std::string who = r.host >= 0 ? "host " + std::to_string(r.host) + ": " : "";
+    switch (r.kind) {
+    case Rec::fault:
+        return who + "fault " + fault_name(static_cast<Fault>(r.a)) +
+               (r.b ? " for " + std::to_string(r.b) + " ms" : std::string());
+    case Rec::command: {
+        const char* op = (r.a & 0xff) == opcode::kResvRegister  ? "register"
+                         : (r.a & 0xff) == opcode::kResvAcquire ? "acquire"
+                                                                 : "release";
+        return who + op + " action " + std::to_string(r.a >> 8) +
+               (r.c ? " failed (" + std::to_string(r.c) + ")" : std::string(" ok"));
+    }
+    case Rec::holder: return who + "now holds the reservation with " + format_key(r.b);
+    case Rec::token: return who + "elector issued token " + std::to_string(r.a);
+    case Rec::resign: return who + "elector resigned (tokens of this candidacy: " + std::to_string(r.b) + ")";
+    case Rec::state:
+        return who + "agent " + agent_state_name(static_cast<AgentState>(r.a)) + " key " + format_key(r.b);
+    case Rec::crash: return who + "process died (" + std::to_string(r.a) + ")";
+    case Rec::restart: return who + "agent process started (generation " + std::to_string(r.a) + ")";
+    case Rec::heal: return "the world heals: no more faults";
+    case Rec::violation:
+        return std::string(r.b ? "known defect: " : "VIOLATION: ") + inv_name(static_cast<Inv>(r.a));
+    case Rec::note: return who + texts_[r.a];
+    }
+    return who + "?";
+}
+
+std::string World::format_trace() const {
+    std::string s;
+    for (const auto& r : trace_) {
+        char head[64];
+        std::snprintf(head, sizeof head, "  t=%8lld ms step %5llu  ", static_cast<long long>(r.t),
+                      static_cast<unsigned long long>(r.step));
+        s += head + format_rec(r) + "\n";
+    }
+    return s;
+}
+
+// ---------------------------------------------------------------- world: one schedule
+
+ScheduleResult World::run() {
+    const uint64_t cap = uint64_t{opts_.steps} * 40 + 400000;
+    try {
+        while (!done_) {
+            if (!healed_ && steps_ >= opts_.steps) heal();
+            if (!run_one(kNever) || steps_ > cap) {
+                done_ = true;
+                fail(Violation{Inv::liveness, "the schedule stopped making progress"});
+            }
+        }
+    } catch (const SimStop&) {
+    }
+    res_.steps = steps_;
+    res_.sim_ms = now_;
+    hash(steps_);
+    hash(static_cast<uint64_t>(now_));
+    res_.trace_hash = hash_;
+    res_.checks = checker_.checks();
+    for (size_t i = 0; i < kInvCount; ++i)
+        if (res_.tolerated[i] && res_.tolerated_what[i].empty()) res_.tolerated_what[i] = tolerated_text_[i];
+    if (res_.violation || opts_.keep_trace) res_.trace = format_trace();
+    return res_;
+}
+
+}  // namespace
+
+ScheduleResult run_schedule(const SimOptions& opts) {
+    World w(opts);
+    return w.run();
+}
+
+}  // namespace nvfence::sim

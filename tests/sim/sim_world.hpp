@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// @file sim_world.hpp
+/// nvfence-sim's core: one schedule of a whole cluster, deterministic from a
+/// seed, over the real product code (Agent with Fence, EpochStore and
+/// AgentStateFile; ElectorDriver and ElectorBridge; the FencedWriter's
+/// RingWriter) and a simulated outside world:
+///  - the device: FakeTarget (tests/fake_passthru.hpp) behind per-host ports
+///    that add delays, lost completions (executed or not), partitions,
+///    commands that execute after their host gave up on them, writes in
+///    flight aborted by a preempt-and-abort, and target restarts that lose
+///    every key (no PTPL);
+///  - the election: an etcd-like Elector per host over one shared model
+///    (leases with TTL on the simulated clock, revocation, a monotonic token
+///    counter, unavailability, partitions, answers that arrive late);
+///  - hosts: clocks that drift and pause (VM freeze), processes that crash
+///    (between steps, inside a device command, inside a state write) and
+///    restart from what reached their simulated disk.
+/// No threads and no wall clock inside a schedule: the simulator steps the
+/// driver and drains the bridge itself. A call that waits (device, elector)
+/// lets the rest of the world run meanwhile (nested, see sim_world.cpp).
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "sim_invariants.hpp"
+
+namespace nvfence::sim {
+
+/// Outside-world faults the simulator injects.
+enum class Fault : uint8_t {
+    freeze,              ///< A host's VM pauses (its clock stops or jumps).
+    crash,               ///< A host's agent process dies between steps, restarts later.
+    crash_in_command,    ///< ... inside a device command (sent or not).
+    crash_in_write,      ///< ... inside a state file write (reached the disk or not).
+    etcd_partition,      ///< One host cannot reach etcd for a while.
+    etcd_down,           ///< etcd answers nobody for a while.
+    device_partition,    ///< One host cannot reach the device for a while.
+    device_delay,        ///< A device command takes long (maybe past its timeout).
+    lost_done,           ///< A completion is lost (controller reset); the command ran.
+    lost_not_done,       ///< A completion is lost; the command never ran.
+    late_answer,         ///< An elector answer arrives after the caller's bound.
+    target_restart,      ///< The target restarts without PTPL: every key is lost.
+};
+/// Number of Fault values.
+inline constexpr size_t kFaultCount = 12;
+/// Words for a fault kind.
+const char* fault_name(Fault f);
+/// Parses a fault name; nullopt when unknown.
+std::optional<Fault> parse_fault(const std::string& name);
+/// Every fault kind.
+inline constexpr uint32_t kAllFaults = (1u << kFaultCount) - 1;
+
+/// What to run.
+struct SimOptions {
+    uint64_t seed = 0;                 ///< The schedule.
+    uint32_t steps = 150;              ///< Steps with faults; then the world heals.
+    uint32_t fault_mask = kAllFaults;  ///< Fault kinds that may be injected (bit = Fault).
+    /// Known-defect mode: the invariants the code under test is known to
+    /// break (known_defect() != 0, issue 24) are counted, not violations.
+    bool known_defects = false;
+    /// Further invariants (bit = Inv) that are counted but do not stop the
+    /// schedule (e.g. to look for one defect behind another).
+    uint32_t tolerate = 0;
+    bool keep_trace = false;           ///< Return the trace text even without a violation.
+    /// Also trace every agent event (state changes, elector notes, device
+    /// findings) in the agent's words: slower, for reading one seed.
+    bool events = false;
+};
+
+/// The outcome of one schedule.
+struct ScheduleResult {
+    uint64_t seed = 0;                        ///< As given.
+    uint64_t steps = 0;                       ///< Steps run (events, nested ones included).
+    int64_t sim_ms = 0;                       ///< Simulated time at the end.
+    uint64_t trace_hash = 0;                  ///< FNV-1a over the trace: equal for equal runs.
+    uint64_t checks = 0;                      ///< Invariant checks performed.
+    std::array<uint64_t, kFaultCount> faults{};  ///< Faults injected by kind.
+    std::optional<Violation> violation;       ///< The first broken invariant.
+    uint64_t violation_step = 0;              ///< Its step.
+    /// Tolerated invariants that broke (1 per schedule at most), and how.
+    std::array<uint64_t, kInvCount> tolerated{};
+    std::array<std::string, kInvCount> tolerated_what{};  ///< The first break of each, in words.
+    std::string trace;                        ///< The trace (on a violation or keep_trace).
+};
+
+/// Runs one schedule.
+ScheduleResult run_schedule(const SimOptions& opts);
+
+}  // namespace nvfence::sim
