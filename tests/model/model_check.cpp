@@ -452,14 +452,13 @@ private:
         return v;
     }
 
-    void attribute_deviations(const FakeTarget& before, const Step& s, const Answer& nvmet_answer) {
+    void attribute_deviations(const FakeTarget& before, const Step& s) {
         const Host& h = hosts_[s.host];
         FakeTarget after = before;
         // The primary model already ran the command; rebuild its visible
         // outcome from a copy so both sides are measured the same way.
         Answer a = on_model(after, h, s.cmd, s.data);
         const auto want = visible(after, h, a, s.report, s.eds);
-        (void)nvmet_answer;
         for (size_t k = 0; k < std::size(kDeviationNames); ++k) {
             FakeTarget alt = before;
             bool* flags[] = {&alt.deviations.undefined_action_invalid_opcode, &alt.deviations.cptpl_ignored,
@@ -501,7 +500,7 @@ private:
         Answer dev = on_device(s.host, s.cmd, s.data);
         if (dev.err == ENODEV || dev.err == ENXIO) return false;
         Answer mod = on_model(t_, h, s.cmd, s.data);
-        if (model_ == "nvmet") attribute_deviations(before, s, dev);
+        if (model_ == "nvmet") attribute_deviations(before, s);
         ++compared_;
         count_status(s.kind, dev);
         bool same = dev.err == mod.err && dev.status == mod.status && (dev.status || dev.dw0 == mod.dw0);
