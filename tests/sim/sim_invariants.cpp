@@ -102,7 +102,15 @@ void InvariantChecker::preempted(uint64_t key) {
     if (std::find(preempted_.begin(), preempted_.end(), key) == preempted_.end()) preempted_.push_back(key);
 }
 
-void InvariantChecker::target_restarted() { preempted_.clear(); }
+void InvariantChecker::target_restarted() {
+    // The device forgot every key: what held before the restart is no
+    // longer "used on the device", and a preempt-and-abort no longer
+    // fences anything. A stale winner that takes the emptied device with
+    // an older token is judged by the elector's rules only
+    // (epoch_not_token, acted_on_resigned_term): PTPL is what prevents it.
+    preempted_.clear();
+    max_held_ = 0;
+}
 
 std::optional<Violation> InvariantChecker::write_landed(int host, uint64_t key, uint32_t epoch, uint32_t lba,
                                                         uint64_t seq, bool unfenced) {

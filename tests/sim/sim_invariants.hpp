@@ -88,7 +88,9 @@ public:
     std::optional<Violation> agent_key(int host, uint32_t epoch);
     /// A completed preempt-and-abort removed @p key.
     void preempted(uint64_t key);
-    /// The target lost every key (restart without PTPL).
+    /// The target lost every key (restart without PTPL): epochs held before
+    /// no longer bind holder_highest_epoch and older_token_holds, and
+    /// preempted keys no longer bind write_after_preempt.
     void target_restarted();
     /// A write of @p host under @p key (epoch @p epoch) landed at @p lba.
     /// @p unfenced: the device admitted it while nobody held the

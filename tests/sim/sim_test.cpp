@@ -41,6 +41,13 @@ TEST(SimInvariants, OlderTokenHoldsFiresOnATakeoverBelowAnEpochThatHeld) {
     auto v = c.new_holder(0, key(1, 5), 5);
     ASSERT_TRUE(v);
     EXPECT_EQ(v->inv, Inv::older_token_holds);
+    // after a target restart without PTPL the device no longer knows epoch 6
+    InvariantChecker d;
+    d.token_issued(5, 0);
+    d.token_issued(6, 1);
+    EXPECT_FALSE(d.new_holder(1, key(2, 6), 6));
+    d.target_restarted();
+    EXPECT_FALSE(d.new_holder(0, key(1, 5), 5));
 }
 
 TEST(SimInvariants, EpochNotTokenFiresOnAnEpochTheElectorNeverIssuedToThatHost) {
