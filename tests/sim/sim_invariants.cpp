@@ -19,6 +19,8 @@ const char* inv_name(Inv i) {
     case Inv::acked_write_lost: return "acked_write_lost";
     case Inv::holder_past_lease: return "holder_past_lease";
     case Inv::liveness: return "liveness";
+    case Inv::holder_without_view: return "holder_without_view";
+    case Inv::fence_action_pending: return "fence_action_pending";
     }
     return "?";
 }
@@ -148,6 +150,20 @@ std::optional<Violation> InvariantChecker::lease(int host, const HostView& h) co
                                  : "its lease ran out " + std::to_string(h.local_ms - h.lease_deadline_ms) +
                                        " ms ago by its own clock";
     return Violation{Inv::holder_past_lease, "host " + std::to_string(host) + " reports HOLDER but " + late};
+}
+
+std::optional<Violation> InvariantChecker::view(int host, const HostView& h) const {
+    ++checks_;
+    if (!h.alive || !h.idle) return std::nullopt;
+    if (h.action_pending)
+        return Violation{Inv::fence_action_pending, "host " + std::to_string(host) + " is " +
+                                                        agent_state_name(h.state) +
+                                                        " with its fence action still pending in its state file"};
+    if (h.state != AgentState::holder || h.local_ms - h.last_view_ms <= h.view_bound_ms) return std::nullopt;
+    return Violation{Inv::holder_without_view, "host " + std::to_string(host) + " reports HOLDER " +
+                                                   std::to_string(h.local_ms - h.last_view_ms) +
+                                                   " ms after its last successful Report (bound " +
+                                                   std::to_string(h.view_bound_ms) + " ms)"};
 }
 
 std::optional<Violation> InvariantChecker::live(const std::vector<HostView>& hosts, int device_holder) const {

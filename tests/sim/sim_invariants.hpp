@@ -24,7 +24,12 @@
 ///    not report HOLDER;
 ///  - liveness: after the world healed, within a bounded simulated time,
 ///    exactly one live host holds (on the device and in its agent) and
-///    every live host is STANDBY or HOLDER.
+///    every live host is STANDBY or HOLDER;
+///  - holder_without_view (safety rule 8, unknown is not owned): an idle
+///    agent does not report HOLDER when its last successful Report is older
+///    than its view timeout plus one check (interval + device timeouts);
+///  - fence_action_pending: an idle, started agent's state file never says
+///    the fence action is pending (a pending action runs again at start).
 
 #include <array>
 #include <cstdint>
@@ -48,9 +53,11 @@ enum class Inv : uint8_t {
     acked_write_lost,
     holder_past_lease,
     liveness,
+    holder_without_view,
+    fence_action_pending,
 };
 /// Number of Inv values.
-inline constexpr size_t kInvCount = 9;
+inline constexpr size_t kInvCount = 11;
 /// Words for an invariant ("epoch_not_token", ...).
 const char* inv_name(Inv i);
 /// The issue-24 defect that breaks @p i on the code this simulator was
@@ -70,6 +77,10 @@ struct HostView {
     AgentState state = AgentState::starting;   ///< The agent's state.
     int64_t local_ms = 0;                      ///< Its own clock.
     int64_t lease_deadline_ms = INT64_MIN;     ///< Its lease may live until this (own clock).
+    bool idle = true;                          ///< Its agent had its turn: not in a call, frozen or due.
+    int64_t last_view_ms = 0;                  ///< Its last successful Report (own clock).
+    int64_t view_bound_ms = INT64_MAX;         ///< How stale a HOLDER's view may get (own clock).
+    bool action_pending = false;               ///< Its state file says the fence action is pending.
 };
 
 /// Feeds on events, answers with the first broken invariant.
@@ -102,6 +113,8 @@ public:
     std::optional<Violation> write_acked(int host, uint64_t seq) const;
     /// One host's state against its own lease.
     std::optional<Violation> lease(int host, const HostView& h) const;
+    /// One host's view of the device and its fence action's progress.
+    std::optional<Violation> view(int host, const HostView& h) const;
     /// Liveness: @p device_holder is the host the device shows holding (-1: none).
     std::optional<Violation> live(const std::vector<HostView>& hosts, int device_holder) const;
     /// Checks performed so far.

@@ -134,6 +134,40 @@ TEST(SimInvariants, HolderPastLeaseFiresOnlyForAHolderPastItsOwnDeadline) {
     EXPECT_FALSE(c.lease(0, h));
 }
 
+TEST(SimInvariants, HolderWithoutViewFiresOnAnIdleHolderWhoseLastReportIsTooOld) {
+    InvariantChecker c;
+    HostView h;
+    h.alive = true;
+    h.state = AgentState::holder;
+    h.local_ms = 10000;
+    h.last_view_ms = 6000;
+    h.view_bound_ms = 4000;
+    EXPECT_FALSE(c.view(0, h));
+    h.local_ms = 10001;
+    h.idle = false;  // inside a call: it cannot look yet
+    EXPECT_FALSE(c.view(0, h));
+    h.idle = true;
+    auto v = c.view(0, h);
+    ASSERT_TRUE(v);
+    EXPECT_EQ(v->inv, Inv::holder_without_view);
+    h.state = AgentState::standby;  // a standby claims nothing
+    EXPECT_FALSE(c.view(0, h));
+}
+
+TEST(SimInvariants, FenceActionPendingFiresOnAnIdleAgentWithAPendingAction) {
+    InvariantChecker c;
+    HostView h;
+    h.alive = true;
+    h.state = AgentState::fenced;
+    EXPECT_FALSE(c.view(1, h));
+    h.action_pending = true;
+    auto v = c.view(1, h);
+    ASSERT_TRUE(v);
+    EXPECT_EQ(v->inv, Inv::fence_action_pending);
+    h.alive = false;  // a dead process (or one still starting) is not judged
+    EXPECT_FALSE(c.view(1, h));
+}
+
 TEST(SimInvariants, LivenessWantsOneHolderOnTheDeviceAndEveryHostACandidate) {
     InvariantChecker c;
     HostView a, b;

@@ -232,6 +232,7 @@ struct Host {
     int64_t etcd_cut_until = 0;
     int64_t dev_cut_until = 0;
     int64_t lease_deadline_local = INT64_MIN;
+    int64_t last_view_local = 0;  // the agent's last successful Report (its clock)
     bool bridge_dirty = false;
     AgentState last_state = AgentState::starting;
     uint64_t seq = 0;
@@ -592,6 +593,7 @@ void World::boot(Host& H) {
     ++H.gen;
     H.next = {now_, kNever, kNever};
     H.bridge_dirty = false;
+    H.last_view_local = H.clock.local_ms();
     trace(Rec::restart, H.idx, H.gen, 0);
 }
 
@@ -960,6 +962,7 @@ Result<uint32_t> World::device_command(int h, const Command& cmd, std::span<uint
     block(h, kAgent, std::min(sent + bound, now_ + (delay - delay / 2)));
     if (delay > bound) return timed_out;
     if (lost) return std::error_code(ECONNRESET, std::system_category());
+    if (r && cmd.opcode == opcode::kResvReport) H.last_view_local = H.clock.local_ms();
     return r;
 }
 
@@ -1092,6 +1095,19 @@ HostView World::view(Host& H) {
     v.state = v.alive ? H.proc->agent.state() : AgentState::starting;
     v.local_ms = H.clock.local_ms();
     v.lease_deadline_ms = H.lease_deadline_local;
+    // Judged only when its agent had its turn: not inside a call, not
+    // frozen, not due (a thawed VM's clock may have jumped: it checks next).
+    v.idle = !H.blocked[kAgent] && H.frozen_until <= now_ && H.next[kAgent] > now_;
+    v.last_view_ms = H.last_view_local;
+    // check_view() runs once per check: its bound, then one more interval
+    // and a check's worth of device timeouts (log page and Report).
+    const int64_t timeout = agent_opts_.device_timeout_ms, interval = agent_opts_.interval_ms;
+    v.view_bound_ms = 3 * interval + timeout + interval + 3 * timeout;
+    if (v.alive && v.state == AgentState::fenced) {  // only FENCED persists an action state
+        bool absent = false;
+        auto text = H.disk.read(H.statefile->path(), 4096, absent);
+        v.action_pending = text && text->find("action=pending") != std::string::npos;
+    }
     return v;
 }
 
@@ -1107,6 +1123,7 @@ void World::after_step() {
         }
         check(checker_.agent_key(H.idx, epoch_of(key)));
         check(checker_.lease(H.idx, v));
+        check(checker_.view(H.idx, v));
     }
     const uint64_t hk = holder_key();
     check(checker_.holder_now(hk ? std::optional<uint32_t>(epoch_of(hk)) : std::nullopt));
