@@ -96,8 +96,9 @@ public:
             std::vector<char*> argv;
             for (auto& a : args) argv.push_back(a.data());
             argv.push_back(nullptr);
-            std::freopen((dir_ + "/etcd.out").c_str(), "a", stdout);
-            std::freopen((dir_ + "/etcd.out").c_str(), "a", stderr);
+            if (!std::freopen((dir_ + "/etcd.out").c_str(), "a", stdout) ||
+                !std::freopen((dir_ + "/etcd.out").c_str(), "a", stderr))
+                ::_exit(127);
             ::execv(argv[0], argv.data());
             ::_exit(127);
         }
