@@ -3,7 +3,8 @@
 #   <includedir>/nvfence/*.hpp and nvfence/nvfence.h (the C API)
 #   <libdir>/cmake/nvfence/  find_package(nvfence) -> nvfence::nvfence
 #   <libdir>/pkgconfig/nvfence.pc
-#   <docdir>/ (the unit's Documentation=), man pages, bash completion
+#   <docdir>/ (the unit's Documentation=), man pages (gzip), bash completion
+#   <datadir>/doc/<package>/copyright and changelog.Debian.gz per package
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -39,11 +40,49 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/nvfence.pc DESTINATION ${CMAKE_INSTALL
 # Documentation: nvfenced@.service names man:nvfenced(8) and AGENT.md here.
 install(FILES README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
 install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR} FILES_MATCHING PATTERN "*.md")
+
+# Man pages and the Debian changelog are installed compressed as Debian
+# ships them (gzip -9n: no name, no timestamp, so the bytes are
+# reproducible); man(1) reads them as they are.
+set(_nvf_gz_dir ${CMAKE_CURRENT_BINARY_DIR}/gz)
+set(_nvf_gz_outputs "")
+function(_nvf_gzip src out)
+  add_custom_command(OUTPUT ${out}
+    COMMAND ${CMAKE_COMMAND} -E make_directory ${_nvf_gz_dir}/man
+    COMMAND sh -c "gzip -9n -c \"$1\" > \"$2\"" _ ${src} ${out}
+    DEPENDS ${src} VERBATIM)
+  set(_nvf_gz_outputs ${_nvf_gz_outputs} ${out} PARENT_SCOPE)
+endfunction()
 foreach(page IN ITEMS nvfence.8 nvfenced.8 nvfenced.conf.5 fence_nvfence.8)
   if(EXISTS ${PROJECT_SOURCE_DIR}/man/${page})
     string(REGEX MATCH "[0-9]$" section ${page})
-    install(FILES man/${page} DESTINATION ${CMAKE_INSTALL_MANDIR}/man${section})
+    _nvf_gzip(${PROJECT_SOURCE_DIR}/man/${page} ${_nvf_gz_dir}/man/${page}.gz)
+    install(FILES ${_nvf_gz_dir}/man/${page}.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man${section})
   endif()
 endforeach()
 install(FILES completion/nvfence.bash DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions
   RENAME nvfence)
+
+# Every package (cpack component, cmake/NvfencePackage.cmake) carries the
+# machine-readable copyright (DEP-5) and the Debian changelog in
+# share/doc/<package>/, as Debian policy 12.5 and 12.7 ask; a plain
+# `cmake --install` gets them too (MIT asks for the notice with every copy).
+# The changelog's newest entry must be this version.
+file(STRINGS ${PROJECT_SOURCE_DIR}/packaging/deb/changelog _nvf_chl LIMIT_COUNT 1)
+set(NVFENCE_DEB_RELEASE 1)
+if(NOT _nvf_chl MATCHES "^nvfence \\(${PROJECT_VERSION}-${NVFENCE_DEB_RELEASE}\\) ")
+  message(FATAL_ERROR "packaging/deb/changelog: newest entry '${_nvf_chl}' is not ${PROJECT_VERSION}-${NVFENCE_DEB_RELEASE}")
+endif()
+_nvf_gzip(${PROJECT_SOURCE_DIR}/packaging/deb/changelog ${_nvf_gz_dir}/changelog.Debian.gz)
+add_custom_target(nvfence_gz_docs ALL DEPENDS ${_nvf_gz_outputs})
+set(NVFENCE_DEB_PACKAGES "runtime:libnvfence${PROJECT_VERSION_MAJOR}" "dev:libnvfence-dev" "nvfence:nvfence")
+foreach(comp_pkg IN LISTS NVFENCE_DEB_PACKAGES)
+  string(REPLACE ":" ";" comp_pkg "${comp_pkg}")
+  list(GET comp_pkg 0 comp)
+  list(GET comp_pkg 1 pkg)
+  install(FILES ${PROJECT_SOURCE_DIR}/packaging/deb/copyright ${_nvf_gz_dir}/changelog.Debian.gz
+    DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/${pkg} COMPONENT ${comp})
+  # lintian overrides, each with its reason (packaging/deb/lintian/).
+  install(FILES ${PROJECT_SOURCE_DIR}/packaging/deb/lintian/${pkg}
+    DESTINATION ${CMAKE_INSTALL_DATADIR}/lintian/overrides COMPONENT ${comp})
+endforeach()

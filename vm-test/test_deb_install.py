@@ -1,25 +1,34 @@
-"""The .deb in a systemd guest (issue 17): `cpack -G DEB` of the build
-directory (the package's prefix is /usr whatever the build's, see
+"""The Debian packages in a systemd guest (issues 17 and 27): `cpack -G DEB`
+of the build directory gives libnvfence0, libnvfence-dev and nvfence (the
+packages' prefix is /usr whatever the build's, see
 cmake/NvfencePackage.cmake), installed with `dpkg -i` in a systemd host VM
 whose project disk carries no install of the project
 (Lab(install_project=False)): everything nvfence in the guest comes from
-the package.
+the packages.
 
-- The root image has the package's runtime dependencies and nothing else
-  of the project (no network in the guest: dpkg must find every Depends
-  satisfied).
-- dpkg -i: the rule lands in /usr/lib/udev/rules.d and the unit in
+- The root image has the packages' Depends that are not nvfence's own and
+  nothing else of the project (no network in the guest: dpkg must find
+  every Depends satisfied), plus a C and C++ toolchain, cmake and
+  pkg-config to build consumers.
+- libnvfence0 and libnvfence-dev alone (not the nvfence package): a C11
+  program builds with `pkg-config --cflags --libs nvfence` and a CMake
+  project with find_package(nvfence) (examples/c, examples/cmake-consumer),
+  both run against the installed library (ld.so.cache, no
+  LD_LIBRARY_PATH).
+- dpkg -i nvfence: the rule lands in /usr/lib/udev/rules.d and the unit in
   /usr/lib/systemd/system; the postinst reloads udev and triggers the NVMe
   block devices, so /dev/nvfence/<volume> appears without us; systemd
   knows nvfenced@.service from /usr/lib/systemd/system (postinst's
-  daemon-reload); the library resolves through ld.so.cache (ldconfig trigger).
+  daemon-reload); the library resolves through ld.so.cache (libnvfence0's
+  ldconfig trigger).
 - With /etc/nvfence/<volume>.conf, the udev rule starts
   nvfenced@<volume>.service for the shared namespace (nobody runs systemctl
   start), it becomes active through READY=1 and `nvfence status` answers as
   holder; the device reports the same holder key.
-- dpkg -r: prerm stops the agent cleanly (it releases the reservation), the
-  package's files are gone, udev and systemd no longer know the rule, the
-  unit or the /dev/nvfence link.
+- dpkg -r nvfence: prerm stops the agent cleanly (it releases the
+  reservation), the package's files are gone, udev and systemd no longer
+  know the rule, the unit or the /dev/nvfence link; the library stays
+  until libnvfence-dev and libnvfence0 are removed too.
 """
 import json
 import re
@@ -31,22 +40,27 @@ from pathlib import Path
 import pytest
 
 import nvlab
-from nvlab.util import build_dir
+from nvlab.util import REPO_DIR, build_dir
 
 VOL = "vol-0123456789abcdef0"
 UNIT = f"nvfenced@{VOL}.service"
 WAIT_S = 90          # bound for udev/systemd to act on an event under a loaded TCG host
-# The package's Depends not in the base systemd image (dpkg-shlibdeps of
+# The packages' Depends not in the base systemd image (dpkg-shlibdeps of
 # libnvfence, nvfence, nvfenced and fence_nvfence; libnvme1, libc6,
 # libstdc++6 and libgcc-s1 are in the base image already).
 DEB_DEPS = ["liburing2", "libspdlog1.10", "libfmt9"]
 assert set(DEB_DEPS) <= set(nvlab.CLUSTER_PACKAGES)
-GUEST_DEB = "/root/nvfence.deb"
+# What a developer has to build against libnvfence-dev: compilers, cmake,
+# pkg-config, and liburing-dev (libnvfence-dev's Depends: nvfence.pc
+# requires liburing).
+DEV_PACKAGES = ["g++", "make", "cmake", "pkg-config", "liburing-dev"]
+PACKAGES = ("libnvfence0", "libnvfence-dev", "nvfence")
 
 
 @pytest.fixture(scope="module")
-def deb():
-    """cpack -G DEB in the build directory, into a temporary directory."""
+def debs():
+    """cpack -G DEB in the build directory, into a temporary directory:
+    {package name: path}."""
     b = build_dir()
     if not (b / "CPackConfig.cmake").exists():
         pytest.fail(f"no CMake build with CPack at {b} (set NVFENCE_BUILD_DIR)")
@@ -55,17 +69,17 @@ def deb():
         r = subprocess.run(["cpack", "-G", "DEB", "-B", str(out)], cwd=b, capture_output=True, text=True,
                            timeout=600)
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-        debs = sorted(out.glob("*.deb"))
-        assert len(debs) == 1, (debs, r.stdout[-2000:])
-        yield debs[0]
+        found = {deb_field(d, "Package"): d for d in sorted(out.glob("*.deb"))}
+        assert set(found) == set(PACKAGES), (found, r.stdout[-2000:])
+        yield found
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
-def lab(deb):
-    with nvlab.Lab(hosts=1, flavour="systemd", packages=list(nvlab.CLUSTER_PACKAGES), install_project=False, cluster_net=False,
-                   boot_timeout_s=480) as lab:
+def lab(debs):
+    with nvlab.Lab(hosts=1, flavour="systemd", packages=list(nvlab.CLUSTER_PACKAGES) + DEV_PACKAGES,
+                   install_project=False, cluster_net=False, boot_timeout_s=480) as lab:
         yield lab
 
 
@@ -84,36 +98,80 @@ def holders(host):
     return [r["rkey"] for r in rep.get("regctlext", []) if r["rcsts"] & 1]
 
 
-def test_install_from_package(lab, deb):
+def installed_names(host):
+    """Installed packages and what they Provide."""
+    have = set()
+    for line in host.run("dpkg-query -W -f='${db:Status-Abbrev}|${Package}|${Provides}\\n'", check=True).out.splitlines():
+        status, pkg, provides = (line.split("|") + ["", ""])[:3]
+        if status.strip() == "ii":
+            have.add(pkg.split(":")[0])
+            have.update(p.strip().split()[0] for p in provides.split(",") if p.strip())
+    return have
+
+
+def test_dev_packages_alone_build_consumers(lab, debs):
+    """libnvfence0 + libnvfence-dev, without the nvfence package: pkg-config
+    and find_package(nvfence) consumers build and run."""
     (a,) = lab.hosts
     assert lab.project_info["installed"] is False, lab.project_info
     # Nothing of the project in the guest before dpkg.
-    r = a.run("command -v nvfence nvfenced; ls /usr/local/lib/systemd/system /usr/local/lib/udev/rules.d "
-              "/usr/lib/udev/rules.d/70-nvfence.rules /usr/lib/systemd/system/nvfenced@.service 2>/dev/null")
+    r = a.run("command -v nvfence nvfenced fence_nvfence; ls /usr/local/lib/systemd/system /usr/local/lib/udev/rules.d "
+              "/usr/lib/udev/rules.d/70-nvfence.rules /usr/lib/systemd/system/nvfenced@.service 2>/dev/null; "
+              "pkg-config --exists nvfence && echo pc; ldconfig -p | grep libnvfence")
     assert r.out.strip() == "", r.out
-    # Every Depends is satisfied by the image alone (dpkg -i would refuse):
-    # an installed package of that name, or one that Provides it.
-    depends = deb_field(deb, "Depends")
-    names = [d.strip().split()[0] for d in depends.split(",") if d.strip()]
-    have = set()
-    for line in a.run("dpkg-query -W -f='${db:Status-Abbrev}|${Package}|${Provides}\\n'", check=True).out.splitlines():
-        status, pkg, provides = (line.split("|") + ["", ""])[:3]
-        if status.strip() == "ii":
-            have.add(pkg)
-            have.update(p.strip().split()[0] for p in provides.split(",") if p.strip())
-    missing = [n for n in names if n not in have]
-    assert not missing, f"Depends ({depends}) not in the image: {missing}"
+    # Every Depends of the three packages is satisfied by the image and the
+    # packages themselves (dpkg -i would refuse otherwise).
+    have = installed_names(a) | set(PACKAGES)
+    for name, deb in debs.items():
+        depends = deb_field(deb, "Depends")
+        missing = [d.strip().split()[0] for d in depends.split(",") if d.strip() and d.strip().split()[0] not in have]
+        assert not missing, f"{name}: Depends ({depends}) not in the image: {missing}"
+        a.put(deb, f"/root/{deb.name}")
+    lib, dev = debs["libnvfence0"].name, debs["libnvfence-dev"].name
+    r = a.run(f"cd /root && dpkg -i {lib} {dev}", timeout_s=300)
+    assert r.rc == 0, (r.out, r.err)
+    print(f"\n{r.out.strip()}")
+    assert a.run("dpkg-query -W -f='${Status}' nvfence").out.find("install ok installed") < 0
+    # C11 through pkg-config: flags from /usr, the library through ld.so.cache.
+    a.put(REPO_DIR / "examples/c/nvfence-c-example.c", "/root/c/nvfence-c-example.c")
+    r = a.run("pkg-config --cflags --libs nvfence", check=True)
+    flags = r.out.strip()
+    assert "-lnvfence" in flags, flags
+    r = a.run(f"cd /root/c && cc -std=c11 -Wall -Wextra -pedantic -Werror -o c-example nvfence-c-example.c {flags} "
+              "&& ./c-example version", timeout_s=900)  # TCG on a loaded host: minutes
+    assert r.rc == 0, (r.out, r.err)
+    c_out = r.out.strip()
+    r = a.run("/root/c/c-example info /dev/null")
+    assert r.rc == 4 and "not an NVMe namespace" in r.err, (r.rc, r.out, r.err)
+    # (ld.so.cache names /lib/<triplet> on Debian 12's merged /usr.)
+    ldd = a.run("ldd /root/c/c-example", check=True).out
+    assert re.search(r"libnvfence\.so\.0 => (/usr)?/lib/[a-z0-9_]+-linux-gnu/libnvfence\.so\.0", ldd), ldd
+    # C++20 through find_package(nvfence): nvfence::nvfence from
+    # /usr/lib/<triplet>/cmake, the standard carried by the target.
+    for f in ("CMakeLists.txt", "main.cpp"):
+        a.put(REPO_DIR / "examples/cmake-consumer" / f, f"/root/cmake-consumer/{f}")
+    r = a.run("cd /root/cmake-consumer && cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >build.log 2>&1 "
+              "&& cmake --build build >>build.log 2>&1 && grep -rq 'std=.*++20' build && build/nvfence-consumer /dev/null"
+              " || { cat build.log; exit 1; }", timeout_s=1500)
+    assert r.rc == 0, (r.out, r.err)
+    nvf_dir = a.run("sed -n 's/^nvfence_DIR:PATH=//p' /root/cmake-consumer/build/CMakeCache.txt", check=True).out.strip()
+    assert re.fullmatch(r"/usr/lib/[a-z0-9_]+-linux-gnu/cmake/nvfence", nvf_dir), nvf_dir
+    print(f"pkg-config: {flags}\nc example: {c_out}\ncmake consumer ({nvf_dir}): {r.out.strip()}")
 
-    a.put(deb, GUEST_DEB)
-    r = a.run(f"dpkg -i {GUEST_DEB}", timeout_s=300)
+
+def test_install_from_package(lab, debs):
+    (a,) = lab.hosts
+    deb = debs["nvfence"]
+    depends = deb_field(deb, "Depends")
+    r = a.run(f"dpkg -i /root/{deb.name}", timeout_s=300)
     assert r.rc == 0, (r.out, r.err)
     print(f"\n{deb.name}: Depends: {depends}\n{r.out.strip()}")
     files = a.run("dpkg -L nvfence", check=True).out.split()
     for f in ("/usr/lib/udev/rules.d/70-nvfence.rules", "/usr/lib/systemd/system/nvfenced@.service",
-              "/usr/bin/nvfence", "/usr/sbin/nvfenced"):
+              "/usr/bin/nvfence", "/usr/sbin/nvfenced", "/usr/sbin/fence_nvfence"):
         assert f in files, (f, files)
     assert not [f for f in files if f.startswith("/usr/local")], files
-    # The library through ld.so.cache (the package's ldconfig trigger).
+    # The library through ld.so.cache (libnvfence0's ldconfig trigger).
     assert "libnvfence.so." in a.run("ldconfig -p", check=True).out
     r = a.run("nvfence --version")
     assert r.rc == 0, (r.out, r.err)
@@ -174,9 +232,14 @@ def test_remove_stops_agent_and_cleans_up(lab):
     for f in ("/usr/lib/udev/rules.d/70-nvfence.rules", "/usr/lib/systemd/system/nvfenced@.service",
               "/usr/bin/nvfence", "/usr/sbin/nvfenced"):
         assert a.run(f"test -e {f}").rc != 0, f"{f} left after dpkg -r"
-    assert "libnvfence.so." not in a.run("ldconfig -p", check=True).out
     assert show(a, "LoadState")["LoadState"] == "not-found"
     r = a.wait_for(f"test ! -e /dev/nvfence/{VOL}", timeout_s=WAIT_S)
     assert r.rc == 0, a.run("ls -l /dev/nvfence; udevadm info --query=property $NVFENCE_DEV").out
     props = a.run("udevadm info --query=property $NVFENCE_DEV", check=True).out
     assert "NVFENCE_" not in props, props
+    # The library stays with libnvfence0, and goes with it.
+    assert "libnvfence.so." in a.run("ldconfig -p", check=True).out
+    r = a.run("dpkg -r libnvfence-dev libnvfence0", timeout_s=300)
+    assert r.rc == 0, (r.out, r.err)
+    assert "libnvfence.so." not in a.run("ldconfig -p", check=True).out
+    assert a.run("ls /usr/lib/*/libnvfence* /usr/include/nvfence /usr/lib/*/pkgconfig/nvfence.pc 2>/dev/null").out == ""

@@ -24,12 +24,16 @@ L="$root/$libdir"
 for f in bin/nvfence sbin/nvfenced include/nvfence/nvfence.h include/nvfence/fence.hpp \
          include/nvfence/writer.hpp "$libdir/cmake/nvfence/nvfenceConfig.cmake" \
          "$libdir/cmake/nvfence/nvfenceConfigVersion.cmake" "$libdir/pkgconfig/nvfence.pc" \
-         share/man/man8/nvfence.8 share/man/man8/nvfenced.8 share/man/man5/nvfenced.conf.5 \
+         share/man/man8/nvfence.8.gz share/man/man8/nvfenced.8.gz share/man/man5/nvfenced.conf.5.gz \
+         share/man/man8/fence_nvfence.8.gz sbin/fence_nvfence \
          share/doc/nvfence/AGENT.md share/doc/nvfence/README.md \
+         share/doc/nvfence/copyright share/doc/libnvfence0/copyright share/doc/libnvfence-dev/copyright \
+         share/doc/nvfence/changelog.Debian.gz \
          share/bash-completion/completions/nvfence; do
     [ -e "$root/$f" ] || fail "$f not installed"
 done
 [ -e "$root/bin/nvfenced" ] && fail "nvfenced installed in bin (daemons go to sbin)"
+find "$root/share/man" -type f ! -name '*.gz' | grep . && fail "man pages installed uncompressed"
 if [ -e "$L/libnvfence.so" ]; then
     so=$(readlink "$L/libnvfence.so")
     soname=$(objdump -p "$L/libnvfence.so" | awk '$1 == "SONAME" {print $2}')
@@ -50,7 +54,7 @@ if [ -e "$L/libnvfence.so" ]; then
     for d in $(sed -n 's/^Documentation=//p' "$unit"); do
         case "$d" in
             man:*) p=${d#man:}; name=${p%(*}; sec=${p#*(}; sec=${sec%)}
-                   [ -e "$root/share/man/man$sec/$name.$sec" ] || fail "Documentation=$d not installed" ;;
+                   [ -e "$root/share/man/man$sec/$name.$sec.gz" ] || fail "Documentation=$d not installed" ;;
             file:*) [ -e "$tmp/dest${d#file:}" ] || fail "Documentation=$d not installed" ;;
         esac
     done
