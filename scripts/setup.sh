@@ -18,8 +18,9 @@ packages=(
   libcurl4-openssl-dev nlohmann-json3-dev etcd-server etcd-client
   # fence_nvfence: its metadata is checked with xmllint against fence-agents' metadata.rng
   libxml2-utils
-  # packaging tests: cpack's dpkg-shlibdeps, dpkg-deb; man pages rendered by man(1)
-  dpkg-dev man-db groff-base bsdextrautils
+  # packaging tests: cpack's dpkg-shlibdeps, dpkg-deb, dpkg-buildflags (hardening); lintian
+  # on the packages; man pages rendered by man(1)
+  dpkg-dev lintian man-db groff-base bsdextrautils
   # lab: systemd host guests (Debian root image, qcow2 overlays, debugfs); ext4 in the busybox guests
   mmdebstrap qemu-utils e2fsprogs
 )
