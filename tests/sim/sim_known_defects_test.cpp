@@ -68,6 +68,17 @@ TEST(SimKnownDefects, Seed3AnswerAppliedToTheWrongTerm) {
     EXPECT_NE(r.violation->what.find("resigned the term of token 7"), std::string::npos) << r.violation->what;
 }
 
+// Issue 24 defect 1 after a target restart without PTPL (found by CI's slice
+// of commit f48519b): host 2 wins token 6 and freezes; host 1 is elected with
+// token 7, holds and writes; the target restarts and forgets every key;
+// host 2 resumes and acquires the empty device with its stale token 6, and
+// its first write lands over host 1's acknowledged write of epoch 7.
+TEST(SimKnownDefects, Seed27036895840228StaleTokenAfterTargetRestartOverwrites) {
+    const ScheduleResult r = replay(27036895840228ull, kBefore1 | bit(Inv::epoch_not_token));
+    ASSERT_TRUE(r.violation) << "no longer shows with seed 27036895840228 (fixed? see the header)";
+    EXPECT_EQ(r.violation->inv, Inv::acked_write_lost) << r.violation->what;
+}
+
 // Within a fixed window of seeds each defect shows at least once.
 TEST(SimKnownDefects, WindowOfSeeds1To500ShowsDefects1And3) {
     bool one = false, three = false;
