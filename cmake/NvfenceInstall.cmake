@@ -74,13 +74,24 @@ if(NOT _nvf_chl MATCHES "^nvfence \\(${PROJECT_VERSION}-${NVFENCE_DEB_RELEASE}\\
   message(FATAL_ERROR "packaging/deb/changelog: newest entry '${_nvf_chl}' is not ${PROJECT_VERSION}-${NVFENCE_DEB_RELEASE}")
 endif()
 _nvf_gzip(${PROJECT_SOURCE_DIR}/packaging/deb/changelog ${_nvf_gz_dir}/changelog.Debian.gz)
+# The DEP-5 Format URI is taken from this machine's own dpkg copyright
+# (always DEP-5 on Debian) rather than written into the repository.
+set(NVFENCE_DEP5_FORMAT "")
+if(EXISTS /usr/share/doc/dpkg/copyright)
+  file(STRINGS /usr/share/doc/dpkg/copyright _nvf_fmt LIMIT_COUNT 1 REGEX "^Format: ")
+  string(REGEX REPLACE "^Format: " "" NVFENCE_DEP5_FORMAT "${_nvf_fmt}")
+endif()
+if(NVFENCE_DEP5_FORMAT STREQUAL "")
+  message(FATAL_ERROR "no DEP-5 Format line in /usr/share/doc/dpkg/copyright: cannot write the copyright file")
+endif()
+configure_file(${PROJECT_SOURCE_DIR}/packaging/deb/copyright.in ${_nvf_gz_dir}/copyright @ONLY)
 add_custom_target(nvfence_gz_docs ALL DEPENDS ${_nvf_gz_outputs})
 set(NVFENCE_DEB_PACKAGES "runtime:libnvfence${PROJECT_VERSION_MAJOR}" "dev:libnvfence-dev" "nvfence:nvfence")
 foreach(comp_pkg IN LISTS NVFENCE_DEB_PACKAGES)
   string(REPLACE ":" ";" comp_pkg "${comp_pkg}")
   list(GET comp_pkg 0 comp)
   list(GET comp_pkg 1 pkg)
-  install(FILES ${PROJECT_SOURCE_DIR}/packaging/deb/copyright ${_nvf_gz_dir}/changelog.Debian.gz
+  install(FILES ${_nvf_gz_dir}/copyright ${_nvf_gz_dir}/changelog.Debian.gz
     DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/${pkg} COMPONENT ${comp})
   # lintian overrides, each with its reason (packaging/deb/lintian/).
   install(FILES ${PROJECT_SOURCE_DIR}/packaging/deb/lintian/${pkg}
