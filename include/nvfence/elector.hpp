@@ -2,7 +2,8 @@
 #pragma once
 /// @file elector.hpp
 /// Leader election for nvfenced: an Elector decides who *should* hold the
-/// reservation; the device decides who *can* write (DESIGN.md rule 10).
+/// reservation; the device decides who *can* write (safety rule 10 in
+/// docs/CONTRACTS.md, "Safety rules").
 ///
 /// The interface is backend-neutral so that a Kubernetes Lease backend can
 /// follow the etcd one (etcd.hpp):
