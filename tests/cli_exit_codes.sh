@@ -35,6 +35,10 @@ expect 2 preempt /dev/null --node 1 --victim-node x
 expect 2 preempt /dev/null --node 1 --victim-node 2 --victim 0x1
 expect 2 preempt /dev/null --node 1 --victim-node 2 --holder
 expect 2 register /dev/null --node 0
+expect 2 write /dev/null --lba 0 --wait-s 0
+expect 2 write /dev/null --lba 0 --wait-s 3601
+expect 2 read /dev/null --lba 0 --wait-s 0
+expect 4 write /dev/null --lba 0 --wait-s 3600
 expect 2 register /dev/null --node 256
 expect 2 register /dev/null --node -1
 expect 2 register /dev/null --node x

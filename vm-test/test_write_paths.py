@@ -3,6 +3,9 @@ checked on the media. One lab (hosts a and b on a fabric target) for all
 paths; every scenario has A hold, B preempt-and-abort, A write AFTER the
 takeover, and B read the media back with O_DIRECT.
 
+`nvfence write` across a storage outage longer than the kernel's
+io_timeout reports the device's answer, not a timeout.
+
 Paths: page-cache writes with the block device held open across the
 takeover (dirty before it, and written after it), ext4 mounted on A (files
 created and fsynced before and after; B runs e2fsck and mounts), an mmap
@@ -13,6 +16,7 @@ writes at the queue's limit under a takeover.
 Layout on the 256 MiB namespace (512-byte blocks): ext4 in the first
 32 MiB; plain-write regions from 40 MiB; FencedWriter from 64 MiB."""
 import json
+import time
 
 import pytest
 
@@ -23,6 +27,7 @@ BUF_LBA = 80_000          # buffered-write scenario
 OTHER_LBA = 90_000        # other processes
 READ_LBA = 100_000        # reads per type
 MULTI_LBA = 131_072       # FencedWriter multi-block writes (64 MiB)
+CUT_LBA = 110_000         # `nvfence write` across a storage outage
 
 
 def hold(host, node, rtype="exclusive"):
@@ -245,3 +250,40 @@ def test_multi_block_writes_at_the_queue_limit_under_takeover(lab):
     print(f"\nmulti-block: limit {limit} B (max_sectors_kb {queue_attr(a, 'max_sectors_kb')}, max_segments "
           f"{queue_attr(a, 'max_segments')}), {per_io} blocks per I/O; {summary}; checked {len(window)} I/Os "
           f"around the takeover, {whole} whole, the rest absent")
+
+
+def test_a_write_across_a_storage_outage_reports_the_devices_answer(lab):
+    """The target does not answer A's write for longer than the kernel's
+    nvme_core.io_timeout (30 s): A's link is cut. The kernel resets the
+    controller, reconnects once the link heals and sends the write again.
+    `nvfence write` waits for that answer and reports it (accepted, the
+    stamp on the media): it does not give up at 30 s with "timed out" for a
+    write that then lands (what the cluster lab saw after a rejoin). A write
+    with --wait-s shorter than the outage says its outcome is unknown."""
+    reset(lab)
+    a, b = lab.hosts
+    hold(a, 1)
+    assert a.run("cat /sys/module/nvme_core/parameters/io_timeout").out.strip() == "30"
+    log = "/tmp/cut-write.log"
+    a.cut()
+    t_cut = time.monotonic()
+    try:
+        bg = a.spawn(f'nvfence write "$NVFENCE_DEV" --lba {CUT_LBA} --json; echo "rc=$?"', log_path=log)
+        short = a.run(f'nvfence write "$NVFENCE_DEV" --lba {CUT_LBA + 1} --json --wait-s 5', timeout_s=60)
+        assert short.rc == 1, short
+        assert json.loads(short.out)["result"] == "unknown", short
+        assert "outcome is unknown" in short.err and "may still land" in short.err, short
+        time.sleep(max(0.0, 40 - (time.monotonic() - t_cut)))   # past io_timeout
+        assert bg.alive(), f"the write gave up while the link was still cut: {bg.output()}"
+    finally:
+        a.heal()
+    assert bg.wait(timeout_s=150), "no answer to the write within 150 s of the heal"
+    out = bg.output()
+    took = time.monotonic() - t_cut
+    assert "rc=0" in out, out
+    answer = json.loads(next(x for x in out.splitlines() if x.startswith("{")))
+    assert answer["result"] == "accepted", answer
+    assert "no answer from" in out and "waiting up to 120 s" in out, out
+    media = stamps(b, CUT_LBA, 1)[CUT_LBA]
+    assert media["stamp"] and media["node"] == 1, media
+    print(f"\nwrite across a 40 s storage cut: accepted {took:.0f} s after the cut; on the media: {media}")

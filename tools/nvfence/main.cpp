@@ -702,15 +702,26 @@ std::string host_name() {
     return h;
 }
 
+// How long `write` and `read` wait for the device's answer (--wait-s). The
+// kernel answers every I/O in the end: a fabrics controller that stops
+// answering is reset after nvme_core.io_timeout (30 s by default) and the
+// command is retried on the new connection, or failed when the reconnects
+// give up. Giving up at the kernel's own timeout would report an error for
+// a write that then lands, so the wait covers one reset with reconnect, and
+// when it runs out the outcome is reported as unknown, never as an error.
+constexpr uint32_t kDefaultIoWaitS = 120;
+constexpr uint32_t kMaxIoWaitS = 3600;
+constexpr uint32_t kIoPollMs = 10000;   // a note on stderr after this long
+
 int io_open(const Common& c, bool passthrough, std::unique_ptr<Namespace>& ns, std::unique_ptr<FencedWriter>& w,
-            uint64_t epoch) {
+            uint64_t epoch, uint32_t wait_s) {
     int rc = 0;
     ns = open_ns(c, rc);
     if (!ns) return rc;
     WriterOptions wo;
     wo.mode = passthrough ? WriterMode::passthrough : WriterMode::block;
     wo.queue_depth = 4;
-    wo.timeout_ms = 30000;
+    wo.timeout_ms = std::min(kIoPollMs, wait_s * 1000);
     wo.epoch = epoch;
     auto wr = FencedWriter::open(c.dev, wo);
     if (!wr) {
@@ -737,7 +748,51 @@ std::string io_error_text(std::error_code ec) {
     return ec.message();
 }
 
-int cmd_write(const Common& c, uint64_t lba, uint32_t blocks, bool passthrough) {
+// A synchronous I/O that ran out of the writer's timeout is still in
+// flight: keep reaping (bounded by wait_s in all) until the device answers.
+// Returns nullopt when it has not answered by then.
+std::optional<Completion> await_answer(FencedWriter& w, Completion c, const char* op, const std::string& dev,
+                                       uint32_t wait_s) {
+    uint64_t waited_ms = std::min(kIoPollMs, wait_s * 1000);
+    while (c.status == IoStatus::io_error && c.error == make_error_code(Errc::timeout) && w.in_flight() == 1) {
+        if (waited_ms >= uint64_t{wait_s} * 1000) return std::nullopt;
+        if (waited_ms == kIoPollMs)
+            std::cerr << "nvfence: " << op << ": no answer from " << dev << " after " << kIoPollMs / 1000
+                      << " s; waiting up to " << wait_s << " s in all (the kernel resets an unanswering "
+                      << "controller and retries the command)\n";
+        Completion out[1];
+        auto r = w.reap(out, 1);
+        waited_ms += kIoPollMs;
+        if (r && *r == 1) return out[0];
+        if (!r && r.error() != make_error_code(Errc::timeout) && r.error() != std::errc::interrupted) {
+            c.error = r.error();
+            return c;
+        }
+    }
+    return c;
+}
+
+// The device has not answered within --wait-s: say so and leave without
+// destroying the writer, whose destructor would abort over the I/O in
+// flight (the kernel keeps the buffer's pages until the command ends).
+[[noreturn]] void exit_outcome_unknown(const Common& c, const char* op, uint64_t lba, uint32_t blocks,
+                                       uint32_t wait_s) {
+    const std::string why = "no answer from the device within " + std::to_string(wait_s) + " s";
+    if (c.json) {
+        Json j;
+        j.begin_object().key("command").str(op).key("result").str("unknown").key("lba").num(lba);
+        j.key("blocks").num(blocks).key("status").str(why).end_object();
+        std::cout << j.text() << "\n";
+    }
+    std::cerr << "nvfence: " << op << ": " << why << " on " << c.dev << ": the outcome is unknown"
+              << (std::string_view(op) == "write" ? " (the write may still land); read the blocks back later" : "")
+              << "\n";
+    std::cout.flush();
+    std::fflush(nullptr);
+    std::_Exit(code(ExitCode::failure));
+}
+
+int cmd_write(const Common& c, uint64_t lba, uint32_t blocks, bool passthrough, uint32_t wait_s) {
     // The key this host is registered with goes into the stamp, so a
     // read-back names the writer and its epoch.
     std::unique_ptr<Namespace> ns;
@@ -755,7 +810,7 @@ int cmd_write(const Common& c, uint64_t lba, uint32_t blocks, bool passthrough) 
         }
     }
     auto f = decode_key(key);
-    if (int rc = io_open(c, passthrough, ns, w, f ? f->epoch : 0)) return rc;
+    if (int rc = io_open(c, passthrough, ns, w, f ? f->epoch : 0, wait_s)) return rc;
     const uint32_t bs = w->block_bytes();
     if (blocks == 0 || lba + blocks > w->size_blocks() || lba + blocks < lba)
         return fail(c, "write: blocks " + std::to_string(lba) + ".." + std::to_string(lba + blocks) +
@@ -776,7 +831,9 @@ int cmd_write(const Common& c, uint64_t lba, uint32_t blocks, bool passthrough) 
         s.writer_id = static_cast<uint64_t>(::getpid());
         write_stamp(buf.span().subspan(size_t{b} * bs, bs), s);
     }
-    auto comp = w->write(lba, buf.span().first(size_t{bs} * blocks));
+    auto answer = await_answer(*w, w->write(lba, buf.span().first(size_t{bs} * blocks)), "write", c.dev, wait_s);
+    if (!answer) exit_outcome_unknown(c, "write", lba, blocks, wait_s);
+    const Completion comp = *answer;
     const char* verdict = comp.status == IoStatus::ok ? "accepted" : comp.status == IoStatus::fenced ? "fenced" : "error";
     if (c.json) {
         Json j;
@@ -804,10 +861,10 @@ int cmd_write(const Common& c, uint64_t lba, uint32_t blocks, bool passthrough) 
     return 0;
 }
 
-int cmd_read(const Common& c, uint64_t lba, uint32_t blocks, bool passthrough) {
+int cmd_read(const Common& c, uint64_t lba, uint32_t blocks, bool passthrough, uint32_t wait_s) {
     std::unique_ptr<Namespace> ns;
     std::unique_ptr<FencedWriter> w;
-    if (int rc = io_open(c, passthrough, ns, w, 0)) return rc;
+    if (int rc = io_open(c, passthrough, ns, w, 0, wait_s)) return rc;
     const uint32_t bs = w->block_bytes();
     if (blocks == 0 || blocks > 4096 || lba + blocks > w->size_blocks() || lba + blocks < lba)
         return fail(c, "read: blocks " + std::to_string(lba) + ".." + std::to_string(lba + blocks) +
@@ -819,7 +876,10 @@ int cmd_read(const Common& c, uint64_t lba, uint32_t blocks, bool passthrough) {
     Completion comp;
     for (uint32_t done = 0; done < blocks && comp.status == IoStatus::ok;) {
         const uint32_t n = std::min(per_io, blocks - done);
-        comp = w->read(lba + done, buf.span().subspan(size_t{bs} * done, size_t{bs} * n));
+        auto answer = await_answer(*w, w->read(lba + done, buf.span().subspan(size_t{bs} * done, size_t{bs} * n)),
+                                   "read", c.dev, wait_s);
+        if (!answer) exit_outcome_unknown(c, "read", lba + done, n, wait_s);
+        comp = *answer;
         done += n;
     }
     if (comp.status != IoStatus::ok) {
@@ -974,7 +1034,7 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     Common c;
     c.state_dir = env_or("NVFENCE_STATE_DIR", c.state_dir);
-    unsigned node = 0, blocks = 1, max_pages = 64;
+    unsigned node = 0, blocks = 1, max_pages = 64, io_wait_s = kDefaultIoWaitS;
     std::string epoch_s, victim_s, type_s = "exclusive";
     uint64_t lba = 0;
     bool replace = false, ptpl = false, holder_flag = false, no_abort = false, force = false, passthrough = false;
@@ -1030,12 +1090,18 @@ int main(int argc, char** argv) {
     wr->add_option("--lba", lba, "first block")->required()->check(uint_in(0, (1ull << 48)));
     wr->add_option("--blocks", blocks, "number of blocks (1-256)")->check(uint_in(1, 256));
     wr->add_flag("--passthrough", passthrough, "NVMe passthrough on /dev/ngXnY instead of the block device");
+    wr->add_option("--wait-s", io_wait_s,
+                   "how long to wait for the device's answer (1-3600, default 120); when it runs out the outcome "
+                   "is unknown (exit 1, result \"unknown\"): the write may still land")
+        ->check(uint_in(1, kMaxIoWaitS));
     auto* rd = app.add_subcommand("read", "read blocks back and show their stamps (who wrote, which epoch)");
     add_common(rd, c);
     rd->footer("\nExample: nvfence read /dev/nvme1n1 --lba 8 --blocks 4");
     rd->add_option("--lba", lba, "first block")->required()->check(uint_in(0, (1ull << 48)));
     rd->add_option("--blocks", blocks, "number of blocks (1-4096)")->check(uint_in(1, 4096));
     rd->add_flag("--passthrough", passthrough, "NVMe passthrough on /dev/ngXnY instead of the block device");
+    rd->add_option("--wait-s", io_wait_s, "how long to wait for the device's answer (1-3600, default 120)")
+        ->check(uint_in(1, kMaxIoWaitS));
     auto* notif = app.add_subcommand("notifications", "read (and consume) the Reservation Notification log");
     add_common(notif, c);
     notif->footer("\nExample: nvfence notifications /dev/nvme1n1");
@@ -1100,8 +1166,8 @@ int main(int argc, char** argv) {
         if (victim_node) return cmd_preempt_node(c, node, *type, victim_node, !no_abort);
         return cmd_preempt(c, node, *type, victim, !no_abort);
     }
-    if (wr->parsed()) return cmd_write(c, lba, blocks, passthrough);
-    if (rd->parsed()) return cmd_read(c, lba, blocks, passthrough);
+    if (wr->parsed()) return cmd_write(c, lba, blocks, passthrough, io_wait_s);
+    if (rd->parsed()) return cmd_read(c, lba, blocks, passthrough, io_wait_s);
     if (notif->parsed()) return cmd_notifications(c, max_pages);
     return code(ExitCode::usage);
 }
