@@ -360,6 +360,14 @@ class Cluster:
                        f"grep -q '^C .* ok' $f", timeout_s=timeout_s, interval_s=0.2)
         assert r.rc == 0, (name, h.run(f"tail -5 {WRITER_DIR}/index; systemctl status nvwriter --no-pager").out)
 
+    def kernel_log(self, name, lines=40) -> str:
+        """The NVMe and stall lines of a node's kernel log: what explains a
+        write that waited for the target."""
+        r = self.by_name[name].run("journalctl -b -k -o short-unix --no-pager | "
+                                   f"grep -E 'nvme|rcu_|hung_task|soft lockup|watchdog' | tail -{lines}",
+                                   timeout_s=60)
+        return r.out + r.err
+
     def health(self) -> str:
         """Each live node's cluster stack and what its journal says about
         fencing and membership: printed after every scenario and on a
@@ -368,7 +376,9 @@ class Cluster:
                "journalctl -b -o short-unix --no-pager -u corosync -u pacemaker | grep -E "
                "'allegedly|Unfencing|unfenc|Requesting fencing|Operation .(on|off|reboot|monitor).|terminated|"
                "Shutting|shut down|fatal|FATAL|crit:|error:|Members left|Members joined|wants to fence|"
-               "not part of|Node .* state is now lost|Stopping .*writer|Starting .*writer|Recover|Move ' | tail -40")
+               "not part of|Node .* state is now lost|Stopping .*writer|Starting .*writer|Recover|Move ' | tail -40; "
+               "echo '(kernel: nvme and stalls)'; journalctl -b -k -o short-unix --no-pager | "
+               "grep -E 'nvme|rcu_|hung_task|soft lockup|watchdog' | tail -15")
         out = []
         for h in self.live():
             r = h.run(cmd, timeout_s=120)
@@ -386,6 +396,7 @@ class Cluster:
         ("crm_mon", "crm_mon -1 --include=all"),
         ("history", "stonith_admin --history '*' --verbose"),
         ("device", "nvfence report \"$NVFENCE_DEV\"; nvfence status --json 2>&1; ip -s link"),
+        ("kernel", "journalctl -b -k -o short-unix --no-pager | tail -400"),
     )
 
     def collect(self, label: str) -> str:
@@ -742,7 +753,7 @@ def _first_refused_write(h, lba, timeout_s):
     t0 = time.monotonic()
     seen = []
     while True:
-        r = nvf(h, "write", "--lba", str(lba))
+        r = nvf(h, "write", "--lba", str(lba), timeout_s=180)   # the CLI waits up to 120 s for an answer
         seen.append((round(time.monotonic() - t0, 1), r.rc, (r.err or "").strip()[-160:]))
         assert r.rc != OK, f"{h.name}: a write after the resume succeeded: {seen}"
         if r.rc == CONFLICT:

@@ -119,7 +119,8 @@ def test_2_stonith_admin_fence_and_rejoin(cl):
     took = time.monotonic() - t
     st = cl.report(via)
     assert NODE_IDS[victim] not in keys_by_node(st), st
-    assert nvf(cl.by_name[victim], "write", "--lba", "201").rc == CONFLICT
+    r = nvf(cl.by_name[victim], "write", "--lba", "201", timeout_s=180)
+    assert r.rc == CONFLICT, (r, cl.kernel_log(victim))
     assert agent_stdin(cl, "status", victim).rc == 2
     hist = cl.history(via)
     assert fenced_ok(hist, victim), hist
@@ -130,7 +131,8 @@ def test_2_stonith_admin_fence_and_rejoin(cl):
     line = cl.wait_watcher_fenced(victim, wall0)
     print(f"{victim}'s watcher: {line}", flush=True)
     cl.rejoin(victim)
-    assert nvf(cl.by_name[victim], "write", "--lba", "202").rc == OK
+    r = nvf(cl.by_name[victim], "write", "--lba", "202", timeout_s=180)
+    assert r.rc == OK, (r, cl.kernel_log(victim))
     assert cl.writer_node() == w, "the writer moved although its node was not fenced"
 
 
@@ -220,7 +222,8 @@ def test_4_cut_cluster_network_of_the_writer_node(cl):
         moved = cl.wait_writer(exclude=(w,), timeout_s=240, via=others[0])
         # The node still reaches the device, and the device refuses it.
         assert h.run("dd if=$NVFENCE_DEV of=/dev/null bs=4096 count=1 iflag=direct", timeout_s=60).rc == 0
-        assert nvf(h, "write", "--lba", "205").rc == CONFLICT
+        r = nvf(h, "write", "--lba", "205", timeout_s=180)
+        assert r.rc == CONFLICT, (r, cl.kernel_log(h.name))
         hist = cl.history(cl.by_name[moved])
         assert fenced_ok(hist, w), hist
         print(f"cut {w}'s cluster network: fenced, writer on {moved}; history:\n{hist}", flush=True)
