@@ -72,6 +72,8 @@ constexpr const char* kFooter =
     "  4  device unsupported: not an NVMe namespace, no reservations, or not the type\n"
     "  5  permission denied (run as root)\n";
 
+// --help's line for every key of agent_setting_keys() and
+// elector_setting_keys(); doc_nvfenced_help fails on a key without one.
 const std::map<std::string, std::string>& key_help() {
     static const std::map<std::string, std::string> h = {
         {"device", "shared namespace: /dev/nvmeXnY, /dev/disk/by-id/... or an EBS volume id vol-... (default: name)"},
@@ -97,6 +99,18 @@ const std::map<std::string, std::string>& key_help() {
         {"view_timeout_ms", "no successful check for this long = lost view of the device (0, default: 3 x interval_ms + device_timeout_ms)"},
         {"fence_on_view_loss", "a HOLDER that lost its view of the device fences itself (true, default) or only stops claiming HOLDER"},
         {"aen_wakeup", "check at once when the controller reports an asynchronous event (NVME_AEN uevent), e.g. a preemption (true, default); the interval stays the fallback"},
+        {"elector", "who decides who holds: none (default: takeover on request) or etcd"},
+        {"etcd_endpoints", "etcd endpoints http(s)://host:port, separated by , or space (required with elector = etcd)"},
+        {"etcd_ca_file", "PEM CA bundle for https endpoints (default: system CAs)"},
+        {"etcd_cert_file", "PEM client certificate for mutual TLS (with etcd_key_file)"},
+        {"etcd_key_file", "PEM client key for mutual TLS (with etcd_cert_file)"},
+        {"election_name", "etcd election name (default nvfence/<volume>)"},
+        {"lease_ttl_s", "etcd lease TTL, 2..3600 s (default 5)"},
+        {"lease_margin_ms", "step down this long before the lease may expire, 100..TTL/2 (default min(1000, TTL/4))"},
+        {"etcd_timeout_ms", "bound on etcd calls outside a live lease, the least any call gets, 100..TTL/3 (default min(1000, TTL/3))"},
+        {"lease_loss", "a holder that cannot renew its etcd lease: fence (default: stop writers, run the fence "
+                       "action, resign; the reservation stays held until the next leader preempts it) or hold "
+                       "(keep the reservation and the writers until another host preempts)"},
     };
     return h;
 }
@@ -604,31 +618,52 @@ nvfence::SettingsMap settings_given(const std::map<std::string, CLI::Option*>& o
     return kv;
 }
 
+// The configuration file's reader. CLI11's default (TOML) reader splits an
+// unquoted value at spaces and commas into several, which a single-value
+// option refuses: `fence_command = logger -t db fenced` or `etcd_endpoints =
+// http://a:2379,http://b:2379` would stop nvfenced. Here a value is the
+// whole rest of the line (up to a '#' comment), surrounding quotes removed;
+// the parsers split writer_units and etcd_endpoints themselves.
+std::shared_ptr<CLI::ConfigBase> whole_value_config() {
+    auto cfg = std::make_shared<CLI::ConfigBase>();
+    // Array bounds and separator no line contains: no value is split.
+    cfg->arrayBounds('\x01', '\x02')->arrayDelimiter('\x03');
+    return cfg;
+}
+
+// One option per configuration key (--key-with-dashes and --key), in the
+// parsers' order: the agent's keys, then the elector's.
+void add_key_options(CLI::App& app, std::map<std::string, std::string>& values,
+                     std::map<std::string, CLI::Option*>& options, std::vector<std::string>& units) {
+    std::vector<std::string> keys = nvfence::agent_setting_keys();
+    const auto& elector_keys = nvfence::elector_setting_keys();
+    keys.insert(keys.end(), elector_keys.begin(), elector_keys.end());
+    for (const auto& k : keys) {
+        std::string dashed = k;
+        std::replace(dashed.begin(), dashed.end(), '_', '-');
+        const std::string names = "--" + dashed + (dashed != k ? ",--" + k : std::string());
+        const auto help = key_help().find(k);
+        const std::string text = help == key_help().end() ? std::string() : help->second;
+        if (k == "writer_units") options[k] = app.add_option(names, units, text);
+        else options[k] = app.add_option(names, values[k], text);
+    }
+}
+
 int real_main(int argc, char** argv) {
     CLI::App app{"nvfenced: the nvfence host agent. It registers this host on one shared NVMe namespace,\n"
                  "holds the reservation or stands by, watches it every interval, and self-fences\n"
                  "(stops writers, runs the fence action) when this host was preempted."};
     app.footer(kFooter);
     app.set_config("--config", "", "configuration file: INI or TOML, 'key = value' with the keys below");
+    app.config_formatter(whole_value_config());
     app.allow_config_extras(CLI::config_extras_mode::error);
     std::map<std::string, std::string> values;
     std::map<std::string, CLI::Option*> options;
     std::vector<std::string> units;
-    for (const auto& k : nvfence::agent_setting_keys()) {
-        std::string dashed = k;
-        std::replace(dashed.begin(), dashed.end(), '_', '-');
-        const std::string names = "--" + dashed + (dashed != k ? ",--" + k : std::string());
-        if (k == "writer_units") options[k] = app.add_option(names, units, key_help().at(k));
-        else options[k] = app.add_option(names, values[k], key_help().at(k));
-    }
-    for (const auto& k : nvfence::elector_setting_keys()) {
-        std::string dashed = k;
-        std::replace(dashed.begin(), dashed.end(), '_', '-');
-        const std::string names = "--" + dashed + (dashed != k ? ",--" + k : std::string());
-        options[k] = app.add_option(names, values[k], nvfence::elector_key_help(k));
-    }
+    add_key_options(app, values, options, units);
     bool check_only = false, version = false;
-    app.add_flag("--check-config", check_only, "validate the configuration and exit (no device access)");
+    app.add_flag("--check-config", check_only,
+                 "validate the configuration and exit (no device access): 0 valid, 2 invalid (the key is named)");
     app.add_flag("--version", version, "print the version and exit");
     std::string config;
     app.get_option("--config")->each([&](const std::string& v) { config = v; });
