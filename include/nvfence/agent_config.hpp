@@ -6,7 +6,8 @@
 /// (a path, a /dev/disk/by-id link, or an EBS volume id) to a namespace.
 ///
 /// Keys (config file `key = value`, INI or TOML; the same names as flags
-/// `--key`):
+/// `--key`; agent_setting_keys() is the list, man/nvfenced.conf.5 the
+/// user's reference, and tests/docs checks that they agree):
 ///
 /// | key               | values                                  | default |
 /// |-------------------|-----------------------------------------|---------|
@@ -25,7 +26,7 @@
 /// | writer_units      | systemd units stopped when fenced       | (none)  |
 /// | control_socket    | absolute path                           | /run/nvfence/NAME.sock |
 /// | socket_group      | group name or gid (socket mode 0660)    | (none)  |
-/// | socket_mode       | 0600 \| 0660 \| 0666 (octal)            | 0600    |
+/// | socket_mode       | 0600 \| 0660 (needs socket_group)      | 0600 (0660 with socket_group) |
 /// | state_dir         | absolute path                           | /var/lib/nvfence |
 /// | keep_registration | true \| false                           | false   |
 /// | name              | instance name [A-Za-z0-9._-]            | volume  |
