@@ -15,6 +15,7 @@
 #include "nvfence/fence.hpp"
 #include "nvfence/key.hpp"
 #include "options.hpp"
+#include "target.hpp"
 
 namespace nvfence::fence_agent {
 namespace {
@@ -47,6 +48,9 @@ TEST(FenceAgentOptions, ArgvTable) {
         {{"-o", "disable", "-n", "x"}, Action::off, "x", {}},
         {{"-o", "validate-all"}, Action::validate_all, "", {}},
         {{"-o", "list"}, Action::list, "", {}},
+        {{"-o", "list-status"}, Action::list_status, "", {}},
+        {{"-o", "manpage"}, Action::manpage, "", {}},
+        {{"--action", "manpage"}, Action::manpage, "", {}},
         {{"-n", "a", "-n", "b"}, Action::off, "b", {}},  // last wins; default action off
     };
     for (const auto& r : rows) {
@@ -126,10 +130,26 @@ TEST(FenceAgentOptions, StdinTable) {
         EXPECT_EQ(p.opts.action, r.action) << r.text;
         EXPECT_EQ(p.warnings.size(), r.warnings) << r.text;
     }
-    auto t = parse_stdin("plug=n1\nnodename=n9\n");
-    EXPECT_EQ(t.opts.target(), "n1");  // plug before nodename
-    auto u = parse_stdin("nodename=n9\n");
-    EXPECT_EQ(u.opts.target(), "n9");
+    // plug, nodename and nodeid are kept apart: target.hpp decides.
+    auto t = parse_stdin("plug=n1\nnodename=n9\nnodeid=9\n");
+    EXPECT_EQ(t.opts.plug, "n1");
+    EXPECT_EQ(t.opts.nodename, "n9");
+    EXPECT_EQ(t.opts.nodeid, 9u);
+    EXPECT_TRUE(t.warnings.empty());
+    EXPECT_TRUE(t.opts.has_target());
+    EXPECT_TRUE(parse_stdin("nodeid=3\n").opts.has_target());
+    EXPECT_FALSE(parse_stdin("action=list\n").opts.has_target());
+    // A nodeid that is not a number is ignored with a warning, not fatal.
+    auto u = parse_stdin("nodeid=x\nnodename=n9\n");
+    EXPECT_TRUE(u.ok());
+    EXPECT_FALSE(u.opts.nodeid);
+    EXPECT_EQ(u.warnings.size(), 1u);
+    EXPECT_EQ(parse_stdin("action=list-status\n").opts.action, Action::list_status);
+    EXPECT_EQ(parse_stdin("action=manpage\n").opts.action, Action::manpage);
+    EXPECT_EQ(parse_stdin("separator=;\n").opts.separator, ";");
+    EXPECT_EQ(argv({"-C", "|"}).opts.separator, "|");
+    EXPECT_EQ(parse_stdin("action=list\n").opts.separator, ",");
+    EXPECT_FALSE(parse_stdin("separator=\n").ok());
 }
 
 TEST(FenceAgentOptions, StdinNamesAndBooleans) {
@@ -203,6 +223,89 @@ TEST(FenceOptions, CmapNodelistIgnoresEmptyNamesAndAddresses) {
               Errc::not_found);  // no this_node_id: the empty name is not taken for the local node
 }
 
+// ---- the target: plug, nodename, nodeid (target.hpp) ----------------------------
+
+NodeMap map_ab(bool corosync = false) { return NodeMap{{{"a", 1}, {"b", 2}}, corosync}; }
+
+Result<Target> resolve(const std::string& plug, const std::string& nodename, std::optional<uint32_t> nodeid,
+                       const NodeMap& m, std::string* why_out = nullptr) {
+    std::string why;
+    auto t = resolve_target(TargetArgs{plug, nodename, nodeid}, m, why);
+    if (why_out) *why_out = why;
+    return t;
+}
+
+TEST(FenceAgentTarget, APlugIsANodeNameOrANodeIdOfTheMap) {
+    const NodeMap m = map_ab();
+    struct Row {
+        std::string plug;
+        uint8_t id;
+        std::string label;
+    };
+    for (const Row& r : {Row{"b", 2, "b (node 2)"}, Row{"2", 2, "b (node 2)"}, Row{"b.example.com", 2, "b (node 2)"},
+                         Row{"1", 1, "a (node 1)"}}) {
+        auto t = resolve(r.plug, "", std::nullopt, m);
+        ASSERT_TRUE(t) << r.plug;
+        EXPECT_EQ(t->id, r.id) << r.plug;
+        EXPECT_EQ(t->label, r.label) << r.plug;
+    }
+    // Unknown plugs: a name nobody has, an id nobody has, a number out of range.
+    for (const char* bad : {"c", "3", "0", "256", "-1", "2x"}) {
+        std::string why;
+        auto t = resolve(bad, "", std::nullopt, m, &why);
+        ASSERT_FALSE(t) << bad;
+        EXPECT_EQ(t.error(), Errc::not_found) << bad;
+        EXPECT_NE(why.find(std::string("unknown plug '") + bad + "'"), std::string::npos) << why;
+        EXPECT_NE(why.find("a:1, b:2"), std::string::npos) << why;  // says what is known
+    }
+    // A name is found before an id: node "1" is node 2 here.
+    const NodeMap odd{{{"1", 2}, {"x", 1}}, false};
+    EXPECT_EQ(resolve("1", "", std::nullopt, odd)->id, 2);
+    EXPECT_EQ(resolve("x", "", std::nullopt, odd)->id, 1);
+}
+
+TEST(FenceAgentTarget, NodenameIsTheTargetWithoutAPlugAndMustAgreeWithOne) {
+    const NodeMap m = map_ab();
+    EXPECT_EQ(resolve("", "b", std::nullopt, m)->id, 2);
+    EXPECT_EQ(resolve("", "b.example.com", std::nullopt, m)->id, 2);
+    std::string why;
+    EXPECT_EQ(resolve("", "c", std::nullopt, m, &why).error(), Errc::not_found);
+    EXPECT_NE(why.find("node 'c' is not in node_ids"), std::string::npos) << why;
+    // nodename is a name: "2" is not node b.
+    EXPECT_EQ(resolve("", "2", std::nullopt, m).error(), Errc::not_found);
+    // Pacemaker with pcmk_host_map="a:1;b:2": plug=2, nodename=b.
+    EXPECT_EQ(resolve("2", "b", std::nullopt, m)->id, 2);
+    EXPECT_EQ(resolve("1", "a", std::nullopt, m)->id, 1);
+    // A map that sends b's fencing to plug 1 (node a) is refused, never a's fencing.
+    auto t = resolve("1", "b", std::nullopt, m, &why);
+    ASSERT_FALSE(t);
+    EXPECT_EQ(t.error(), Errc::invalid_argument);
+    EXPECT_NE(why.find("pcmk_host_map and node_ids disagree"), std::string::npos) << why;
+    EXPECT_EQ(resolve("a", "b", std::nullopt, m).error(), Errc::invalid_argument);
+    // A nodename the map does not know does not stop a known plug.
+    EXPECT_EQ(resolve("2", "unknown-host", std::nullopt, m)->id, 2);
+    EXPECT_EQ(resolve("", "", std::nullopt, m).error(), Errc::not_found);
+}
+
+TEST(FenceAgentTarget, NodeidCountsOnlyForCorosyncIds) {
+    const NodeMap coro = map_ab(true);
+    EXPECT_EQ(resolve("", "", 2u, coro)->id, 2);
+    EXPECT_EQ(resolve("", "", 2u, coro)->label, "b (node 2)");
+    EXPECT_EQ(resolve("b", "b", 2u, coro)->id, 2);
+    std::string why;
+    EXPECT_EQ(resolve("a", "", 2u, coro, &why).error(), Errc::invalid_argument);
+    EXPECT_NE(why.find("nodeid 2"), std::string::npos) << why;
+    EXPECT_EQ(resolve("", "", 7u, coro).error(), Errc::not_found);
+    // With node_ids the ids are nvfence's, not corosync's: nodeid is ignored.
+    const NodeMap ids = map_ab(false);
+    EXPECT_EQ(resolve("a", "a", 2u, ids)->id, 1);
+    EXPECT_EQ(resolve("", "", 2u, ids).error(), Errc::not_found);
+    // A corosync id that no key can carry.
+    const NodeMap big{{{"a", 1}, {"c", 300}}, true};
+    EXPECT_EQ(resolve("c", "", std::nullopt, big, &why).error(), Errc::invalid_argument);
+    EXPECT_NE(why.find("1-255"), std::string::npos) << why;
+}
+
 // ---- actions against the device model ----------------------------------------
 
 class FakeDevice final : public Device {
@@ -235,6 +338,8 @@ struct Cluster {
     std::string cmap_this;
     std::vector<ControlRequest> agent_requests;
     std::function<ControlReply(const ControlRequest&)> agent;  // set: an nvfenced runs on the local node
+    std::map<std::string, std::string> links;  // symbolic links: path -> canonical path
+    std::vector<std::string> opened;           // every path given to Host::open
 
     static HostId host(const std::string& name) { return make_host(static_cast<uint8_t>(name.back() - '0')); }
 
@@ -242,7 +347,15 @@ struct Cluster {
         Parsed p = parse_stdin(stdin_text + "\nstate_dir=" + state.path() + "\n");
         Host h;
         h.local_name = local;
+        h.resolve = [&](const std::string& path) {
+            auto it = links.find(path);
+            return it == links.end() ? path : it->second;
+        };
+        h.dm_slaves = [](const std::string& dm) {
+            return dm == "dm-3" ? std::vector<std::string>{"nvme0n1", "nvme1n1"} : std::vector<std::string>{};
+        };
         h.open = [&, local](const std::string& path, std::string& why) -> Result<std::unique_ptr<Device>> {
+            opened.push_back(path);
             if (path == "/dev/plain") {
                 why = "the namespace has no reservation support";
                 return make_error_code(Errc::no_reservations);
@@ -514,7 +627,7 @@ TEST(FenceAgentActions, OffOfAnUnknownNodeFails) {
     Cluster c;
     unfence_all(c);
     EXPECT_EQ(c.run("n1", kMap + "action=off\nplug=n9"), kExitError);
-    EXPECT_TRUE(c.logged("not in node_ids"));
+    EXPECT_TRUE(c.logged("unknown plug 'n9': neither a node name nor a node id of node_ids")) << c.all_logs();
     EXPECT_EQ(c.run("n1", kMap + "action=off"), kExitError);  // no target
     EXPECT_EQ(c.run("n1", "node_ids=n1:1;n2:2\naction=off\nplug=n2"), kExitError);  // no devices
 }
@@ -597,6 +710,111 @@ TEST(FenceAgentActions, ListAndCorosyncNodeIds) {
     EXPECT_EQ(none.run("n1", "action=list"), kExitError);  // neither map nor corosync
 }
 
+// Issue 27: Pacemaker with pcmk_host_map="n1:1;n2:2;n3:3" sends the alias
+// as the plug and the node's name as nodename; the agent used to look the
+// alias up as a name ("node '2' is not in node_ids").
+TEST(FenceAgentActions, PcmkHostMapAliasesAreNodeIds) {
+    Cluster c;
+    for (const char* n : {"n1", "n2", "n3"}) {
+        const std::string id(1, n[1]);
+        ASSERT_EQ(c.run(n, kMap + "action=on\nport=" + id + "\nnodename=" + n), kExitOk) << n << c.all_logs();
+    }
+    std::string out;
+    EXPECT_EQ(c.run("n1", kMap + "action=status\nport=2\nnodename=n2", &out), kExitOk) << c.all_logs();
+    EXPECT_EQ(out, "Status: ON\n");
+    ASSERT_EQ(c.run("n1", kMap + "action=off\nport=2\nnodename=n2\nnodeid=2", &out), kExitOk) << c.all_logs();
+    EXPECT_EQ(out, "Success: Powered OFF\n");
+    EXPECT_FALSE(c.registered(2));
+    EXPECT_TRUE(c.registered(3));
+    EXPECT_EQ(c.run("n3", kMap + "action=status\nplug=2", &out), kExitOff);
+    EXPECT_EQ(out, "Status: OFF\n");
+    // The local node is refused by its alias too.
+    EXPECT_EQ(c.run("n1", kMap + "action=off\nplug=1"), kExitError);
+    EXPECT_TRUE(c.logged("refusing to fence the local node n1 (node 1)")) << c.all_logs();
+}
+
+TEST(FenceAgentActions, UnknownOrDisagreeingPlugsFailWithoutTouchingTheDevice) {
+    Cluster c;
+    unfence_all(c);
+    const size_t before = c.t.log.size();
+    for (const char* action : {"off", "status", "on"}) {
+        c.logs.clear();
+        // exit 1, never status' 2 (OFF): an unknown node is not a fenced one.
+        EXPECT_EQ(c.run("n1", kMap + "action=" + action + "\nplug=9\nnodename=n9"), kExitError) << action;
+        EXPECT_TRUE(c.logged("unknown plug '9'")) << action << c.all_logs();
+        c.logs.clear();
+        EXPECT_EQ(c.run("n1", kMap + "action=" + action + "\nplug=3\nnodename=n2"), kExitError) << action;
+        EXPECT_TRUE(c.logged("pcmk_host_map and node_ids disagree")) << action << c.all_logs();
+    }
+    EXPECT_EQ(c.t.log.size(), before);  // not a single command reached the device
+    for (uint8_t n : {uint8_t{1}, uint8_t{2}, uint8_t{3}}) EXPECT_TRUE(c.registered(n));
+}
+
+TEST(FenceAgentActions, ListAndListStatusInFenceAgentsFormat) {
+    Cluster c;
+    unfence_all(c);
+    ASSERT_EQ(c.run("n1", kMap + "action=off\nplug=n2"), kExitOk);
+    std::string out;
+    // fence-agents: plug<sep>alias and plug<sep>alias<sep>status.
+    EXPECT_EQ(c.run("n1", kMap + "action=list", &out), kExitOk);
+    EXPECT_EQ(out, "n1,1\nn2,2\nn3,3\n");
+    EXPECT_EQ(c.run("n1", kMap + "action=list-status", &out), kExitOk) << c.all_logs();
+    EXPECT_EQ(out, "n1,1,ON\nn2,2,OFF\nn3,3,ON\n");
+    EXPECT_EQ(c.run("n1", kMap + "action=list-status\nseparator=;", &out), kExitOk);
+    EXPECT_EQ(out, "n1;1;ON\nn2;2;OFF\nn3;3;ON\n");
+    EXPECT_EQ(c.run("n1", kMap + "action=list\nseparator= ", &out), kExitError);  // trimmed to nothing
+    // list-status reads the devices: none, or one that cannot be read, fails.
+    out.clear();
+    EXPECT_EQ(c.run("n1", "node_ids=n1:1;n2:2;n3:3\naction=list-status", &out), kExitError);
+    EXPECT_EQ(out, "");
+    EXPECT_EQ(c.run("n1", "devices=/dev/nvme1n1,/dev/missing\nnode_ids=n1:1;n2:2\naction=list-status", &out),
+              kExitError);
+    // A corosync id no key can carry is UNKNOWN.
+    Cluster k;
+    k.cmap_nodelist =
+        "nodelist.node.0.name (str) = n1\nnodelist.node.0.nodeid (u32) = 1\n"
+        "nodelist.node.1.name (str) = n9\nnodelist.node.1.nodeid (u32) = 300\n";
+    k.cmap_this = "runtime.votequorum.this_node_id (u32) = 1\n";
+    ASSERT_EQ(k.run("n1", "devices=/dev/nvme1n1\naction=on\nnodename=n1"), kExitOk) << k.all_logs();
+    EXPECT_EQ(k.run("n1", "devices=/dev/nvme1n1\naction=list-status", &out), kExitOk) << k.all_logs();
+    EXPECT_EQ(out, "n1,1,ON\nn9,300,UNKNOWN\n");
+}
+
+TEST(FenceAgentDevices, DeviceMapperPaths) {
+    for (const char* p : {"/dev/mapper/mpatha", "/dev/mapper/3600a0b80", "/dev/dm-0", "/dev/dm-12",
+                          "/dev/disk/by-id/dm-uuid-mpath-eui.1234", "/dev/disk/by-id/dm-name-mpatha"})
+        EXPECT_TRUE(is_device_mapper_path(p)) << p;
+    for (const char* p : {"/dev/nvme1n1", "/dev/ng1n1", "/dev/nvfence/vol-1", "/dev/disk/by-id/nvme-eui.1234",
+                          "/dev/dm-", "/dev/dm-x", "/dev/dmx-1", "/tmp/dm-1", "dm-1", ""})
+        EXPECT_FALSE(is_device_mapper_path(p)) << p;
+}
+
+// dm-multipath over NVMe (fence_mpath's setup) is refused before the device
+// is opened, saying what to use instead.
+TEST(FenceAgentDevices, DeviceMapperIsRefusedWithWhatToUseInstead) {
+    Cluster c;
+    unfence_all(c);
+    const std::string map = "node_ids=n1:1;n2:2;n3:3\n";
+    for (const char* action : {"off\nplug=n2", "status\nplug=n2", "on\nplug=n1", "monitor", "validate-all",
+                               "list-status"}) {
+        c.logs.clear();
+        c.opened.clear();
+        EXPECT_EQ(c.run("n1", map + "devices=/dev/mapper/mpatha\naction=" + action), kExitError) << action;
+        EXPECT_TRUE(c.logged("/dev/mapper/mpatha: a device-mapper device")) << c.all_logs();
+        EXPECT_TRUE(c.logged("native NVMe multipath")) << c.all_logs();
+        EXPECT_TRUE(c.logged("/dev/nvmeXnY")) << c.all_logs();
+        EXPECT_TRUE(c.opened.empty()) << action;
+    }
+    EXPECT_TRUE(c.registered(2));
+    // Behind a link: the canonical path decides, and the message names the paths.
+    c.links["/dev/disk/by-id/wwn-shared"] = "/dev/dm-3";
+    c.logs.clear();
+    EXPECT_EQ(c.run("n1", map + "devices=/dev/disk/by-id/wwn-shared\naction=status\nplug=n2"), kExitError);
+    EXPECT_TRUE(c.logged("(dm-3 over nvme0n1, nvme1n1)")) << c.all_logs();
+    // A namespace is fine.
+    EXPECT_EQ(c.run("n1", map + "devices=/dev/nvme1n1\naction=status\nplug=n2"), kExitOk) << c.all_logs();
+}
+
 TEST(FenceAgentActions, DelayOnlyBeforeOff) {
     Cluster c;
     unfence_all(c);
@@ -675,9 +893,113 @@ TEST(FenceAgentMetadata, MatchesTheGoldenFile) {
     EXPECT_EQ(c.run("n1", "action=metadata\nfoo=bar", &out), kExitOk);
     EXPECT_EQ(out, ss.str());
     for (const char* a : {"name=\"on\" on_target=\"1\" automatic=\"1\"", "name=\"off\"", "name=\"status\"",
-                          "name=\"monitor\"", "name=\"list\"", "name=\"validate-all\""})
+                          "name=\"monitor\"", "name=\"list\"", "name=\"list-status\"", "name=\"manpage\"",
+                          "name=\"validate-all\"", "name=\"separator\""})
         EXPECT_NE(out.find(a), std::string::npos) << a;
     EXPECT_EQ(out.find("\"reboot\""), std::string::npos);
+}
+
+// ---- the man page (fence_nvfence -o manpage) -----------------------------------
+
+std::string read_source(const std::string& rel) {
+    std::ifstream f(std::string(NVFENCE_SOURCE_DIR) + "/" + rel);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+// The text between ".SH name" and the next ".SH".
+std::string man_section(const std::string& man, const std::string& name) {
+    const size_t b = man.find("\n.SH " + name + "\n");
+    if (b == std::string::npos) return {};
+    const size_t e = man.find("\n.SH ", b + 1);
+    return man.substr(b, e == std::string::npos ? std::string::npos : e - b);
+}
+
+std::string unroff(std::string s) {
+    std::string out;
+    for (size_t i = 0; i < s.size(); ++i) {
+        if (s[i] == '\\' && i + 1 < s.size() && (s[i + 1] == 'e' || s[i + 1] == '-')) {
+            out += s[i + 1] == 'e' ? '\\' : '-';
+            ++i;
+        } else {
+            out += s[i];
+        }
+    }
+    return out;
+}
+
+TEST(FenceAgentManpage, EverySectionAndEveryEntryOfTheMetadata) {
+    const std::string man = manpage_text();
+    EXPECT_EQ(man.rfind(".\\\"", 0), 0u);
+    EXPECT_NE(man.find("\n.TH FENCE_NVFENCE 8 "), std::string::npos);
+    EXPECT_NE(man.find("\n.SH NAME\nfence_nvfence \\- "), std::string::npos);  // whatis
+    for (const char* sec : {"NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "ACTIONS", "STDIN PARAMETERS",
+                            "EXIT STATUS", "EXAMPLES", "SEE ALSO"})
+        EXPECT_FALSE(man_section(man, sec).empty()) << sec;
+    const std::string meta = metadata_xml();
+    const std::string options = unroff(man_section(man, "OPTIONS"));
+    const std::string params = man_section(man, "STDIN PARAMETERS");
+    const std::string actions = man_section(man, "ACTIONS");
+    // Every parameter and action of the metadata is in the man page.
+    for (size_t pos = 0; (pos = meta.find("<parameter name=\"", pos)) != std::string::npos;) {
+        pos += 17;
+        const std::string name = meta.substr(pos, meta.find('"', pos) - pos);
+        EXPECT_NE(params.find("\n.B " + unroff(name) + "\n"), std::string::npos) << name;
+        const size_t g = meta.find("mixed=\"", pos) + 7;
+        const std::string getopt = meta.substr(g, meta.find('"', g) - g);
+        EXPECT_NE(options.find("\n.B " + getopt + "\n"), std::string::npos) << getopt;
+    }
+    for (size_t pos = 0; (pos = meta.find("<action name=\"", pos)) != std::string::npos;) {
+        pos += 14;
+        const std::string name = meta.substr(pos, meta.find('"', pos) - pos);
+        EXPECT_NE(unroff(actions).find("\n.B " + name + "\n"), std::string::npos) << name;
+    }
+    // What Pacemaker sends but no one configures.
+    for (const char* n : {"nodename", "nodeid"}) EXPECT_NE(params.find("\n.B " + std::string(n) + "\n"), std::string::npos);
+    EXPECT_EQ(meta.find("\"nodename\""), std::string::npos);
+    // The action prints it, from argv and stdin alike.
+    Cluster c;
+    std::string out;
+    EXPECT_EQ(c.run("n1", "action=manpage\nfoo=bar", &out), kExitOk);
+    EXPECT_EQ(out, man);
+}
+
+// The hand-written page's example fed printf "\node_ids" (a newline and
+// "ode_ids"). The example is now escaped by the generator: what printf makes
+// of it is the options it shows.
+TEST(FenceAgentManpage, TheStdinExampleFeedsTheAgentWhatItSays) {
+    const std::string ex = unroff(man_section(manpage_text(), "EXAMPLES"));
+    const size_t b = ex.find("printf '");
+    ASSERT_NE(b, std::string::npos) << ex;
+    const size_t e = ex.find('\'', b + 8);
+    const std::string fmt = ex.substr(b + 8, e - b - 8);
+    std::string text;  // printf's \n
+    for (size_t i = 0; i < fmt.size(); ++i) {
+        if (fmt[i] == '\\' && i + 1 < fmt.size() && fmt[i + 1] == 'n') {
+            text += '\n';
+            ++i;
+        } else {
+            ASSERT_NE(fmt[i], '\\') << fmt;
+            text += fmt[i];
+        }
+    }
+    const Parsed p = parse_stdin(text);
+    EXPECT_TRUE(p.ok());
+    EXPECT_TRUE(p.warnings.empty()) << p.warnings.front();
+    EXPECT_EQ(p.opts.action, Action::off);
+    EXPECT_EQ(p.opts.plug, "n2");
+    EXPECT_EQ(p.opts.devices, std::vector<std::string>{"/dev/nvme1n1"});
+    EXPECT_EQ(p.opts.node_ids, "n1:1;n2:2");
+    // And no roff escape is left unescaped in the examples' source.
+    EXPECT_EQ(man_section(manpage_text(), "EXAMPLES").find("\\n"), std::string::npos);
+}
+
+TEST(FenceAgentManpage, TheCheckedInPageIsTheGeneratedOne) {
+    // No diff here (the fence_nvfence_manpage test prints one).
+    EXPECT_TRUE(read_source("man/fence_nvfence.8") == manpage_text())
+        << "man/fence_nvfence.8 is not fence_nvfence -o manpage: "
+           "regenerate it with build/bin/fence_nvfence -o manpage > man/fence_nvfence.8";
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "nvfence/error.hpp"
 #include "nvfence/fence.hpp"
 #include "nvfence/key.hpp"
+#include "target.hpp"
 
 namespace nvfence::fence_agent {
 namespace {
@@ -49,16 +50,14 @@ Result<std::map<std::string, uint8_t>> node_map(const Ctx& c, std::string& why) 
     return parse_node_map(c.o.node_ids, why);
 }
 
-// The node id of node @p name: -k, else node_ids, else corosync's nodelist.
-Result<uint8_t> node_id_of(const Ctx& c, const std::string& name, std::string& why) {
-    if (c.o.key_node) return *c.o.key_node;
+// The cluster's nodes: node_ids, else corosync's nodelist.
+Result<NodeMap> load_node_map(const Ctx& c, std::string& why) {
+    NodeMap nm;
     if (!c.o.node_ids.empty()) {
         auto m = node_map(c, why);
         if (!m) return m.error();
-        for (const std::string& n : {name, short_name(name)})
-            if (auto it = m->find(n); it != m->end()) return it->second;
-        why = "node '" + name + "' is not in node_ids";
-        return make_error_code(Errc::not_found);
+        for (const auto& [n, id] : *m) nm.ids[n] = id;
+        return nm;
     }
     if (!c.host.cmapctl) {
         why = "no node_ids and no corosync-cmapctl";
@@ -69,10 +68,29 @@ Result<uint8_t> node_id_of(const Ctx& c, const std::string& name, std::string& w
         why = "no node_ids, and " + c.o.corosync_cmap_path + " nodelist failed: " + text.error().message();
         return text.error();
     }
-    auto id = parse_cmap_nodeid(*text, name, why);
-    if (!id && id.error() == Errc::not_found && short_name(name) != name)
-        id = parse_cmap_nodeid(*text, short_name(name), why);
-    return id;
+    nm.ids = parse_cmap_nodelist(*text);
+    nm.from_corosync = true;
+    return nm;
+}
+
+// The node the action is about: -k, else plug/nodename/nodeid by
+// target.hpp's rule.
+Result<Target> target_of(const Ctx& c, std::string& why) {
+    if (c.o.key_node) return Target{*c.o.key_node, "node " + std::to_string(*c.o.key_node)};
+    auto m = load_node_map(c, why);
+    if (!m) return m.error();
+    return resolve_target(TargetArgs{c.o.plug, c.o.nodename, c.o.nodeid}, *m, why);
+}
+
+// The target, or an error logged (exit 1 for the caller).
+std::optional<Target> need_target_id(const Ctx& c) {
+    std::string why;
+    auto t = target_of(c, why);
+    if (!t) {
+        c.error("cannot tell the node to act on: " + why);
+        return std::nullopt;
+    }
+    return *t;
 }
 
 // This node's id: node_ids by this node's name, else corosync's
@@ -99,11 +117,26 @@ Result<uint8_t> local_node_id(const Ctx& c, std::string& why) {
     return parse_cmap_nodeid(*text, "", why);
 }
 
-std::string target_name(const Ctx& c) {
-    return c.o.target().empty() && c.o.key_node ? "node " + std::to_string(*c.o.key_node) : c.o.target();
+// A device-mapper device (dm-multipath over NVMe, fence_mpath's devices) is
+// refused before it is opened: the reservation has to reach the namespace.
+bool refuse_device_mapper(const Ctx& c, const std::string& path) {
+    std::string dm = is_device_mapper_path(path) ? path : std::string();
+    const std::string real = c.host.resolve ? c.host.resolve(path) : std::string();
+    if (!real.empty() && is_device_mapper_path(real)) dm = real;
+    if (dm.empty()) return false;
+    std::string over;
+    const std::string name = real.empty() ? std::string() : real.substr(real.find_last_of('/') + 1);
+    if (c.host.dm_slaves && name.rfind("dm-", 0) == 0)
+        for (const auto& s : c.host.dm_slaves(name)) over += (over.empty() ? " over " : ", ") + s;
+    c.error(path + ": a device-mapper device (" + (name.empty() ? dm : name) + over +
+            "): fence_nvfence does not work through dm-multipath. Give the NVMe namespace itself: with native "
+            "NVMe multipath (nvme_core.multipath=Y, the kernel's default) one /dev/nvmeXnY stands for every path "
+            "of the namespace ('nvme list-subsys' shows them), or use its /dev/nvfence/VOLUME link");
+    return true;
 }
 
 std::unique_ptr<Device> open_device(const Ctx& c, const std::string& path) {
+    if (refuse_device_mapper(c, path)) return nullptr;
     std::string why;
     auto d = c.host.open(path, why);
     if (!d) {
@@ -127,7 +160,7 @@ bool need_devices(const Ctx& c) {
 }
 
 bool need_target(const Ctx& c) {
-    if (c.o.target().empty() && !c.o.key_node) {
+    if (!c.o.has_target()) {
         c.error("the node to act on is missing (plug, port or nodename; -n on the command line)");
         return false;
     }
@@ -226,22 +259,18 @@ bool on_device(const Ctx& c, Device& d, uint8_t node) {
 
 int action_on(const Ctx& c) {
     if (!need_target(c) || !need_devices(c)) return kExitError;
-    std::string why;
-    auto node = node_id_of(c, c.o.target(), why);
-    if (!node) {
-        c.error("cannot tell the node id of '" + target_name(c) + "': " + why);
-        return kExitError;
-    }
+    auto target = need_target_id(c);
+    if (!target) return kExitError;
     std::string lwhy;
-    if (auto local = local_node_id(c, lwhy); local && *local != *node) {
-        c.error("'on' registers the node it runs on, but this node is node " + std::to_string(*local) + " and '" +
-                target_name(c) + "' is node " + std::to_string(*node) + " (unfencing runs on the target: on_target)");
+    if (auto local = local_node_id(c, lwhy); local && *local != target->id) {
+        c.error("'on' registers the node it runs on, but this node is node " + std::to_string(*local) + " and " +
+                target->label + " is not (unfencing runs on the target: on_target)");
         return kExitError;
     }
     int failed = 0;
     for (const auto& path : c.o.devices) {
         auto d = open_device(c, path);
-        if (!d || !on_device(c, *d, *node)) ++failed;
+        if (!d || !on_device(c, *d, target->id)) ++failed;
     }
     if (failed) {
         c.error("failed on " + std::to_string(failed) + " of " + std::to_string(c.o.devices.size()) + " device(s)");
@@ -354,19 +383,16 @@ OffResult off_device(const Ctx& c, Device& d, uint8_t victim) {
 
 int action_off(const Ctx& c) {
     if (!need_target(c) || !need_devices(c)) return kExitError;
-    std::string why;
-    auto victim = node_id_of(c, c.o.target(), why);
-    if (!victim) {
-        c.error("cannot tell the node id of '" + target_name(c) + "': " + why);
-        return kExitError;
-    }
+    auto target = need_target_id(c);
+    if (!target) return kExitError;
+    const std::optional<uint8_t> victim = target->id;
     std::string lwhy;
     auto local_r = local_node_id(c, lwhy);
     std::optional<uint8_t> local;
     if (local_r) local = *local_r;
     else c.debug("this node's id is unknown: " + lwhy);
     if (local && *local == *victim) {
-        c.error("refusing to fence the local node '" + target_name(c) + "' (node " + std::to_string(*victim) + ")");
+        c.error("refusing to fence the local node " + target->label);
         return kExitError;
     }
     if (c.o.delay_s > 0) {
@@ -401,12 +427,9 @@ int action_off(const Ctx& c) {
 
 int action_status(const Ctx& c) {
     if (!need_target(c) || !need_devices(c)) return kExitError;
-    std::string why;
-    auto node = node_id_of(c, c.o.target(), why);
-    if (!node) {
-        c.error("cannot tell the node id of '" + target_name(c) + "': " + why);
-        return kExitError;
-    }
+    auto target = need_target_id(c);
+    if (!target) return kExitError;
+    const std::optional<uint8_t> node = target->id;
     bool on = false;
     for (const auto& path : c.o.devices) {
         auto d = open_device(c, path);
@@ -491,43 +514,77 @@ int action_validate(const Ctx& c) {
             ok = false;
         }
     }
-    if (!c.o.target().empty()) {
+    if (c.o.has_target()) {
         // Pacemaker validates a device with a placeholder target ("node1"):
         // the configuration is what is checked, not the target.
         std::string why;
-        if (auto n = node_id_of(c, c.o.target(), why); !n)
-            c.log(Level::warning, "not checking the target '" + target_name(c) + "': " + why);
+        if (auto t = target_of(c, why); !t) c.log(Level::warning, "not checking the target: " + why);
     }
     for (const auto& path : c.o.devices)
         if (!open_device(c, path)) ok = false;
     return ok ? kExitOk : kExitError;
 }
 
-int action_list(const Ctx& c) {
-    std::vector<std::pair<uint32_t, std::string>> nodes;
-    if (!c.o.node_ids.empty()) {
-        std::string why;
-        auto m = parse_node_map(c.o.node_ids, why);
-        if (!m) {
-            c.error("node_ids: " + why);
-            return kExitError;
-        }
-        for (const auto& [n, id] : *m) nodes.emplace_back(id, n);
-    } else {
-        auto text = c.host.cmapctl ? c.host.cmapctl(c.o.corosync_cmap_path, {"nodelist"})
-                                   : Result<std::string>(make_error_code(Errc::not_found));
-        if (!text) {
-            c.error("no node_ids, and " + c.o.corosync_cmap_path + " nodelist failed: " + text.error().message());
-            return kExitError;
-        }
-        for (const auto& [n, id] : parse_cmap_nodelist(*text)) nodes.emplace_back(id, n);
+// The nodes of the map, by id: what list and list-status print.
+std::optional<std::vector<std::pair<uint32_t, std::string>>> list_nodes(const Ctx& c) {
+    std::string why;
+    auto m = load_node_map(c, why);
+    if (!m) {
+        c.error(c.o.node_ids.empty() ? why : "node_ids: " + why);
+        return std::nullopt;
     }
+    std::vector<std::pair<uint32_t, std::string>> nodes;
+    for (const auto& [n, id] : m->ids) nodes.emplace_back(id, n);
     std::sort(nodes.begin(), nodes.end());
-    for (const auto& [id, n] : nodes) c.out += n + "," + std::to_string(id) + "\n";
+    return nodes;
+}
+
+// fence-agents' list: "plug<separator>alias" per line; the plug is the
+// node's name, the alias its node id (either is accepted as a plug).
+int action_list(const Ctx& c) {
+    auto nodes = list_nodes(c);
+    if (!nodes) return kExitError;
+    for (const auto& [id, n] : *nodes) c.out += n + c.o.separator + std::to_string(id) + "\n";
+    return kExitOk;
+}
+
+// fence-agents' list-status: "plug<separator>alias<separator>status" per
+// line, status ON (a key of the node on any device, as the status action),
+// OFF or UNKNOWN (an id no key can carry). A device that cannot be read
+// fails the action, as an unreachable fence device does.
+int action_list_status(const Ctx& c) {
+    if (!need_devices(c)) return kExitError;
+    auto nodes = list_nodes(c);
+    if (!nodes) return kExitError;
+    std::set<uint8_t> on;
+    for (const auto& path : c.o.devices) {
+        auto d = open_device(c, path);
+        if (!d) return kExitError;
+        auto st = d->resv().report();
+        if (!st) {
+            c.error(path + ": reading the reservation failed: " + st.error().message());
+            return kExitError;
+        }
+        for (const auto& r : st->registrants)
+            if (auto f = decode_key(r.key); f && f->tag == c.o.tag) on.insert(f->node);
+    }
+    for (const auto& [id, n] : *nodes) {
+        const char* status = id < 1 || id > kMaxNode ? "UNKNOWN" : on.count(static_cast<uint8_t>(id)) ? "ON" : "OFF";
+        c.out += n + c.o.separator + std::to_string(id) + c.o.separator + status + "\n";
+    }
     return kExitOk;
 }
 
 }  // namespace
+
+bool is_device_mapper_path(std::string_view path) {
+    const std::string_view name = path.substr(path.find_last_of('/') + 1);
+    auto starts = [](std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; };
+    if (starts(path, "/dev/mapper/")) return true;
+    if (starts(path, "/dev/disk/by-id/") && (starts(name, "dm-uuid-") || starts(name, "dm-name-"))) return true;
+    if (!starts(path, "/dev/") || !starts(name, "dm-") || name.size() == 3) return false;
+    return name.substr(3).find_first_not_of("0123456789") == std::string_view::npos;
+}
 
 ResvType resv_type_for(Mode m) {
     return m == Mode::exclusive ? ResvType::write_exclusive : ResvType::write_exclusive_reg_only;
@@ -549,6 +606,10 @@ int run(const Parsed& parsed, Host& host, std::string& out) {
         out += metadata_xml();
         return kExitOk;
     }
+    if (o.action == Action::manpage) {
+        out += manpage_text();
+        return kExitOk;
+    }
     if (!parsed.ok()) {
         for (const auto& e : parsed.errors) c.error("Failed: " + e);
         c.error("Please use '-h' for usage");
@@ -561,8 +622,10 @@ int run(const Parsed& parsed, Host& host, std::string& out) {
     case Action::status: return action_status(c);
     case Action::monitor: return action_monitor(c);
     case Action::list: return action_list(c);
+    case Action::list_status: return action_list_status(c);
     case Action::validate_all: return action_validate(c);
-    case Action::metadata: break;
+    case Action::metadata:
+    case Action::manpage: break;
     }
     return kExitOk;
 }

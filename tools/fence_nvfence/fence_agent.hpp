@@ -6,8 +6,8 @@
 /// run every action against the in-memory device model.
 ///
 /// Exit codes (fence-agents): 0 success (status: the node is ON), 1 any
-/// failure (bad options included, as fence-agents' fail_usage), 2 status:
-/// the node is OFF.
+/// failure (bad options included, as fence-agents' fail_usage; an unknown
+/// plug; a device-mapper device), 2 status: the node is OFF.
 ///
 /// Keys: a node's key is nvfence's `nf:TAG:NODE:EPOCH`; a node is ON on a
 /// device while any key of its tag and node id is registered there,
@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "nvfence/control.hpp"
@@ -71,6 +72,11 @@ struct Host {
     std::function<void(Level, const std::string&)> log;
     /// This node's name (uname -n).
     std::string local_name;
+    /// The canonical path of @p path (symbolic links resolved), "" when
+    /// unknown; used to recognise device-mapper devices behind links.
+    std::function<std::string(const std::string& path)> resolve;
+    /// The devices under device-mapper device @p dm_name ("dm-3"), for messages.
+    std::function<std::vector<std::string>(const std::string& dm_name)> dm_slaves;
 };
 
 /// Runs the action of @p parsed and returns its exit code; what the agent
@@ -85,6 +91,15 @@ std::string metadata_xml();
 
 /// The usage text of -h/--help.
 std::string usage_text();
+
+/// The man page fence_nvfence(8) (groff, man(7) macros), generated from the
+/// same table as metadata_xml(); man/fence_nvfence.8 is its output.
+std::string manpage_text();
+
+/// True for a device-mapper device: /dev/mapper/NAME, /dev/dm-N and the
+/// /dev/disk/by-id/dm-uuid-* and dm-name-* links. Such devices are refused
+/// (dm-multipath over NVMe: use the namespace with native NVMe multipath).
+bool is_device_mapper_path(std::string_view path);
 
 /// The NVMe reservation type of @p m.
 ResvType resv_type_for(Mode m);

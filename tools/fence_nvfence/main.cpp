@@ -10,6 +10,7 @@
 #include <syslog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -156,6 +157,24 @@ std::optional<std::string> find_agent_real(const Options& o, const Device& d) {
     return std::nullopt;
 }
 
+std::string canonical_path(const std::string& path) {
+    std::error_code ec;
+    auto p = std::filesystem::canonical(path, ec);
+    return ec ? std::string() : p.string();
+}
+
+// The block devices under a device-mapper device, from sysfs.
+std::vector<std::string> dm_slaves(const std::string& dm_name) {
+    std::vector<std::string> out;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/sys/block/" + dm_name + "/slaves", ec)) {
+        if (out.size() >= kMaxAgentSockets) break;
+        out.push_back(e.path().filename().string());
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
 std::string local_node_name() {
     utsname u{};
     if (::uname(&u) != 0) return {};
@@ -199,6 +218,8 @@ int main(int argc, char** argv) {
 
     Host host;
     host.local_name = local_node_name();
+    host.resolve = canonical_path;
+    host.dm_slaves = dm_slaves;
     host.open = open_real;
     host.cmapctl = run_bounded;
     host.find_agent = [&o](const Device& d) { return find_agent_real(o, d); };

@@ -30,6 +30,7 @@ constexpr Spec kSpecs[] = {
     {"action", 'o', "action", Kind::value},
     {"plug", 'n', "plug", Kind::value},
     {"nodename", 0, "nodename", Kind::value},
+    {"nodeid", 0, "nodeid", Kind::value},
     {"devices", 'd', "devices", Kind::value},
     {"key", 'k', "key", Kind::value},
     {"node_ids", 0, "node-ids", Kind::value},
@@ -42,6 +43,7 @@ constexpr Spec kSpecs[] = {
     {"corosync_cmap_path", 0, "corosync-cmap-path", Kind::value},
     {"state_dir", 0, "state-dir", Kind::value},
     {"agent_socket", 0, "agent-socket", Kind::value},
+    {"separator", 'C', "separator", Kind::value},
     {"help", 'h', "help", Kind::flag},
     {"version", 'V', "version", Kind::flag},
 };
@@ -88,75 +90,97 @@ std::optional<Action> parse_action(const std::string& a) {
     if (s == "status") return Action::status;
     if (s == "monitor") return Action::monitor;
     if (s == "list") return Action::list;
+    if (s == "list-status") return Action::list_status;
     if (s == "metadata" || s == "meta-data") return Action::metadata;
+    if (s == "manpage") return Action::manpage;
     if (s == "validate-all") return Action::validate_all;
     return std::nullopt;
+}
+
+void apply_action(Parsed& p, const std::string& value) {
+    if (auto a = parse_action(value)) {
+        p.opts.action = *a;
+    } else if (lower(value) == "reboot") {
+        p.errors.push_back(
+            "action 'reboot' is not supported: fence_nvfence fences at the storage (fabric fencing); "
+            "Pacemaker turns a reboot into 'off' for such devices, and unfencing ('on') happens when the node "
+            "rejoins");
+    } else {
+        p.errors.push_back("unrecognised action '" + value +
+                           "' (on, off, status, monitor, list, list-status, metadata, manpage, validate-all)");
+    }
+}
+
+void apply_reservation_type(Parsed& p, const std::string& value) {
+    const std::string v = lower(value);
+    if (v == "registrants-only" || v == "registrants_only" || v == "wero" || v == "shared") {
+        p.opts.mode = Mode::registrants_only;
+    } else if (v == "exclusive" || v == "we") {
+        p.opts.mode = Mode::exclusive;
+    } else if (!v.empty() && std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+        // A number copied from an sg_persist / fence_scsi setup would
+        // name another type on NVMe: SCSI 5 (WERO) is NVMe 3, SCSI 1
+        // (WE) is NVMe 1, SCSI 3 (EA) is NVMe 2.
+        p.errors.push_back("reservation_type takes a name, not a number ('" + value +
+                           "'): NVMe numbers the types differently from SCSI (SCSI type 5, Write Exclusive - "
+                           "Registrants Only, is NVMe type 3); use registrants-only or exclusive");
+    } else {
+        p.errors.push_back("reservation_type '" + value + "' is not registrants-only or exclusive");
+    }
+}
+
+void apply_key(Parsed& p, const std::string& value) {
+    if (auto id = parse_uint(value, 1, kMaxNode)) {
+        p.opts.key_node = static_cast<uint8_t>(*id);
+    } else if (auto k = parse_key(value); k && decode_key(*k)) {
+        p.opts.key_node = decode_key(*k)->node;
+    } else {
+        p.errors.push_back("key '" + value + "' is not a node id (1-255) nor an nvfence key nf:TAG:NODE:EPOCH");
+    }
+}
+
+// Options whose value is kept as given.
+bool apply_text(Options& o, const std::string& n, const std::string& value) {
+    if (n == "plug") o.plug = value;
+    else if (n == "nodename") o.nodename = value;
+    else if (n == "debug_file") o.debug_file = value;
+    else if (n == "corosync_cmap_path") o.corosync_cmap_path = value;
+    else if (n == "state_dir") o.state_dir = value;
+    else if (n == "agent_socket") o.agent_socket = value;
+    else return false;
+    return true;
 }
 
 void apply_value(Parsed& p, const Spec& s, const std::string& value) {
     Options& o = p.opts;
     const std::string n = s.name;
+    if (apply_text(o, n, value)) return;
     if (n == "action") {
-        if (auto a = parse_action(value)) {
-            o.action = *a;
-        } else if (lower(value) == "reboot") {
-            p.errors.push_back(
-                "action 'reboot' is not supported: fence_nvfence fences at the storage (fabric fencing); "
-                "Pacemaker turns a reboot into 'off' for such devices, and unfencing ('on') happens when the node "
-                "rejoins");
-        } else {
-            p.errors.push_back("unrecognised action '" + value +
-                               "' (on, off, status, monitor, list, metadata, validate-all)");
-        }
-    } else if (n == "plug") {
-        o.plug = value;
-    } else if (n == "nodename") {
-        o.nodename = value;
+        apply_action(p, value);
+    } else if (n == "nodeid") {
+        // Pacemaker's; a value it could not have sent is not worth failing for.
+        if (auto id = parse_uint(value, 1, UINT32_MAX)) o.nodeid = static_cast<uint32_t>(*id);
+        else p.warnings.push_back("ignoring nodeid '" + value + "': not a node id");
     } else if (n == "devices") {
         o.devices = split_devices(value);
     } else if (n == "key") {
-        if (auto id = parse_uint(value, 1, kMaxNode)) {
-            o.key_node = static_cast<uint8_t>(*id);
-        } else if (auto k = parse_key(value); k && decode_key(*k)) {
-            o.key_node = decode_key(*k)->node;
-        } else {
-            p.errors.push_back("key '" + value +
-                               "' is not a node id (1-255) nor an nvfence key nf:TAG:NODE:EPOCH");
-        }
+        apply_key(p, value);
     } else if (n == "node_ids") {
         std::string why;
         if (!value.empty() && !parse_node_map(value, why)) p.errors.push_back("node_ids: " + why);
         o.node_ids = value;
     } else if (n == "reservation_type") {
-        const std::string v = lower(value);
-        if (v == "registrants-only" || v == "registrants_only" || v == "wero" || v == "shared") {
-            o.mode = Mode::registrants_only;
-        } else if (v == "exclusive" || v == "we") {
-            o.mode = Mode::exclusive;
-        } else if (!v.empty() && std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-            // A number copied from an sg_persist / fence_scsi setup would
-            // name another type on NVMe: SCSI 5 (WERO) is NVMe 3, SCSI 1
-            // (WE) is NVMe 1, SCSI 3 (EA) is NVMe 2.
-            p.errors.push_back("reservation_type takes a name, not a number ('" + value +
-                               "'): NVMe numbers the types differently from SCSI (SCSI type 5, Write Exclusive - "
-                               "Registrants Only, is NVMe type 3); use registrants-only or exclusive");
-        } else {
-            p.errors.push_back("reservation_type '" + value + "' is not registrants-only or exclusive");
-        }
+        apply_reservation_type(p, value);
     } else if (n == "cluster_tag") {
         if (auto t = parse_uint(value, 0, 255)) o.tag = static_cast<uint8_t>(*t);
         else p.errors.push_back("cluster_tag '" + value + "' is not a number from 0 to 255");
     } else if (n == "delay") {
         if (auto d = parse_uint(value, 0, 3600)) o.delay_s = static_cast<uint32_t>(*d);
         else p.errors.push_back("delay '" + value + "' is not a number of seconds from 0 to 3600");
-    } else if (n == "debug_file") {
-        o.debug_file = value;
-    } else if (n == "corosync_cmap_path") {
-        o.corosync_cmap_path = value;
-    } else if (n == "state_dir") {
-        o.state_dir = value;
-    } else if (n == "agent_socket") {
-        o.agent_socket = value;
+    } else if (n == "separator") {
+        if (value.empty() || value.find_first_of("\n\r") != std::string::npos)
+            p.errors.push_back("separator must be one or more characters on one line");
+        else o.separator = value;
     }
 }
 
@@ -178,7 +202,9 @@ const char* action_name(Action a) {
     case Action::status: return "status";
     case Action::monitor: return "monitor";
     case Action::list: return "list";
+    case Action::list_status: return "list-status";
     case Action::metadata: return "metadata";
+    case Action::manpage: return "manpage";
     case Action::validate_all: return "validate-all";
     }
     return "?";

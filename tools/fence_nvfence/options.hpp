@@ -15,8 +15,10 @@
 ///    else is warned about and ignored;
 ///  - `option` is the deprecated name of `action` (FenceAgentAPI);
 ///  - `port` is the deprecated name of `plug` (the same option: the last
-///    line of either wins); `nodename` (which Pacemaker always sends) names
-///    the target only when neither is given.
+///    line of either wins); `nodename` and `nodeid` (which Pacemaker sends
+///    with the target's name and corosync node id) are kept as given: how
+///    they name the target is target.hpp's rule;
+///  - a `nodeid` that is not a number is warned about and ignored.
 /// argv rules: GNU getopt style (`-o off`, `-ooff`, `--action=off`,
 /// `--action off`, `-vv`); an unknown option is an error (exit 1, as
 /// fence-agents); the last occurrence of an option wins.
@@ -34,7 +36,7 @@
 namespace nvfence::fence_agent {
 
 /// The actions of the fence-agents API that fence_nvfence implements.
-enum class Action { on, off, status, monitor, list, metadata, validate_all };
+enum class Action { on, off, status, monitor, list, list_status, metadata, manpage, validate_all };
 
 /// The action's name as fence-agents spells it ("validate-all", ...).
 const char* action_name(Action a);
@@ -52,7 +54,8 @@ const char* mode_name(Mode m);
 struct Options {
     Action action = Action::off;             ///< -o/--action (default off).
     std::string plug;                        ///< -n/--plug (or port): the target node.
-    std::string nodename;                    ///< nodename: target when plug is empty.
+    std::string nodename;                    ///< nodename: the target's node name (Pacemaker).
+    std::optional<uint32_t> nodeid;          ///< nodeid: the target's corosync node id (Pacemaker).
     std::vector<std::string> devices;        ///< -d/--devices, comma or space separated.
     std::optional<uint8_t> key_node;         ///< -k/--key: the target's node id, overriding the map.
     std::string node_ids;                    ///< --node-ids: "n1:1;n2:2" (kept as text, see parse_node_map).
@@ -65,11 +68,12 @@ struct Options {
     std::string corosync_cmap_path = "/usr/sbin/corosync-cmapctl";  ///< --corosync-cmap-path.
     std::string state_dir = "/var/lib/nvfence";  ///< --state-dir: epoch files (shared with nvfence).
     std::string agent_socket;                ///< --agent-socket: nvfenced's socket ("" = search /run/nvfence).
+    std::string separator = ",";             ///< -C/--separator: between the fields of list and list-status.
     bool help = false;                       ///< -h/--help.
     bool version = false;                    ///< -V/--version.
 
-    /// The target node's name: plug, else nodename ("" when neither).
-    const std::string& target() const { return plug.empty() ? nodename : plug; }
+    /// True when anything names a target (plug, nodename, nodeid or key).
+    bool has_target() const { return !plug.empty() || !nodename.empty() || nodeid || key_node; }
 };
 
 /// The result of parsing: options plus what was wrong, for people.
