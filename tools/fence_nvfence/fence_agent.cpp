@@ -284,8 +284,55 @@ int action_on(const Ctx& c) {
 
 enum class OffResult { already_off, fenced, refused, failed };
 
-OffResult off_device(const Ctx& c, Device& d, uint8_t victim) {
+// The local nvfenced does the verified preempt-and-abort with its own key.
+void preempt_through_agent(const Ctx& c, const std::string& sock, const std::vector<uint64_t>& victims,
+                           std::string& last_problem) {
+    for (uint64_t k : victims.empty() ? std::vector<uint64_t>{0} : victims) {
+        auto r = ask_agent(c, sock, ControlOp::takeover, k);
+        if (!r) last_problem = "nvfenced at " + sock + ": " + r.error().message();
+        else if (r->exit_code) last_problem = "nvfenced: " + r->message;
+    }
+}
+
+// Preempts-and-aborts every key of @p victims with this host's @p mykey, and
+// takes the reservation when none is held. True when anything was sent.
+bool preempt_direct(const Ctx& c, Device& d, uint64_t mykey, const std::vector<uint64_t>& victims,
+                    std::string& last_problem) {
     const ResvType type = resv_type_for(c.o.mode);
+    bool sent = false;
+    for (uint64_t k : victims) {
+        AcquireArgs a;
+        a.action = AcquireAction::preempt_and_abort;
+        a.type = type;
+        a.crkey = mykey;
+        a.prkey = k;
+        if (auto s = d.resv().acquire(a); !s) {
+            // A conflict is also what a fencer that lost the race to
+            // another fencer gets: the Report decides.
+            last_problem = "preempt-and-abort of " + key_words(k) + " failed: " + s.error().message();
+            c.log(Level::warning, d.path() + ": " + last_problem);
+        } else {
+            c.info(d.path() + ": preempted-and-aborted " + key_words(k));
+        }
+        sent = true;
+    }
+    auto now = d.resv().report();
+    if (now && now->type == ResvType::none) {
+        // Without a reservation an unregistered host still writes.
+        AcquireArgs a;
+        a.action = AcquireAction::acquire;
+        a.type = type;
+        a.crkey = mykey;
+        if (auto s = d.resv().acquire(a); !s)
+            last_problem = "acquiring the reservation failed: " + s.error().message();
+        else
+            c.info(d.path() + ": took the " + std::string(resv_type_name(type)) + " reservation");
+        sent = true;
+    }
+    return sent;
+}
+
+OffResult off_device(const Ctx& c, Device& d, uint8_t victim) {
     std::optional<std::string> sock;
     bool looked_for_agent = false;
     bool changed = false;
@@ -320,13 +367,8 @@ OffResult off_device(const Ctx& c, Device& d, uint8_t victim) {
             looked_for_agent = true;
         }
         if (sock) {
-            // The agent does the verified preempt-and-abort with its own key.
-            for (uint64_t k : victims.empty() ? std::vector<uint64_t>{0} : victims) {
-                auto r = ask_agent(c, *sock, ControlOp::takeover, k);
-                if (!r) last_problem = "nvfenced at " + *sock + ": " + r.error().message();
-                else if (r->exit_code) last_problem = "nvfenced: " + r->message;
-                changed = true;
-            }
+            preempt_through_agent(c, *sock, victims, last_problem);
+            changed = true;
         } else {
             if (!me) {
                 // Only 'on' registers. A host without a key here was fenced
@@ -338,36 +380,7 @@ OffResult off_device(const Ctx& c, Device& d, uint8_t victim) {
                         "node " + std::to_string(victim) + ": only 'on' registers a node");
                 return OffResult::failed;
             }
-            const uint64_t mykey = me->key;
-            for (uint64_t k : victims) {
-                AcquireArgs a;
-                a.action = AcquireAction::preempt_and_abort;
-                a.type = type;
-                a.crkey = mykey;
-                a.prkey = k;
-                if (auto s = d.resv().acquire(a); !s) {
-                    // A conflict is also what a fencer that lost the race to
-                    // another fencer gets: the Report below decides.
-                    last_problem = "preempt-and-abort of " + key_words(k) + " failed: " + s.error().message();
-                    c.log(Level::warning, d.path() + ": " + last_problem);
-                } else {
-                    c.info(d.path() + ": preempted-and-aborted " + key_words(k));
-                }
-                changed = true;
-            }
-            auto now = d.resv().report();
-            if (now && now->type == ResvType::none) {
-                // Without a reservation an unregistered host still writes.
-                AcquireArgs a;
-                a.action = AcquireAction::acquire;
-                a.type = type;
-                a.crkey = mykey;
-                if (auto s = d.resv().acquire(a); !s)
-                    last_problem = "acquiring the reservation failed: " + s.error().message();
-                else
-                    c.info(d.path() + ": took the " + std::string(resv_type_name(type)) + " reservation");
-                changed = true;
-            }
+            if (preempt_direct(c, d, me->key, victims, last_problem)) changed = true;
         }
     }
     auto st = d.resv().report();
