@@ -56,20 +56,6 @@ std::string describe_elector(const ElectorSnapshot& s) {
     return out;
 }
 
-const char* elector_key_help(const std::string& key) {
-    if (key == "elector") return "who decides who holds: none (default: takeover on request) or etcd";
-    if (key == "etcd_endpoints") return "etcd endpoints http(s)://host:port, separated by , (required with elector = etcd)";
-    if (key == "etcd_ca_file") return "PEM CA bundle for https endpoints (default: system CAs)";
-    if (key == "etcd_cert_file") return "PEM client certificate for mutual TLS (with etcd_key_file)";
-    if (key == "etcd_key_file") return "PEM client key for mutual TLS (with etcd_cert_file)";
-    if (key == "election_name") return "etcd election name (default nvfence/<volume>)";
-    if (key == "lease_ttl_s") return "etcd lease TTL, 2..3600 s (default 5)";
-    if (key == "lease_margin_ms") return "step down this long before the lease may expire (default min(1000, TTL/4))";
-    if (key == "etcd_timeout_ms") return "bound on etcd calls outside a live lease, the least any call gets (default min(1000, TTL/3))";
-    if (key == "lease_loss") return "etcd unreachable past the lease: fence (default: stop writers, fence action, release) or hold";
-    return "elector setting";
-}
-
 // ---------------------------------------------------------------- bridge
 
 ElectorBridge::ElectorBridge(uint8_t tag, HostId self, const EpochStore* epochs)

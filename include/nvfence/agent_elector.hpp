@@ -263,7 +263,4 @@ private:
     std::thread thread_;
 };
 
-/// Help text of the elector keys for nvfenced --help.
-const char* elector_key_help(const std::string& key);
-
 }  // namespace nvfence
