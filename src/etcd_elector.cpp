@@ -151,6 +151,10 @@ struct EtcdElector::Http {
             curl_easy_setopt(h, CURLOPT_WRITEDATA, &t);
             curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
             curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+            // Never a proxy from the environment (http_proxy, ALL_PROXY): a
+            // daemon's etcd traffic must not go wherever a login shell's
+            // variables point; "" turns libcurl's proxy use off entirely.
+            curl_easy_setopt(h, CURLOPT_PROXY, "");
             if (!opts.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, opts.ca_file.c_str());
             if (!opts.cert_file.empty()) curl_easy_setopt(h, CURLOPT_SSLCERT, opts.cert_file.c_str());
             if (!opts.key_file.empty()) curl_easy_setopt(h, CURLOPT_SSLKEY, opts.key_file.c_str());

@@ -476,6 +476,21 @@ TEST_F(EtcdLive, SnapshotRestoreRollsTheCounterBackButNotTheToken) {
     std::printf("before restore %u, after restore %u (counter in etcd was rolled back to 1)\n", t2->epoch, t3->epoch);
 }
 
+// A daemon started from a shell that exports a proxy (or a unit with
+// Environment=http_proxy=...) still talks to etcd directly: libcurl would
+// otherwise send every call to the proxy, here one that does not exist.
+TEST_F(EtcdLive, ProxyVariablesOfTheEnvironmentAreNotUsed) {
+    const std::string dead = "http://127.0.0.1:" + std::to_string(free_port());
+    for (const char* v : {"http_proxy", "https_proxy", "all_proxy", "ALL_PROXY"}) ::setenv(v, dead.c_str(), 1);
+    ::unsetenv("no_proxy");
+    ::unsetenv("NO_PROXY");
+    auto a = elector("node=1");
+    auto won = a->campaign(kCall);
+    for (const char* v : {"http_proxy", "https_proxy", "all_proxy", "ALL_PROXY"}) ::unsetenv(v);
+    ASSERT_TRUE(won) << won.error().message() << " " << a->last_error();
+    EXPECT_TRUE(a->resign(kCall));
+}
+
 TEST_F(EtcdLive, ErrorsAndBoundsOfTheTransport) {
     // A port nobody listens on: unreachable, fast.
     EtcdOptions o;
