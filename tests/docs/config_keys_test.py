@@ -41,9 +41,21 @@ def parser_keys() -> list:
     return keys
 
 
-def check_config(path: str, *flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run([os.environ["NVFENCED"], "--config", path, "--check-config", *flags],
-                          capture_output=True, text=True, timeout=30)
+TLS_FILE = re.compile(r"^(\s*etcd_(?:ca|cert|key)_file\s*=\s*)\S+", re.M)
+
+
+def check_config(path: str, *flags: str, tls_file=os.path.abspath(__file__)) -> subprocess.CompletedProcess:
+    """nvfenced --check-config on the file at path, with every TLS file it
+    names (the docs' /etc/nvfence/...) replaced by tls_file: by default a
+    readable file, as nvfenced refuses TLS files it cannot read."""
+    text = TLS_FILE.sub(lambda m: m.group(1) + tls_file, read(path))
+    with tempfile.NamedTemporaryFile("w", suffix=".conf", delete=False) as f:
+        f.write(text)
+    try:
+        return subprocess.run([os.environ["NVFENCED"], "--config", f.name, "--check-config", *flags],
+                              capture_output=True, text=True, timeout=30)
+    finally:
+        os.unlink(f.name)
 
 
 def check_settings(kv: dict) -> subprocess.CompletedProcess:
@@ -125,6 +137,13 @@ def test_the_example_sets_every_key_the_parser_accepts():
 def test_the_example_passes_check_config():
     r = check_config(EXAMPLE)
     assert r.returncode == 0, f"nvfenced --check-config {EXAMPLE}: rc {r.returncode}: {r.stderr}"
+
+
+def test_a_tls_file_nvfenced_cannot_read_is_refused_with_its_key():
+    missing = "/nonexistent/nvfence-test/etcd-ca.pem"
+    r = check_config(EXAMPLE, tls_file=missing)
+    assert r.returncode == 2, r
+    assert f"etcd_ca_file = {missing}: No such file or directory" in r.stderr, r.stderr
 
 
 def test_the_examples_commented_alternative_passes_check_config():

@@ -649,6 +649,20 @@ void add_key_options(CLI::App& app, std::map<std::string, std::string>& values,
     }
 }
 
+// libcurl reads the TLS files on the first etcd call: a missing or
+// unreadable one would show only as "unreachable" on every call. nvfenced
+// and --check-config refuse it at once, naming the key and the file.
+bool tls_files_readable(const nvfence::ElectorSettings& es, std::string& why) {
+    for (const auto& [key, path] : {std::pair<const char*, const std::string*>{"etcd_ca_file", &es.ca_file},
+                                    {"etcd_cert_file", &es.cert_file},
+                                    {"etcd_key_file", &es.key_file}}) {
+        if (path->empty() || ::access(path->c_str(), R_OK) == 0) continue;
+        why = std::string(key) + " = " + *path + ": " + std::strerror(errno);
+        return false;
+    }
+    return true;
+}
+
 int real_main(int argc, char** argv) {
     CLI::App app{"nvfenced: the nvfence host agent. It registers this host on one shared NVMe namespace,\n"
                  "holds the reservation or stands by, watches it every interval, and self-fences\n"
@@ -695,7 +709,8 @@ int real_main(int argc, char** argv) {
     std::string why;
     const nvfence::SettingsMap elector_kv = split_elector_keys(kv);
     // The volume is known only from the device; "volume" stands in for it here.
-    if (!ElectorLink::settings(elector_kv, "volume", why)) {
+    const auto es = ElectorLink::settings(elector_kv, "volume", why);
+    if (!es || !tls_files_readable(*es, why)) {
         std::cerr << "nvfenced: invalid configuration: " << why << (config.empty() ? "" : " (in " + config + ")")
                   << "\n";
         return kExitConfig;
