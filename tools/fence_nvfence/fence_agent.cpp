@@ -135,6 +135,15 @@ bool refuse_device_mapper(const Ctx& c, const std::string& path) {
     return true;
 }
 
+// The device's reservation, or nullopt once the failure is reported
+// (path names the device in the message).
+std::optional<ReservationStatus> read_reservation(const Ctx& c, Device& d, const std::string& path) {
+    auto st = d.resv().report();
+    if (st) return std::move(*st);
+    c.error(path + ": reading the reservation failed: " + st.error().message());
+    return std::nullopt;
+}
+
 std::unique_ptr<Device> open_device(const Ctx& c, const std::string& path) {
     if (refuse_device_mapper(c, path)) return nullptr;
     std::string why;
@@ -241,11 +250,8 @@ bool on_device(const Ctx& c, Device& d, uint8_t node) {
                 c.log(Level::warning, d.path() + ": acquiring the reservation failed: " + a.error().message());
         }
     }
-    auto st = d.resv().report();
-    if (!st) {
-        c.error(d.path() + ": reading the reservation failed: " + st.error().message());
-        return false;
-    }
+    auto st = read_reservation(c, d, d.path());
+    if (!st) return false;
     const Registrant* me = st->find_host(d.host_id());
     auto f = me ? decode_key(me->key) : std::nullopt;
     if (!f || f->node != node || f->tag != c.o.tag) {
@@ -338,11 +344,8 @@ OffResult off_device(const Ctx& c, Device& d, uint8_t victim) {
     bool changed = false;
     std::string last_problem;
     for (int round = 0; round < kOffRounds; ++round) {
-        auto st = d.resv().report();
-        if (!st) {
-            c.error(d.path() + ": reading the reservation failed: " + st.error().message());
-            return OffResult::failed;
-        }
+        auto st = read_reservation(c, d, d.path());
+        if (!st) return OffResult::failed;
         const Registrant* me = st->find_host(d.host_id());
         if (me) {
             auto f = decode_key(me->key);
@@ -447,11 +450,8 @@ int action_status(const Ctx& c) {
     for (const auto& path : c.o.devices) {
         auto d = open_device(c, path);
         if (!d) return kExitError;
-        auto st = d->resv().report();
-        if (!st) {
-            c.error(path + ": reading the reservation failed: " + st.error().message());
-            return kExitError;
-        }
+        auto st = read_reservation(c, *d, path);
+        if (!st) return kExitError;
         auto keys = node_keys(*st, c.o.tag, *node);
         if (!keys.empty()) {
             on = true;
@@ -506,9 +506,8 @@ int action_monitor(const Ctx& c) {
             ok = false;
             continue;
         }
-        auto st = d->resv().report();
+        auto st = read_reservation(c, *d, path);
         if (!st) {
-            c.error(path + ": reading the reservation failed: " + st.error().message());
             ok = false;
             continue;
         }
@@ -573,11 +572,8 @@ int action_list_status(const Ctx& c) {
     for (const auto& path : c.o.devices) {
         auto d = open_device(c, path);
         if (!d) return kExitError;
-        auto st = d->resv().report();
-        if (!st) {
-            c.error(path + ": reading the reservation failed: " + st.error().message());
-            return kExitError;
-        }
+        auto st = read_reservation(c, *d, path);
+        if (!st) return kExitError;
         for (const auto& r : st->registrants)
             if (auto f = decode_key(r.key); f && f->tag == c.o.tag) on.insert(f->node);
     }
