@@ -194,6 +194,40 @@ Result<Outcome> Fence::acquire() {
     return finish(o, *after);
 }
 
+// An Acquire with the fresh key @p key that failed: lost race, or done after
+// all (see maybe_done).
+Result<Outcome> Fence::after_acquire_failure(std::error_code ec, const Outcome& o, uint64_t key) {
+    const bool conflict = is_nvme(ec, NvmeStatus::reservation_conflict);
+    if (!maybe_done(ec)) return ec;
+    auto now = verify();
+    if (!now) return conflict ? now.error() : ec;
+    const auto* h = now->holder();
+    const auto* m = mine(*now);
+    if (m && m->key == key && m->holder && now->type == opts_.type) {
+        // Only this host uses the key, so one of its Acquires took the
+        // reservation, though its own completion says otherwise. An Acquire
+        // of the type held, by the holder, changes nothing and completes
+        // after that first one (nvmet serialises reservation commands, and a
+        // preempt-and-abort completes after the abort): its success is the
+        // completion the first one lost.
+        AcquireArgs confirm;
+        confirm.action = AcquireAction::acquire;
+        confirm.type = opts_.type;
+        confirm.crkey = key;
+        if (auto c = resv_.acquire(confirm); !c) return ec;
+        auto fin = verify();
+        if (!fin) return ec;
+        const auto* m2 = mine(*fin);
+        if (!m2 || m2->key != key || !m2->holder || fin->type != opts_.type) return ec;
+        Outcome done = finish(o, *fin);
+        done.completion_error = ec;
+        return done;
+    }
+    if (!conflict) return ec;
+    if ((h && h->key != key) || !m) return make_error_code(Errc::lost_race);
+    return ec;
+}
+
 Result<Outcome> Fence::takeover(std::optional<uint64_t> victim) {
     auto started = start();
     if (!started) return started.error();
@@ -253,50 +287,28 @@ Result<Outcome> Fence::takeover(std::optional<uint64_t> victim) {
             if (auto s = resv_.acquire(p); !s && !maybe_done(s.error())) return s.error();
         }
     }
-    // An Acquire that failed: lost race, or done after all (see maybe_done).
-    auto after_failure = [&](std::error_code ec) -> Result<Outcome> {
-        const bool conflict = is_nvme(ec, NvmeStatus::reservation_conflict);
-        if (!maybe_done(ec)) return ec;
-        auto now = verify();
-        if (!now) return conflict ? now.error() : ec;
-        const auto* h = now->holder();
-        const auto* m = mine(*now);
-        if (m && m->key == *key && m->holder && now->type == opts_.type) {
-            // Only this call used the fresh key, so one of its Acquires took
-            // the reservation, though its own completion says otherwise. An
-            // Acquire of the type held, by the holder, changes nothing and
-            // completes after that first one (nvmet serialises reservation
-            // commands, and a preempt-and-abort completes after the abort):
-            // its success is the completion the first one lost.
-            AcquireArgs confirm;
-            confirm.action = AcquireAction::acquire;
-            confirm.type = opts_.type;
-            confirm.crkey = *key;
-            if (auto c = resv_.acquire(confirm); !c) return ec;
-            auto fin = verify();
-            if (!fin) return ec;
-            const auto* m2 = mine(*fin);
-            if (!m2 || m2->key != *key || !m2->holder || fin->type != opts_.type) return ec;
-            Outcome done = finish(o, *fin);
-            done.completion_error = ec;
-            return done;
-        }
-        if (!conflict) return ec;
-        if ((h && h->key != *key) || !m) return make_error_code(Errc::lost_race);
-        return ec;
-    };
+    const std::optional<uint64_t> held_before = holder ? std::optional<uint64_t>(holder->key) : std::nullopt;
+    return acquire_verified(o, *key, prkey, held_before);
+}
+
+// The Acquire of a takeover, with this host registered with @p key: preempt
+// (and abort) @p prkey, or a plain Acquire without; then the Report that
+// verifies it. @p held_before is the holder's key in the Report the
+// takeover was decided on.
+Result<Outcome> Fence::acquire_verified(const Outcome& o, uint64_t key, std::optional<uint64_t> prkey,
+                                        std::optional<uint64_t> held_before) {
     AcquireArgs a;
     a.type = opts_.type;
-    a.crkey = *key;
+    a.crkey = key;
     if (prkey) {
         // Never abort this host's own commands when it only changes the type.
-        a.action = opts_.abort && *prkey != *key ? AcquireAction::preempt_and_abort
+        a.action = opts_.abort && *prkey != key ? AcquireAction::preempt_and_abort
                                                  : AcquireAction::preempt;
         a.prkey = *prkey;
     } else {
         a.action = AcquireAction::acquire;
     }
-    if (auto s = resv_.acquire(a); !s) return after_failure(s.error());
+    if (auto s = resv_.acquire(a); !s) return after_acquire_failure(s.error(), o, key);
     auto after = verify();
     if (!after) return after.error();
     // Preempting a registrant that did not hold leaves the reservation
@@ -304,25 +316,99 @@ Result<Outcome> Fence::takeover(std::optional<uint64_t> victim) {
     if (!after->holder() && mine(*after)) {
         AcquireArgs take;
         take.type = opts_.type;
-        take.crkey = *key;
-        if (auto s = resv_.acquire(take); !s) return after_failure(s.error());
+        take.crkey = key;
+        if (auto s = resv_.acquire(take); !s) return after_acquire_failure(s.error(), o, key);
         after = verify();
         if (!after) return after.error();
     }
     const auto* now = mine(*after);
-    if (now && now->holder && now->key == *key && after->type == opts_.type)
+    if (now && now->holder && now->key == key && after->type == opts_.type)
         return finish(o, *after);
     const auto* h = after->holder();
-    if (h && h->key != *key) {
+    if (h && h->key != key) {
         // The key just preempted still holds: the device did not do what it
         // acknowledged.
         if (prkey && h->key == *prkey) return make_error_code(Errc::verify_failed);
         // The holder from before, which was not the victim, still holds:
         // nobody raced.
-        if (holder && h->key == holder->key) return make_error_code(Errc::held_by_other);
+        if (held_before && h->key == *held_before) return make_error_code(Errc::held_by_other);
         return make_error_code(Errc::lost_race);
     }
     if (!now) return make_error_code(Errc::lost_race);
+    return make_error_code(Errc::verify_failed);
+}
+
+// Whether @p seen lets this host take the reservation with @p key, of epoch
+// @p token: no key of our tag at or above the token but that key itself, no
+// reservation every registrant holds, and the store's floor below the token
+// unless the key is already ours (a retry of this term).
+Status Fence::token_usable(const ReservationStatus& seen, uint32_t token, uint64_t key) const {
+    for (const auto& r : seen.registrants) {
+        const auto f = decode_key(r.key);
+        if (f && f->tag == opts_.tag && f->epoch >= token && r.key != key) return make_error_code(Errc::lost_race);
+    }
+    if (seen.holder() && resv_type_all_registrants(seen.type)) return make_error_code(Errc::held_by_other);
+    if (!store_) return Ok{};
+    auto floor = store_->load();
+    if (!floor) return floor.error();
+    const Registrant* me = mine(seen);
+    if (*floor >= token && !(me && me->key == key)) return make_error_code(Errc::lost_race);
+    return Ok{};
+}
+
+Result<Outcome> Fence::takeover_with_token(const ReservationStatus& seen, uint32_t token) {
+    if (token == 0 || token > kEpochCeiling) return make_error_code(Errc::epoch_out_of_range);
+    auto node = node_for(seen);
+    if (!node) return node.error();
+    auto key = make_key({opts_.tag, *node, token});
+    if (!key) return key.error();
+    Outcome o;
+    o.before = seen;
+    const Registrant* holder = seen.holder();
+    if (holder) o.previous_holder = holder->key;
+    const Registrant* me = mine(seen);
+    const bool holding = me && me->holder;
+    if (holding && me->key == *key && seen.type == opts_.type) return finish(o, seen);  // a retry of this term
+    if (auto u = token_usable(seen, token, *key); !u) return u.error();
+    if (!(me && me->key == *key)) {
+        // Persist before the key reaches the device: a crash after the
+        // Register must never let this host use the epoch again.
+        if (store_) {
+            if (auto s = store_->raise_to(token); !s) return s.error();
+        }
+        RegisterArgs reg;
+        reg.cptpl = opts_.cptpl;
+        reg.nrkey = *key;
+        if (me) {
+            reg.action = RegisterAction::replace_key;
+            reg.crkey = me->key;
+        }
+        if (auto s = register_fresh(reg, o); !s) {
+            // Our registration read in @p seen is gone: another host took it.
+            if (me && is_nvme(s.error(), NvmeStatus::reservation_conflict)) return make_error_code(Errc::lost_race);
+            return s.error();
+        }
+        o.changed = true;
+        last_fresh_epoch_ = token;
+    }
+    const std::optional<uint64_t> held_before = holder ? std::optional<uint64_t>(holder->key) : std::nullopt;
+    if (holding && seen.type == opts_.type) return verify_rekeyed(o, *key);
+    // Holding another type: preempting ourselves changes it. Another holder:
+    // exactly the key read (compare-and-swap). Nobody: a plain Acquire.
+    std::optional<uint64_t> prkey;
+    if (holding) prkey = *key;
+    else if (holder) prkey = holder->key;
+    return acquire_verified(o, *key, prkey, held_before);
+}
+
+// The Report after this host, holding, replaced its key with @p key: the
+// reservation follows the registrant.
+Result<Outcome> Fence::verify_rekeyed(Outcome& o, uint64_t key) {
+    auto after = verify();
+    if (!after) return after.error();
+    const auto* now = mine(*after);
+    if (now && now->key == key && now->holder && after->type == opts_.type) return finish(o, *after);
+    if (now && now->key == key) return make_error_code(Errc::lost_race);
     return make_error_code(Errc::verify_failed);
 }
 

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "fake_passthru.hpp"
+#include "nvfence/epoch_store.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/fence.hpp"
 #include "nvfence/key.hpp"
@@ -979,6 +980,166 @@ TEST_F(FenceTest, NextEpochCountsOnlyOurTagAndTheStore) {
     ASSERT_TRUE(a->store.raise_to(20));
     EXPECT_EQ(*a->fence.next_epoch(st), 21u);
     EXPECT_EQ(*a->fence.next_epoch({}), 21u);
+}
+
+
+// ------------------------------------------- takeover with a token (issue 24)
+// An elected host's takeover: the key's epoch is the token, every command
+// follows the Report the election decided on, the holder read is preempted
+// by compare-and-swap, nobody holding is a plain Acquire, standbys stay.
+
+class TokenTakeoverTest : public FenceTest {
+protected:
+    ReservationStatus seen(Node& n) {
+        auto st = n.fence.verify();
+        EXPECT_TRUE(st) << st.error().message();
+        return st ? *st : ReservationStatus{};
+    }
+    size_t commands_of(const Node& n, uint8_t op) const {
+        size_t c = 0;
+        for (const auto& s : target.log) c += s.host == n.id && s.cmd.opcode == op;
+        return c;
+    }
+};
+
+TEST_F(TokenTakeoverTest, AFreeReservationIsAPlainAcquireAndTheStandbyStays) {
+    auto a = node(1), b = node(2);
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));  // a standby, epoch 1
+    auto o = a->fence.takeover_with_token(seen(*a), 5);
+    ASSERT_TRUE(o) << o.error().message();
+    EXPECT_TRUE(o->changed);
+    EXPECT_EQ(o->key, key(1, 5)) << "the key's epoch is the token, not the device's max + 1";
+    EXPECT_TRUE(target.is_holder(a->id));
+    EXPECT_EQ(last(opcode::kResvAcquire)->cdw[0], 0x100u) << "a plain Acquire, WE";
+    EXPECT_EQ(key_of(*b), key(2, 1)) << "the standby stays registered: the next election's candidate";
+    EXPECT_TRUE(target.aborted.empty());
+    EXPECT_EQ(*a->store.load(), 5u) << "the token was persisted";
+}
+
+TEST_F(TokenTakeoverTest, TheHolderReadIsPreemptedAndAbortedAndOnlyIt) {
+    auto a = node(1), b = node(2), c = node(3);
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    ASSERT_TRUE(a->fence.acquire());
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));
+    ASSERT_TRUE(c->fence.join(std::nullopt, false));
+    const uint64_t ka = key_of(*a), kb = key_of(*b);
+    auto o = c->fence.takeover_with_token(seen(*c), 7);
+    ASSERT_TRUE(o) << o.error().message();
+    EXPECT_EQ(o->key, key(3, 7));
+    EXPECT_EQ(o->previous_holder, ka);
+    const Command* acq = last(opcode::kResvAcquire);
+    EXPECT_EQ(acq->cdw[0], 0x102u) << "preempt and abort, WE";
+    EXPECT_EQ(payload_key(*acq, 8), ka) << "exactly the key read";
+    EXPECT_EQ(target.find(a->id), nullptr);
+    EXPECT_EQ(key_of(*b), kb) << "the standby stays";
+    ASSERT_EQ(target.aborted.size(), 1u);
+    EXPECT_EQ(target.aborted[0], a->id);
+    EXPECT_TRUE(is_fenced(a->write()));
+}
+
+// Issue 24 defect 1: a winner whose takeover stalls after its Report must
+// not fence the leader elected after it.
+TEST_F(TokenTakeoverTest, AStaleWinnerNeverPreemptsTheLeaderElectedAfterIt) {
+    auto a = node(1), b = node(2), c = node(3);
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    ASSERT_TRUE(a->fence.acquire());
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));
+    ASSERT_TRUE(c->fence.join(std::nullopt, false));
+    const ReservationStatus b_saw = seen(*b);  // b won token 5, then stalled
+    ASSERT_TRUE(c->fence.takeover_with_token(seen(*c), 6));
+    auto o = b->fence.takeover_with_token(b_saw, 5);
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::lost_race);
+    EXPECT_TRUE(target.is_holder(c->id));
+    EXPECT_EQ(key_of(*c), key(3, 6)) << "the newer leader keeps its key";
+    EXPECT_EQ(target.aborted.size(), 1u) << "only a was aborted, by c";
+}
+
+TEST_F(TokenTakeoverTest, NobodyHoldingInTheReportNeverMeansPreemptingWhoeverHoldsNow) {
+    auto b = node(2), c = node(3);
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));
+    ASSERT_TRUE(c->fence.join(std::nullopt, false));
+    const ReservationStatus b_saw = seen(*b);  // nobody holds
+    ASSERT_TRUE(c->fence.takeover_with_token(seen(*c), 6));
+    auto o = b->fence.takeover_with_token(b_saw, 5);
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::lost_race);
+    EXPECT_TRUE(target.is_holder(c->id));
+    EXPECT_TRUE(target.aborted.empty()) << "nothing was preempted";
+    EXPECT_EQ(last(opcode::kResvAcquire)->cdw[0], 0x100u) << "b sent a plain Acquire, which the device refused";
+}
+
+// Issue 24 defect 2: a re-win re-keys to the new token.
+TEST_F(TokenTakeoverTest, AHolderReKeysToItsNewTokenAndKeepsTheReservation) {
+    auto a = node(1), b = node(2);
+    ASSERT_TRUE(a->fence.join(3, false));
+    ASSERT_TRUE(a->fence.acquire());
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));  // epoch 4
+    const size_t acquires = commands_of(*a, opcode::kResvAcquire);
+    auto o = a->fence.takeover_with_token(seen(*a), 5);
+    ASSERT_TRUE(o) << o.error().message();
+    EXPECT_EQ(o->key, key(1, 5));
+    EXPECT_EQ(o->replaced, key(1, 3));
+    EXPECT_TRUE(target.is_holder(a->id));
+    EXPECT_EQ(commands_of(*a, opcode::kResvAcquire), acquires) << "the reservation follows the key: no Acquire";
+    // A stale token 4 can no longer preempt a: its Report shows epoch 5.
+    auto stale = b->fence.takeover_with_token(seen(*b), 4);
+    ASSERT_FALSE(stale);
+    EXPECT_EQ(stale.error(), Errc::lost_race);
+    EXPECT_TRUE(target.is_holder(a->id));
+}
+
+TEST_F(TokenTakeoverTest, ARegistrantAtOrAboveTheTokenStopsItBeforeAnyCommand) {
+    auto a = node(1), b = node(2);
+    ASSERT_TRUE(b->fence.join(6, false));
+    for (uint32_t token : {5u, 6u}) {
+        const ReservationStatus st = seen(*a);
+        const size_t sent = target.log.size();
+        auto o = a->fence.takeover_with_token(st, token);
+        ASSERT_FALSE(o) << token;
+        EXPECT_EQ(o.error(), Errc::lost_race);
+        EXPECT_EQ(target.log.size(), sent) << "nothing sent for token " << token;
+    }
+}
+
+TEST_F(TokenTakeoverTest, ATokenAtOrBelowTheStoresFloorIsRefused) {
+    auto a = node(1);
+    ASSERT_TRUE(a->store.raise_to(9));
+    auto o = a->fence.takeover_with_token(seen(*a), 9);
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::lost_race);
+    EXPECT_EQ(target.find(a->id), nullptr);
+}
+
+TEST_F(TokenTakeoverTest, ATokenOutsideTheEpochsIsRefusedAndNeverStored) {
+    auto a = node(1);
+    for (uint32_t token : {0u, kEpochCeiling + 1, 0xffffffffu}) {
+        auto o = a->fence.takeover_with_token(seen(*a), token);
+        ASSERT_FALSE(o) << token;
+        EXPECT_EQ(o.error(), Errc::epoch_out_of_range);
+        EXPECT_EQ(*a->store.load(), 0u) << "never stored: " << token;
+    }
+    EXPECT_TRUE(a->fence.takeover_with_token(seen(*a), kEpochCeiling)) << "the ceiling itself is a usable token";
+}
+
+TEST_F(TokenTakeoverTest, ARetryOfTheTermChangesNothingAndFinishesAHalfDoneOne) {
+    auto a = node(1);
+    // The Acquire is lost: registered with the token's key, not holding.
+    target.fail = [&](const HostId&, const Command& c) -> std::optional<std::error_code> {
+        if (c.opcode == opcode::kResvAcquire) return errno_error(EIO);
+        return std::nullopt;
+    };
+    ASSERT_FALSE(a->fence.takeover_with_token(seen(*a), 5));
+    EXPECT_EQ(key_of(*a), key(1, 5));
+    target.fail = nullptr;
+    auto again = a->fence.takeover_with_token(seen(*a), 5);
+    ASSERT_TRUE(again) << again.error().message();
+    EXPECT_TRUE(target.is_holder(a->id));
+    const size_t sent = target.log.size();
+    auto third = a->fence.takeover_with_token(seen(*a), 5);
+    ASSERT_TRUE(third);
+    EXPECT_FALSE(third->changed);
+    EXPECT_EQ(target.log.size(), sent + 1) << "only the Report";
 }
 
 }  // namespace

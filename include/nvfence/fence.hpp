@@ -113,6 +113,23 @@ public:
     /// is preempted-and-aborted before this host acquires, so no write of a
     /// previous holder is still in flight when this host holds.
     Result<Outcome> takeover(std::optional<uint64_t> victim);
+    /// The takeover of a host elected with @p token: the key's epoch is the
+    /// token, exactly, and every command follows from @p seen, the Report the
+    /// election's decision was made on (decide_on_win, elector_policy.hpp):
+    ///  - this host holds with the token's key: success, nothing sent (a
+    ///    retry of the term);
+    ///  - otherwise registers or re-keys to the token's key (the EpochStore
+    ///    raised to the token first), then: another holder in @p seen is
+    ///    preempted (and aborted) by compare-and-swap on exactly its key;
+    ///    nobody holding means a plain Acquire; holding already, the
+    ///    reservation follows the new key. Nobody else's key is removed:
+    ///    standbys stay registered, candidates of the next election.
+    /// Errc::lost_race when a key of our tag at or above the token is
+    /// registered (but ours of this token), the store's floor is at or above
+    /// it, our registration read in @p seen is gone, or another host holds
+    /// afterwards; Errc::epoch_out_of_range for 0 or a token above
+    /// kEpochCeiling; Errc::held_by_other when every registrant holds.
+    Result<Outcome> takeover_with_token(const ReservationStatus& seen, uint32_t token);
     /// Releases the reservation if this host holds it. An error completion
     /// that may hide a Release that ran (see Outcome::completion_error) is
     /// success when the Report then shows nobody holding.
@@ -140,6 +157,11 @@ private:
     Result<uint64_t> fresh_key(const ReservationStatus& st, uint8_t node,
                                std::optional<uint32_t> epoch);
     Result<Outcome> start();  // Report, remembered as Outcome::before
+    Result<Outcome> after_acquire_failure(std::error_code ec, const Outcome& o, uint64_t key);
+    Result<Outcome> acquire_verified(const Outcome& o, uint64_t key, std::optional<uint64_t> prkey,
+                                     std::optional<uint64_t> held_before);
+    Status token_usable(const ReservationStatus& seen, uint32_t token, uint64_t key) const;
+    Result<Outcome> verify_rekeyed(Outcome& o, uint64_t key);
     Outcome finish(Outcome o, const ReservationStatus& after) const;
 
     Reservations& resv_;
