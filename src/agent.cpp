@@ -11,6 +11,7 @@
 #include <cstdlib>
 
 #include "agent_text.hpp"
+#include "invariant.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/fd.hpp"
 #include "nvfence/key.hpp"
@@ -18,18 +19,7 @@
 namespace nvfence {
 namespace {
 
-// A broken invariant means the agent no longer knows what the device
-// thinks; continuing could write without a grant, so stop loudly.
-[[noreturn]] void broken(const char* what, const char* file, int line) {
-    std::fprintf(stderr, "nvfenced: broken invariant: %s (%s:%d); aborting\n", what, file, line);
-    std::fflush(stderr);
-    std::abort();
-}
-#define NVF_INVARIANT(c)                                   \
-    do {                                                   \
-        if (!(c)) broken(#c, __FILE__, __LINE__);          \
-    } while (0)
-
+using detail::broken;
 using agent_detail::clean_text;
 using agent_detail::key_text;
 using agent_detail::kMaxReasonBytes;
@@ -764,51 +754,101 @@ ControlReply Agent::do_takeover(const ControlRequest& req, const std::string& by
     std::optional<uint64_t> victim;
     if (req.victim) victim = req.victim;
     auto out = fence_.takeover(victim);
-    if (!out) {
-        const std::error_code ec = out.error();
-        const auto& lr = fence_.last_report();
-        const Registrant* h = lr ? lr->holder() : nullptr;
-        std::string msg;
-        if (ec == Errc::lost_race)
-            msg = "lost the takeover race: " + (h ? key_text(h->key) : std::string("another host")) + " holds now";
-        else if (ec == Errc::own_key && victim)
-            msg = "the victim " + key_text(*victim) + " is this host's own key";
-        else
-            msg = "takeover failed: " + ec.message();
-        emit(AgentEventKind::request, EventLevel::warning, by + ": takeover: " + msg, lr ? &*lr : nullptr);
-        sync_after_request("the failed takeover");
-        return fail_reply(req, ec, msg);
+    if (!out) return takeover_failed(req, out.error(), victim, by);
+    return took_over(req, *out, by);
+}
+
+TermResult Agent::take_term(uint32_t token, const std::string& who) {
+    const std::string by = "request from " + who;
+    ControlRequest req;
+    req.op = ControlOp::takeover;
+    TermResult t;
+    const auto refuse = [&](std::error_code ec, const std::string& msg) {
+        t.reply = fail_reply(req, ec, msg);
+        return t;
+    };
+    if (state_ != AgentState::standby && state_ != AgentState::holder)
+        return refuse(make_error_code(state_ == AgentState::fenced ? Errc::fenced : Errc::refused),
+                      std::string("the agent is ") + agent_state_name(state_) + ": not acting on token " +
+                          std::to_string(token));
+    // One Report, read by this check, decides and is the one every command
+    // below follows; the check also notices a preemption of this host first.
+    check();
+    if (failures_ > 0 || !report_) return refuse(make_error_code(Errc::timeout), "cannot read the reservation: " + last_error_);
+    if (state_ != AgentState::standby && state_ != AgentState::holder)
+        return refuse(make_error_code(Errc::fenced), std::string("the agent became ") + agent_state_name(state_) +
+                                                         ": not acting on token " + std::to_string(token));
+    uint32_t floor = 0;
+    if (epochs_) {
+        auto f = epochs_->load();
+        if (!f) return refuse(f.error(), "cannot read the epoch floor: " + f.error().message());
+        floor = *f;
     }
-    const Registrant* me = out->after.find_host(self_);
-    NVF_INVARIANT(me && me->key == out->key && holds(out->after, *me));
-    set_baseline(out->after);
+    const ReservationStatus seen = *report_;
+    t.decision = decide_on_win(token, seen, self_, opts_.tag, floor);
+    if (t.decision.action == WinAction::stale || t.decision.action == WinAction::reissue)
+        return refuse(make_error_code(Errc::lost_race), t.decision.why);
+    auto out = fence_.takeover_with_token(seen, token);
+    if (!out) {
+        t.reply = takeover_failed(req, out.error(), t.decision.victim, by + " (token " + std::to_string(token) + ")");
+        return t;
+    }
+    // The key's epoch is the token, exactly: anything else is a broken rule.
+    NVF_INVARIANT(decode_key(out->key) && decode_key(out->key)->epoch == token);
+    t.reply = took_over(req, *out, by + " (token " + std::to_string(token) + ")");
+    return t;
+}
+
+ControlReply Agent::takeover_failed(const ControlRequest& req, std::error_code ec, std::optional<uint64_t> victim,
+                                    const std::string& by) {
+    const auto& lr = fence_.last_report();
+    const Registrant* h = lr ? lr->holder() : nullptr;
+    std::string msg;
+    if (ec == Errc::lost_race)
+        msg = "lost the takeover race: " + (h ? key_text(h->key) : std::string("another host")) + " holds now";
+    else if (ec == Errc::own_key && victim)
+        msg = "the victim " + key_text(*victim) + " is this host's own key";
+    else
+        msg = "takeover failed: " + ec.message();
+    emit(AgentEventKind::request, EventLevel::warning, by + ": takeover: " + msg, lr ? &*lr : nullptr);
+    sync_after_request("the failed takeover");
+    return fail_reply(req, ec, msg);
+}
+
+ControlReply Agent::took_over(const ControlRequest& req, const Outcome& out, const std::string& by) {
+    const Registrant* me = out.after.find_host(self_);
+    NVF_INVARIANT(me && me->key == out.key && holds(out.after, *me));
+    set_baseline(out.after);
     Observation o;
     o.kind = ObservationKind::acquired;
-    o.report = &out->after;
-    o.key = out->key;
+    o.report = &out.after;
+    o.key = out.key;
     std::string msg;
-    if (!out->changed) {
-        msg = "already the holder with " + key_text(out->key) + "; nothing changed";
+    if (!out.changed) {
+        msg = "already the holder with " + key_text(out.key) + "; nothing changed";
         emit(AgentEventKind::request, EventLevel::info, by + ": takeover: " + msg);
         // The device showed this host holding before the next check did.
-        if (state_ != AgentState::holder || key_ != out->key) {
+        if (state_ != AgentState::holder || key_ != out.key) {
             o.text = by + ": takeover: " + msg;
             (void)decide(o);
         }
     } else {
-        msg = "took the reservation with fresh key " + key_text(out->key);
-        if (out->previous_holder) msg += ", preempted-and-aborted " + key_text(*out->previous_holder);
-        if (!out->removed.empty()) {
+        const bool rekeyed = out.replaced && out.previous_holder == out.replaced;
+        msg = std::string(rekeyed ? "re-keyed the reservation to " : "took the reservation with fresh key ") +
+              key_text(out.key);
+        if (out.previous_holder && *out.previous_holder != out.replaced.value_or(0))
+            msg += ", preempted-and-aborted " + key_text(*out.previous_holder);
+        if (!out.removed.empty()) {
             msg += " (removed";
-            for (auto k : out->removed) msg += " " + key_text(k);
+            for (auto k : out.removed) msg += " " + key_text(k);
             msg += ")";
         }
         o.text = by + ": takeover: " + msg;
         (void)decide(o);
     }
     ControlReply r = reply_for(req);
-    r.changed = out->changed;
-    r.previous_holder = out->previous_holder.value_or(0);
+    r.changed = out.changed;
+    r.previous_holder = out.previous_holder.value_or(0);
     r.message = msg;
     return r;
 }

@@ -4,21 +4,8 @@
 #include <algorithm>
 
 #include "nvfence/error.hpp"
-#include "nvfence/key.hpp"
 
 namespace nvfence {
-
-const char* win_action_name(WinAction a) {
-    switch (a) {
-    case WinAction::acquire: return "acquire";
-    case WinAction::preempt: return "preempt";
-    case WinAction::already_holder: return "already-holder";
-    case WinAction::stale: return "stale";
-    case WinAction::reissue: return "reissue";
-    case WinAction::rekey: return "rekey";
-    }
-    return "?";
-}
 
 const char* loss_reason_name(LossReason r) {
     switch (r) {
@@ -39,58 +26,6 @@ const char* guard_verdict_name(GuardVerdict v) {
     case GuardVerdict::hold_until_preempted: return "hold-until-preempted";
     }
     return "?";
-}
-
-uint32_t max_epoch_of_tag(const ReservationStatus& st, uint8_t tag) {
-    uint32_t max = 0;
-    for (const auto& r : st.registrants) {
-        auto f = decode_key(r.key);
-        if (f && f->tag == tag) max = std::max(max, f->epoch);
-    }
-    return max;
-}
-
-WinDecision decide_on_win(uint32_t token, const ReservationStatus& st, const HostId& self, uint8_t tag) {
-    WinDecision d;
-    d.device_max_epoch = max_epoch_of_tag(st, tag);
-    const Registrant* holder = st.holder();
-    const Registrant* me = st.find_host(self);
-    std::optional<KeyFields> hf;
-    if (holder) hf = decode_key(holder->key);
-    const bool holder_ours = hf && hf->tag == tag;
-
-    if (holder && holder == me && holder_ours && hf->epoch == token) {
-        d.action = WinAction::already_holder;
-        d.why = "already holder with epoch " + std::to_string(token);
-        return d;
-    }
-    if (holder_ours && hf->epoch >= token) {
-        // A leader with this token or a later one already took the device:
-        // ours is stale, whatever etcd told us a moment ago.
-        d.action = WinAction::stale;
-        d.why = "holder " + format_key(holder->key) + " has epoch " + std::to_string(hf->epoch) +
-                " >= our token " + std::to_string(token);
-        return d;
-    }
-    if (d.device_max_epoch >= token) {
-        d.action = WinAction::reissue;
-        d.why = "a registrant has epoch " + std::to_string(d.device_max_epoch) + " >= token " + std::to_string(token);
-        return d;
-    }
-    if (!holder) {
-        d.action = WinAction::acquire;
-        d.why = "nobody holds";
-        return d;
-    }
-    if (holder == me) {
-        d.action = WinAction::rekey;
-        d.why = "holder with an older key " + format_key(holder->key) + ": re-key to epoch " + std::to_string(token);
-        return d;
-    }
-    d.action = WinAction::preempt;
-    d.victim = holder->key;
-    d.why = "preempt holder " + format_key(holder->key) + " with epoch " + std::to_string(token);
-    return d;
 }
 
 LeaseGuard::LeaseGuard(LeaseGuardOptions opts, TimePoint sent_at)

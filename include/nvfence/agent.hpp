@@ -53,6 +53,7 @@
 #include "nvfence/agent_transition.hpp"
 #include "nvfence/clock.hpp"
 #include "nvfence/control.hpp"
+#include "nvfence/term.hpp"
 #include "nvfence/epoch_store.hpp"
 #include "nvfence/fence.hpp"
 #include "nvfence/passthru.hpp"
@@ -98,6 +99,13 @@ struct AgentOptions {
     bool fence_on_view_loss = true;
     std::string volume;                            ///< Volume name (status only).
     std::string device;                            ///< Device path (status only).
+};
+
+/// What Agent::take_term did: the decision on the Report, and the outcome
+/// as a takeover request's reply (exit_code 0: holding with the token).
+struct TermResult {
+    WinDecision decision;  ///< Decided on the Report the commands followed.
+    ControlReply reply;    ///< The outcome.
 };
 
 /// What the agent needs from its host process besides the device.
@@ -175,6 +183,14 @@ public:
     void run(const std::function<bool(Clock::Ms)>& wait);
     /// Serves one control request; @p who names the peer for the log.
     ControlReply handle(const ControlRequest& req, const std::string& who = {});
+    /// Carries out an election won with @p token (the elector's term), for
+    /// @p who (the log): a check reads the Report, decide_on_win() decides on
+    /// it with the EpochStore's floor, and acquire/preempt/rekey take the
+    /// reservation with the key of epoch @p token exactly
+    /// (Fence::takeover_with_token) following that same Report. stale and
+    /// reissue change nothing (reply Errc::lost_race). Only STANDBY and
+    /// HOLDER act: FENCED is left by rejoin alone.
+    TermResult take_term(uint32_t token, const std::string& who);
     /// Clean stop: releases the reservation if held; unregisters unless
     /// keep_registration; persists; ends STOPPING. A FENCED agent leaves
     /// the device alone. Fails (device error) when the release failed.
@@ -239,6 +255,9 @@ private:
     Status apply_start_role(const ReservationStatus& st, bool resumed, bool fresh);
     Status acquire_for_start_role();
     ControlReply do_takeover(const ControlRequest& req, const std::string& who);
+    ControlReply takeover_failed(const ControlRequest& req, std::error_code ec, std::optional<uint64_t> victim,
+                                 const std::string& by);
+    ControlReply took_over(const ControlRequest& req, const Outcome& out, const std::string& by);
     ControlReply do_release(const ControlRequest& req, const std::string& who);
     ControlReply do_rejoin(const ControlRequest& req, const std::string& who);
     ControlReply reply_for(const ControlRequest& req);

@@ -3,8 +3,8 @@
 /// @file elector_policy.hpp
 /// The pure decisions of an elected agent, apart from any I/O, so they are
 /// unit-tested with a fake clock:
-///  - decide_on_win(): just won the election with a token; the device's
-///    Report says whether to preempt (and whom), or that we are stale;
+///  - decide_on_win() (term.hpp): just won the election with a token; the
+///    device's Report says whether to preempt (and whom), or that we are stale;
 ///  - LeaseGuard: while campaigning or holding, whether our lease may still
 ///    be alive, and what to do when it may not (or is surely gone);
 ///  - Backoff: bounded waits between attempts.
@@ -31,36 +31,9 @@
 
 #include "nvfence/elector.hpp"
 #include "nvfence/report.hpp"
+#include "nvfence/term.hpp"
 
 namespace nvfence {
-
-/// What to do on a win.
-enum class WinAction : uint8_t {
-    acquire,         ///< Nobody holds: acquire (takeover without victim).
-    preempt,         ///< Preempt-and-abort WinDecision::victim, with the token's epoch.
-    already_holder,  ///< We already hold with this token (a retry).
-    stale,           ///< A holder at or above our token: resign and back off.
-    reissue,         ///< A registrant at or above the token: get a token above it.
-    rekey,           ///< We hold with an older epoch: replace our key with the token's.
-};
-
-/// Words for a WinAction.
-const char* win_action_name(WinAction a);
-
-/// The decision on a win and why.
-struct WinDecision {
-    WinAction action = WinAction::stale;  ///< What to do.
-    std::optional<uint64_t> victim;       ///< preempt: the holder key read.
-    uint32_t device_max_epoch = 0;        ///< Highest epoch of our tag on the device.
-    std::string why;                      ///< One line for the log.
-};
-
-/// Decides what a host that won with @p token does, given the device's
-/// Report @p st, this host's id @p self and our cluster @p tag.
-WinDecision decide_on_win(uint32_t token, const ReservationStatus& st, const HostId& self, uint8_t tag);
-
-/// The highest epoch of keys of @p tag registered in @p st (0: none).
-uint32_t max_epoch_of_tag(const ReservationStatus& st, uint8_t tag);
 
 /// What to do when the lease may be gone but nothing says so for sure.
 enum class LeaseLossAction : uint8_t {

@@ -9,13 +9,15 @@
 ///  1. Report: the highest epoch of our tag on the device;
 ///  2. Elector::term(that epoch): a token above it, above every token
 ///     issued, above this host's record;
-///  3. Report again and decide_on_win();
+///  3. Report again and decide_on_win() on it (with the EpochStore's floor);
 ///  4. stale: return (the caller resigns and backs off); reissue: back to 2
-///     (at most kWinRounds times); acquire / preempt: raise the EpochStore
-///     to token - 1 and Fence::takeover(victim) (a compare-and-swap on the
-///     holder read in 3), so the new key's epoch is the token; rekey:
-///     Fence::join(token, replace); already_holder: nothing;
+///     (at most kWinRounds times); acquire / preempt / rekey:
+///     Fence::takeover_with_token() following the Report of 3, so the key's
+///     epoch is the token exactly, the holder read is preempted by
+///     compare-and-swap, and nobody holding means a plain Acquire;
+///     already_holder: nothing;
 ///  5. the Outcome's verification says what the device shows.
+/// Agent::take_term() is the same rule for nvfenced.
 
 #include <chrono>
 #include <optional>

@@ -4,6 +4,7 @@
 
 #include "nvfence/clock.hpp"
 #include "nvfence/elector_policy.hpp"
+#include "nvfence/epoch_store.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/key.hpp"
 
@@ -244,4 +245,44 @@ TEST(ElectorPolicy, GuardBelievesNoTtlAboveTheConfiguredOne) {
     const auto sent2 = clk.now();
     h.on_keepalive(sent2, LeaseStatus{2000});
     EXPECT_EQ(h.lease_deadline(), sent2 + milliseconds(5000));  // the grant's own deadline still stands
+}
+
+// Issue 24: the token is the epoch; this host's own key of the token is a
+// retry of the term, not a rival.
+TEST(ElectorPolicy, OurOwnKeyOfTheTokenIsARetryNotARival) {
+    // Registered with the token's key, the Acquire lost: acquire it.
+    auto st = status({reg(2, 2, 6, false), reg(1, 1, 5, false)});
+    auto d = decide_on_win(6, st, host(2), 0, 6);
+    EXPECT_EQ(d.action, WinAction::acquire) << d.why;
+    EXPECT_EQ(d.device_max_epoch, 5u) << "our own key of the token is left out";
+    // Another host's key of the token is a rival.
+    EXPECT_EQ(decide_on_win(6, st, host(3), 0).action, WinAction::reissue);
+}
+
+TEST(ElectorPolicy, AFloorAtOrAboveTheTokenAsksForATokenAboveTheFloor) {
+    // This host saw epoch 9 (its EpochStore) though the device shows less now
+    // (the target restarted and forgot its keys).
+    auto st = status({reg(1, 1, 3, true)});
+    auto d = decide_on_win(8, st, host(2), 0, 9);
+    EXPECT_EQ(d.action, WinAction::reissue) << d.why;
+    EXPECT_EQ(d.device_max_epoch, 9u) << "the next token must pass the floor";
+    EXPECT_EQ(decide_on_win(10, st, host(2), 0, 9).action, WinAction::preempt);
+}
+
+TEST(ElectorPolicy, ATokenOutsideTheKeysEpochsIsStaleAndSaysHowToRepair) {
+    for (uint32_t token : {0u, kEpochCeiling + 1, 0xffffffffu}) {
+        auto d = decide_on_win(token, status({}), host(2), 0);
+        EXPECT_EQ(d.action, WinAction::stale) << token;
+        EXPECT_NE(d.why.find("repair the election's counter"), std::string::npos) << d.why;
+    }
+    EXPECT_EQ(decide_on_win(kEpochCeiling, status({}), host(2), 0).action, WinAction::acquire);
+}
+
+TEST(ElectorPolicy, HoldingAboveTheTokenAsksForANewToken) {
+    // We hold with epoch 7 and won token 6 (etcd's counter was repaired
+    // below us): re-key needs a token above 7.
+    auto st = status({reg(2, 2, 7, true)});
+    auto d = decide_on_win(6, st, host(2), 0);
+    EXPECT_EQ(d.action, WinAction::reissue) << d.why;
+    EXPECT_EQ(d.device_max_epoch, 7u);
 }
