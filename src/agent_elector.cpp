@@ -10,6 +10,7 @@
 #include "nvfence/error.hpp"
 #include "nvfence/elector_run.hpp"
 #include "nvfence/key.hpp"
+#include "invariant.hpp"
 
 namespace nvfence {
 
@@ -86,13 +87,29 @@ uint32_t ElectorBridge::device_epoch() const {
     return device_epoch_;
 }
 
-WinReply ElectorBridge::take_answer(milliseconds wait) {
+WinReply ElectorBridge::take_answer(uint32_t token, milliseconds wait) {
     std::unique_lock lk(mu_);
-    wait_for(lk, wait, [&] { return stop_ || answer_.has_value(); });
+    // An answer for another term (a win given up before the agent answered
+    // it) is dropped: it says nothing about this one.
+    wait_for(lk, wait, [&] {
+        if (answer_ && answer_->token != token) {
+            if (stale_answers_.size() >= kElectorQueueCap) stale_answers_.erase(stale_answers_.begin());
+            stale_answers_.push_back(std::move(*answer_));
+            answer_.reset();
+        }
+        return stop_ || answer_.has_value();
+    });
     if (!answer_) return WinReply{};
     WinReply r = std::move(*answer_);
     answer_.reset();
     return r;
+}
+
+std::vector<WinReply> ElectorBridge::take_dropped_answers() {
+    std::lock_guard lk(mu_);
+    std::vector<WinReply> out;
+    out.swap(stale_answers_);
+    return out;
 }
 
 void ElectorBridge::nap(milliseconds wait) {
@@ -102,6 +119,16 @@ void ElectorBridge::nap(milliseconds wait) {
     // Woken by a state change, not by every publish (the agent publishes on
     // every wake).
     wait_for(lk, wait, [&] { return stop_ || (publishes_ != seen && state_ != st); });
+}
+
+void ElectorBridge::set_term(uint32_t token) {
+    std::lock_guard lk(mu_);
+    term_ = token;
+}
+
+uint32_t ElectorBridge::term() const {
+    std::lock_guard lk(mu_);
+    return term_;
 }
 
 void ElectorBridge::set_wait_cap(milliseconds cap) {
@@ -172,7 +199,14 @@ size_t ElectorBridge::drain(Agent& agent, AgentHooks& hooks, Clock& clock) {
         }
         case ElectorEventKind::lost: step_down(agent, hooks, e); break;
         case ElectorEventKind::won: {
-            WinReply r = carry_out(agent, hooks, clock, e);
+            WinReply r;
+            if (e.term.epoch != term()) {
+                r.answer = WinAnswer::failed;
+                r.token = e.term.epoch;
+                r.why = "the elector gave the term up before the agent got to it: not acting on it";
+            } else {
+                r = carry_out(agent, hooks, clock, e);
+            }
             AgentEvent ev;
             ev.kind = AgentEventKind::info;
             ev.level = r.answer == WinAnswer::holding ? EventLevel::info : EventLevel::warning;
@@ -199,71 +233,31 @@ WinReply ElectorBridge::carry_out(Agent& agent, AgentHooks&, Clock& clock, const
     WinReply r;
     r.answer = WinAnswer::failed;
     const uint32_t token = e.term.epoch;
+    r.token = token;
     if (clock.now() >= e.valid_until) {
         r.why = "the lease may have expired before the win reached the agent: not acting on token " +
                 std::to_string(token);
         return r;
     }
-    if (agent.state() != AgentState::standby && agent.state() != AgentState::holder) {
-        r.why = std::string("the agent is ") + agent_state_name(agent.state()) + ": not acting on the win";
-        return r;
-    }
-    // A fresh Report: the decision below must see the device as it is now.
-    agent.check();
-    const auto& st = agent.last_report();
-    if (agent.check_failures() > 0 || !st) {
-        r.why = "cannot read the reservation: " + agent.last_error();
-        return r;
-    }
-    if (agent.state() != AgentState::standby && agent.state() != AgentState::holder) {
-        r.why = std::string("the agent became ") + agent_state_name(agent.state()) + ": not acting on the win";
-        return r;
-    }
-    const WinDecision d = decide_on_win(token, *st, self_, tag_);
+    const TermResult t = agent.take_term(token, "etcd elector (token " + std::to_string(token) + ")");
+    const WinDecision& d = t.decision;
     r.floor = d.device_max_epoch;
-    r.why = std::string(win_action_name(d.action)) + ": " + d.why;
-    switch (d.action) {
-    case WinAction::stale: r.answer = WinAnswer::stale; return r;
-    case WinAction::reissue: r.answer = WinAnswer::reissue; return r;
-    case WinAction::already_holder:
-        r.answer = WinAnswer::holding;
-        r.key_epoch = token;
-        return r;
-    case WinAction::rekey: {
-        // The Agent owns its key and has no re-key request; holding with an
-        // older epoch stays safe (a later leader preempts exactly this key).
-        r.answer = WinAnswer::holding;
-        r.key_epoch = agent.key() ? epoch_of(agent.key()) : 0;
-        r.why += " (kept: the agent keeps its key " + format_key(agent.key()) + ")";
+    r.why = d.why.empty() ? t.reply.message : std::string(win_action_name(d.action)) + ": " + d.why;
+    if (!d.why.empty() && d.action == WinAction::stale) {
+        r.answer = WinAnswer::stale;
         return r;
     }
-    case WinAction::acquire:
-    case WinAction::preempt: break;
-    }
-    // Fence takes max(device, store) + 1: with the store at token - 1 and
-    // the device below the token (decided above), that is the token.
-    if (epochs_ && token > 0) {
-        if (auto s = epochs_->raise_to(token - 1); !s) {
-            r.why = "cannot persist epoch " + std::to_string(token - 1) + ": " + s.error().message();
-            return r;
-        }
-    }
-    if (clock.now() >= e.valid_until) {
-        r.why = "the lease may have expired while reading the device: not acting on token " + std::to_string(token);
+    if (!d.why.empty() && d.action == WinAction::reissue) {
+        r.answer = WinAnswer::reissue;
         return r;
     }
-    ControlRequest q;
-    q.op = ControlOp::takeover;
-    q.victim = d.victim.value_or(0);
-    const ControlReply rep = agent.handle(q, "etcd elector (token " + std::to_string(token) + ")");
-    if (rep.exit_code != 0 || agent.state() != AgentState::holder) {
-        r.why = "takeover: " + rep.message;
+    if (t.reply.exit_code != 0 || agent.state() != AgentState::holder) {
+        if (!d.why.empty()) r.why += "; " + t.reply.message;
         return r;
     }
     r.answer = WinAnswer::holding;
-    r.key_epoch = epoch_of(rep.key);
-    r.why += "; holding with " + format_key(rep.key);
-    if (r.key_epoch != token) r.why += " (epoch differs from the token: the device moved meanwhile)";
+    r.key_epoch = epoch_of(agent.key());
+    r.why += "; holding with " + format_key(agent.key());
     return r;
 }
 
@@ -310,6 +304,7 @@ const char* ElectorDriver::phase_name(Phase p) {
     case Phase::winning: return "winning";
     case Phase::leader: return "leader";
     case Phase::backoff: return "backoff";
+    case Phase::withdrawing: return "withdrawing";
     }
     return "?";
 }
@@ -390,6 +385,54 @@ void ElectorDriver::publish_snapshot(const std::string& leader, bool self) {
 }
 
 void ElectorDriver::give_up(const std::string& why, bool back_off) {
+    if (phase_ == Phase::winning && awaiting_answer_) {
+        withdraw(why, back_off, LossReason::none);
+        return;
+    }
+    resign_now(why, back_off);
+}
+
+// A term whose win the agent may be carrying out right now (a command of
+// it may be in flight): withdrawn at once, so the agent does not start on
+// it, but resigned only once the agent answered (or kWithdrawWait passed),
+// so that no command of the term lands after the elector resigned it.
+void ElectorDriver::withdraw(const std::string& why, bool back_off, LossReason loss) {
+    NVF_INVARIANT(phase_ == Phase::winning && awaiting_answer_);
+    bridge_.set_term(0);
+    if (!why.empty()) note(why + " (withdrawn; resigning once the agent answers)", EventLevel::warning);
+    phase_ = Phase::withdrawing;
+    withdraw_until_ = clock_.now() + kWithdrawWait;
+    withdraw_back_off_ = back_off;
+    withdraw_loss_ = loss == LossReason::none ? LossReason::lease_may_expire : loss;
+    publish_snapshot(leader_value_, false);
+}
+
+milliseconds ElectorDriver::step_withdrawing() {
+    NVF_INVARIANT(phase_ == Phase::withdrawing);
+    const WinReply a = bridge_.take_answer(term_.epoch, milliseconds(200));
+    if (a.answer == WinAnswer::none && clock_.now() < withdraw_until_) return milliseconds(0);
+    awaiting_answer_ = false;
+    if (a.answer == WinAnswer::none)
+        note("no answer from the agent for token " + std::to_string(term_.epoch) + " in " +
+                 std::to_string(kWithdrawWait.count()) + " ms: resigning",
+             EventLevel::error);
+    if (a.answer == WinAnswer::holding || a.answer == WinAnswer::none) {
+        // The agent holds (or may come to hold) for a term given up: it
+        // steps down as on any loss; the next leader preempts its key.
+        ElectorEvent e;
+        e.kind = ElectorEventKind::lost;
+        e.reason = withdraw_loss_;
+        e.text = "token " + std::to_string(term_.epoch) + " was given up while the agent carried it out";
+        if (!bridge_.post(std::move(e), milliseconds(gopts_.ttl_ms))) last_error_ = "event queue full: loss not delivered";
+    }
+    resign_now("", withdraw_back_off_);
+    return milliseconds(0);
+}
+
+void ElectorDriver::resign_now(const std::string& why, bool back_off) {
+    // First: the agent no longer starts carrying this term out.
+    bridge_.set_term(0);
+    awaiting_answer_ = false;
     if (!why.empty()) note(why, EventLevel::warning);
     if (auto s = timed("resign", call_, [&](milliseconds b) { return elector_.resign(b); }); !s)
         last_error_ = "resign: " + s.error().message();
@@ -407,6 +450,10 @@ void ElectorDriver::give_up(const std::string& why, bool back_off) {
 }
 
 void ElectorDriver::lose(LossReason r) {
+    if (phase_ == Phase::winning && awaiting_answer_) {
+        withdraw("the lease is lost (" + std::string(loss_reason_name(r)) + ")", true, r);
+        return;
+    }
     ElectorEvent e;
     e.kind = ElectorEventKind::lost;
     e.reason = r;
@@ -416,7 +463,26 @@ void ElectorDriver::lose(LossReason r) {
     give_up("", true);
 }
 
+void ElectorDriver::drop_old_answers() {
+    for (const WinReply& a : bridge_.take_dropped_answers()) {
+        note("answer for token " + std::to_string(a.token) + " dropped (" + win_answer_name(a.answer) +
+                 "): not the current term" + (term_.epoch ? " " + std::to_string(term_.epoch) : std::string()),
+             EventLevel::warning);
+        // The agent took the reservation for a term given up meanwhile: it
+        // holds without a lease. Step it down as on any loss; the next leader
+        // preempts exactly its key.
+        if (a.answer == WinAnswer::holding && phase_ != Phase::leader && phase_ != Phase::winning) {
+            ElectorEvent e;
+            e.kind = ElectorEventKind::lost;
+            e.reason = LossReason::lease_may_expire;
+            e.text = "token " + std::to_string(a.token) + " was carried out after the elector gave it up";
+            if (!bridge_.post(std::move(e), milliseconds(gopts_.ttl_ms))) last_error_ = "event queue full: loss not delivered";
+        }
+    }
+}
+
 milliseconds ElectorDriver::step() {
+    drop_old_answers();
     const auto now = clock_.now();
     const AgentState as = bridge_.agent_state();
     const bool eligible = as == AgentState::standby || as == AgentState::holder;
@@ -428,6 +494,7 @@ milliseconds ElectorDriver::step() {
         }
         phase_ = Phase::campaigning;
         return milliseconds(0);
+    case Phase::withdrawing: return step_withdrawing();
     case Phase::backoff:
         if (now < backoff_until_) return until(backoff_until_);
         phase_ = eligible ? Phase::campaigning : Phase::idle;
@@ -474,7 +541,9 @@ milliseconds ElectorDriver::step() {
             e.valid_until = guard_->lease_deadline() - milliseconds(gopts_.margin_ms);
             phase_ = Phase::winning;
             publish_snapshot(leader_value_, true);
-            if (!bridge_.post(std::move(e), call_)) give_up("event queue full: win dropped", true);
+            bridge_.set_term(term_.epoch);
+            if (bridge_.post(std::move(e), call_)) awaiting_answer_ = true;
+            else give_up("event queue full: win dropped", true);
             return milliseconds(0);
         }
         if (r.error() == make_error_code(Errc::timeout)) {
@@ -502,7 +571,8 @@ milliseconds ElectorDriver::step() {
         return milliseconds(0);
     }
     case Phase::winning: {
-        WinReply a = bridge_.take_answer(milliseconds(std::min<int64_t>(gopts_.renew_interval_ms, 200)));
+        WinReply a = bridge_.take_answer(term_.epoch, milliseconds(std::min<int64_t>(gopts_.renew_interval_ms, 200)));
+        if (a.answer != WinAnswer::none) awaiting_answer_ = false;
         const auto t = clock_.now();
         if (guard_->verdict(t) == GuardVerdict::renew)
             guard_->on_keepalive(t, renew_lease());
@@ -548,7 +618,9 @@ milliseconds ElectorDriver::step() {
             e.kind = ElectorEventKind::won;
             e.term = term_;
             e.valid_until = guard_->lease_deadline() - milliseconds(gopts_.margin_ms);
-            if (!bridge_.post(std::move(e), call_)) give_up("event queue full: win dropped", true);
+            bridge_.set_term(term_.epoch);
+            if (bridge_.post(std::move(e), call_)) awaiting_answer_ = true;
+            else give_up("event queue full: win dropped", true);
             return milliseconds(0);
         }
         }

@@ -44,6 +44,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "nvfence/agent.hpp"
 #include "nvfence/clock.hpp"
@@ -56,6 +57,10 @@ namespace nvfence {
 
 /// Most events waiting for the agent's thread.
 inline constexpr size_t kElectorQueueCap = 16;
+/// How long a driver that gave up a term waits for the agent's answer to
+/// its win before resigning anyway: a takeover's four device commands at
+/// the kernel's 30 s I/O timeout each.
+inline constexpr std::chrono::milliseconds kWithdrawWait{120000};
 
 /// What the elector side tells the agent's thread.
 enum class ElectorEventKind : uint8_t {
@@ -89,6 +94,7 @@ const char* win_answer_name(WinAnswer a);
 /// The agent's answer and what it saw.
 struct WinReply {
     WinAnswer answer = WinAnswer::none;  ///< The outcome.
+    uint32_t token = 0;                  ///< The term (token) answered.
     uint32_t floor = 0;                  ///< reissue: the device's highest epoch of our tag.
     uint32_t key_epoch = 0;              ///< holding: our key's epoch.
     std::string why;                     ///< One line for the log.
@@ -131,12 +137,22 @@ public:
     AgentState agent_state() const;
     /// Driver: the highest epoch of our tag the agent last saw on the device.
     uint32_t device_epoch() const;
-    /// Driver: waits at most @p wait for the answer to the last won event
-    /// and takes it (WinAnswer::none when none came).
-    WinReply take_answer(std::chrono::milliseconds wait);
+    /// Driver: waits at most @p wait for the answer to the won event of
+    /// @p token and takes it (WinAnswer::none when none came). Answers for
+    /// other terms are dropped (take_dropped_answers() hands them over).
+    WinReply take_answer(uint32_t token, std::chrono::milliseconds wait);
+    /// Driver: the answers take_answer() dropped since the last call (at
+    /// most one per won event: the queue bounds them).
+    std::vector<WinReply> take_dropped_answers();
     /// Driver: sleeps at most @p wait; returns early when the agent
     /// published a new state or stop() was called.
     void nap(std::chrono::milliseconds wait);
+    /// Driver: the term (token) it stands behind now, 0 for none. The agent
+    /// acts on a won event only while it is the driver's term; the driver
+    /// sets it before posting the win and clears it before resigning.
+    void set_term(uint32_t token);
+    /// The driver's current term (0: none).
+    uint32_t term() const;
     /// Driver: the status shown by `nvfence status`.
     void set_snapshot(const ElectorSnapshot& s);
     /// Anyone: the status.
@@ -179,8 +195,10 @@ private:
     std::condition_variable cv_;
     std::deque<ElectorEvent> queue_;
     std::optional<WinReply> answer_;
+    std::vector<WinReply> stale_answers_;
     AgentState state_ = AgentState::starting;
     uint32_t device_epoch_ = 0;
+    uint32_t term_ = 0;
     uint64_t publishes_ = 0;
     ElectorSnapshot snap_;
     bool stop_ = false;
@@ -209,7 +227,7 @@ public:
     void shutdown();
 
     /// The driver's phases.
-    enum class Phase : uint8_t { idle, campaigning, winning, leader, backoff };
+    enum class Phase : uint8_t { idle, campaigning, winning, leader, backoff, withdrawing };
     /// The current phase.
     Phase phase() const { return phase_; }
     /// Words for a phase.
@@ -218,6 +236,10 @@ public:
 private:
     void note(const std::string& text, EventLevel level = EventLevel::info);
     void give_up(const std::string& why, bool back_off);
+    void resign_now(const std::string& why, bool back_off);
+    void withdraw(const std::string& why, bool back_off, LossReason loss);
+    std::chrono::milliseconds step_withdrawing();
+    void drop_old_answers();
     void lose(LossReason r);
     void publish_snapshot(const std::string& leader, bool self);
     std::chrono::milliseconds until(Clock::TimePoint t) const;
@@ -244,6 +266,10 @@ private:
     std::string leader_value_;
     std::string last_error_;
     bool hold_noted_ = false;
+    bool awaiting_answer_ = false;  // a won event posted, its answer not taken
+    Clock::TimePoint withdraw_until_{};
+    bool withdraw_back_off_ = true;
+    LossReason withdraw_loss_ = LossReason::none;
 };
 
 /// The driver on its own thread (RAII: the destructor stops it, resigns

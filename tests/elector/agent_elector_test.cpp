@@ -283,12 +283,84 @@ TEST_F(AgentElectorTest, AWinThatArrivesAfterTheLeaseMayHaveExpiredIsNotActedOn)
     e.kind = ElectorEventKind::won;
     e.term.epoch = 500;
     e.valid_until = clock.now() - std::chrono::milliseconds(1);
+    bridge->set_term(500);
     ASSERT_TRUE(bridge->post(e, std::chrono::milliseconds(0)));
     const size_t acquires = b->sent(opcode::kResvAcquire);
     bridge->drain(*b->agent, *b->hooks, clock);
     EXPECT_EQ(b->sent(opcode::kResvAcquire), acquires);
     EXPECT_EQ(b->agent->state(), AgentState::standby);
-    EXPECT_EQ(bridge->take_answer(std::chrono::milliseconds(0)).answer, WinAnswer::failed);
+    const WinReply r = bridge->take_answer(500, std::chrono::milliseconds(0));
+    EXPECT_EQ(r.answer, WinAnswer::failed);
+    EXPECT_NE(r.why.find("lease may have expired"), std::string::npos) << r.why;
+}
+
+// Issue 24 defect 3: every answer carries its term; the driver never takes
+// the answer to one term for another.
+TEST_F(AgentElectorTest, AnAnswerForAnotherTermIsDroppedNotApplied) {
+    setup();
+    ElectorEvent e;
+    e.kind = ElectorEventKind::won;
+    e.term.epoch = 500;
+    e.valid_until = clock.now() + std::chrono::seconds(10);
+    bridge->set_term(500);
+    ASSERT_TRUE(bridge->post(e, std::chrono::milliseconds(0)));
+    bridge->drain(*b->agent, *b->hooks, clock);
+    EXPECT_EQ(bridge->take_answer(501, std::chrono::milliseconds(0)).answer, WinAnswer::none)
+        << "the answer to 500 is not the answer to 501";
+    const auto dropped = bridge->take_dropped_answers();
+    ASSERT_EQ(dropped.size(), 1u);
+    EXPECT_EQ(dropped[0].token, 500u);
+    EXPECT_EQ(dropped[0].answer, WinAnswer::holding);
+    EXPECT_TRUE(bridge->take_dropped_answers().empty());
+}
+
+TEST_F(AgentElectorTest, AWinTheDriverGaveUpBeforeTheAgentGotToItIsNotCarriedOut) {
+    setup();
+    ElectorEvent e;
+    e.kind = ElectorEventKind::won;
+    e.term.epoch = 500;
+    e.valid_until = clock.now() + std::chrono::seconds(10);
+    bridge->set_term(500);
+    ASSERT_TRUE(bridge->post(e, std::chrono::milliseconds(0)));
+    bridge->set_term(0);  // the driver resigned term 500
+    const size_t sent = t.log.size();
+    bridge->drain(*b->agent, *b->hooks, clock);
+    EXPECT_EQ(t.log.size(), sent) << "not even a Report";
+    EXPECT_EQ(b->agent->state(), AgentState::standby);
+    const WinReply r = bridge->take_answer(500, std::chrono::milliseconds(0));
+    EXPECT_EQ(r.answer, WinAnswer::failed);
+    EXPECT_EQ(r.token, 500u);
+}
+
+// Issue 24 defect 2: a host that wins again while it holds re-keys to its
+// new token, so the older token cannot preempt it any more.
+TEST_F(AgentElectorTest, AReWinReKeysToTheNewToken) {
+    setup();
+    win();
+    const uint32_t first = epoch(b->agent->key());
+    ElectorEvent e;
+    e.kind = ElectorEventKind::won;
+    e.term.epoch = first + 2;
+    e.valid_until = clock.now() + std::chrono::seconds(10);
+    bridge->set_term(first + 2);
+    ASSERT_TRUE(bridge->post(e, std::chrono::milliseconds(0)));
+    bridge->drain(*b->agent, *b->hooks, clock);
+    const WinReply r = bridge->take_answer(first + 2, std::chrono::milliseconds(0));
+    EXPECT_EQ(r.answer, WinAnswer::holding) << r.why;
+    EXPECT_EQ(r.key_epoch, first + 2);
+    EXPECT_EQ(epoch(b->agent->key()), first + 2) << b->hooks->dump();
+    EXPECT_EQ(b->device_key(), b->agent->key());
+    EXPECT_TRUE(t.is_holder(b->id));
+    EXPECT_EQ(b->agent->state(), AgentState::holder);
+    // The term before it can no longer preempt b.
+    Peer c(t, 3, kTag, 3);
+    ASSERT_TRUE(c.fence.join(1, false));
+    auto seen = c.fence.verify();
+    ASSERT_TRUE(seen);
+    auto stale = c.fence.takeover_with_token(*seen, first + 1);
+    ASSERT_FALSE(stale);
+    EXPECT_EQ(stale.error(), Errc::lost_race);
+    EXPECT_TRUE(t.is_holder(b->id));
 }
 
 TEST_F(AgentElectorTest, CampaignTimeoutsRenewTheCandidacyAndShowTheLeader) {
