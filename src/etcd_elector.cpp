@@ -14,6 +14,7 @@
 #include <optional>
 #include <utility>
 
+#include "nvfence/epoch_store.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/etcd_json.hpp"
 #include "nvfence/fd.hpp"
@@ -362,7 +363,8 @@ Result<Term> EtcdElector::term(uint32_t at_least, Ms timeout) {
         t.leader = *won_;
         t.cluster_id = std::to_string(cluster_id_);
         t.rollback_seen = floor.epoch > 0 && (!cur || cur->epoch < floor.epoch);
-        if (cur && cur->leader_rev == won_->revision && cur->epoch >= floor.epoch && cur->epoch > at_least) {
+        if (cur && cur->leader_rev == won_->revision && cur->epoch >= floor.epoch && cur->epoch > at_least &&
+            cur->epoch <= kEpochCeiling) {
             // Issued to this very leadership already (a retry): the same token.
             t.epoch = cur->epoch;
             if (store) {
@@ -371,7 +373,14 @@ Result<Term> EtcdElector::term(uint32_t at_least, Ms timeout) {
             return t;
         }
         uint32_t base = std::max({cur ? cur->epoch : 0u, floor.epoch, at_least});
-        if (base == kMaxEpoch) return make_error_code(Errc::epoch_exhausted);
+        if (base >= kEpochCeiling) {
+            // A token above the key's epochs could never be used; one write
+            // to the counter must not make this host store it (it would
+            // never take over again). Refused, nothing stored.
+            last_error_ = "no token above " + std::to_string(base) + ": the key's epochs end at " +
+                          std::to_string(kEpochCeiling) + " (counter " + counter_key + "; docs/ETCD.md \"A counter at the ceiling\")";
+            return make_error_code(Errc::epoch_out_of_range);
+        }
         const etcd::CounterValue next{base + 1, won_->revision};
         // Persisted before etcd hears of it: a crash in between leaves a gap,
         // never a reuse.

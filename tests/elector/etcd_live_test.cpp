@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "nvfence/epoch_store.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/etcd.hpp"
 
@@ -439,6 +440,33 @@ TEST_F(EtcdLive, LocalRecordRefusesARolledBackCounter) {
     EXPECT_EQ(t3->epoch, 3u);
     EXPECT_TRUE(t3->rollback_seen);
     EXPECT_EQ(store.load()->epoch, 3u);
+}
+
+// Issue 24 item 7: one write to the counter must not exhaust the epochs.
+// A token at or above the key's ceiling is refused and never stored; once
+// the counter is repaired, the same host gets tokens again.
+TEST_F(EtcdLive, ACounterAtTheCeilingIsRefusedNeverStoredAndRepairable) {
+    const std::string state = etcd_.dir() + "/state";
+    auto a = elector("node=1", 5, state);
+    ASSERT_TRUE(a->campaign(kCall));
+    ASSERT_TRUE(a->term(0, kCall));
+    ASSERT_TRUE(a->resign(kCall));
+    TokenStore store(state, "vol-test");
+    const uint32_t used = store.load()->epoch;
+    ASSERT_EQ(etcd_.ctl({"put", "nvfence/vol-test.epoch", std::to_string(kEpochCeiling) + " 1"}, nullptr), 0);
+    ASSERT_TRUE(a->campaign(kCall));
+    auto t = a->term(0, kCall);
+    ASSERT_FALSE(t) << "token " << t->epoch;
+    EXPECT_EQ(t.error(), make_error_code(Errc::epoch_out_of_range));
+    EXPECT_NE(a->last_error().find("epochs end at"), std::string::npos) << a->last_error();
+    EXPECT_EQ(store.load()->epoch, used) << "nothing stored";
+    ASSERT_TRUE(a->resign(kCall));
+    // The repair of docs/ETCD.md: the counter back at the highest epoch used.
+    ASSERT_EQ(etcd_.ctl({"put", "nvfence/vol-test.epoch", std::to_string(used) + " 1"}, nullptr), 0);
+    ASSERT_TRUE(a->campaign(kCall));
+    auto t2 = a->term(0, kCall);
+    ASSERT_TRUE(t2) << t2.error().message() << " " << a->last_error();
+    EXPECT_EQ(t2->epoch, used + 1);
 }
 
 TEST_F(EtcdLive, SnapshotRestoreRollsTheCounterBackButNotTheToken) {
