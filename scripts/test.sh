@@ -40,17 +40,13 @@ step "fuzzers (${NVFENCE_FUZZ_SECONDS:-10}s each)"
 tests/fuzz/run.sh "${NVFENCE_FUZZ_SECONDS:-10}"
 
 # A fixed slice of the simulator (issue 25), seeded from the commit so a
-# given commit always runs the same schedules. --known-defects: the
-# invariants issue 24's defects break today (epoch_not_token,
-# acted_on_resigned_term, holder_past_lease, liveness) are counted, not
-# failures; every other invariant fails the step. Drop the flag (and the
-# defects from known_defect()) when issue 24 lands. docs/RELIABILITY.md.
-# Target restarts without PTPL are left out of the slice until then: once a
-# restart has wiped every key, a stale winner's older token acquires the
-# empty device and writes over newer data (acked_write_lost, seed
-# 27036895840228, replayed by sim_known_defects): issue 24's defect 1 with
-# nothing left on the device to refuse it.
-sim_faults=freeze,crash,crash_in_command,crash_in_write,etcd_partition,etcd_down,device_partition,device_delay,lost_done,lost_not_done,late_answer
+# given commit always runs the same schedules, with every fault kind.
+# --known-defects: the invariants issue 24's open defects break today
+# (holder_past_lease: defect 4; liveness: defect 5's fenced holders) are
+# counted, not failures; every other invariant fails the step. Drop the flag
+# (and the defects from known_defect()) when those are fixed.
+# docs/RELIABILITY.md "Simulator".
+sim_faults=freeze,crash,crash_in_command,crash_in_write,etcd_partition,etcd_down,device_partition,device_delay,lost_done,lost_not_done,late_answer,target_restart
 sim_seed=$(( 0x$(git rev-parse HEAD 2>/dev/null | sha256sum | cut -c1-12) ))
 step "simulator: ${NVFENCE_SIM_SECONDS:-60}s slice from seed $sim_seed (commit $(git rev-parse --short HEAD 2>/dev/null || echo none))"
 build/bin/nvfence-sim --seconds "${NVFENCE_SIM_SECONDS:-60}" --jobs "$jobs" --first-seed "$sim_seed" --known-defects \

@@ -27,8 +27,6 @@ const char* inv_name(Inv i) {
 
 int known_defect(Inv i) {
     switch (i) {
-    case Inv::epoch_not_token: return 1;         // a stale winner holds with a device-derived epoch
-    case Inv::acted_on_resigned_term: return 3;  // an answer applied to the wrong term
     case Inv::holder_past_lease: return 4;       // lease loss handled outside the agent: stays HOLDER
     case Inv::liveness: return 5;                // fenced standbys never campaign again
     default: return 0;
@@ -126,7 +124,14 @@ std::optional<Violation> InvariantChecker::write_landed(int host, uint64_t key, 
         // judged by nobody: the device could not refuse it
     } else if (std::find(preempted_.begin(), preempted_.end(), key) != preempted_.end())
         v = Violation{Inv::write_after_preempt, who + " after a completed preempt-and-abort of that key"};
-    else if (b.host >= 0 && b.epoch > epoch)
+    // Another host's write of a newer term overwritten by an older term:
+    // the fence failed. The same host's own late write over its newer one
+    // (it re-keyed to a new token while still holding, and a write it had
+    // given up on ran late on the target) is its own write order, which no
+    // reservation can keep: same-epoch overwrites are judged the same way.
+    // Had another host preempted the older key in between, the check above
+    // (write_after_preempt) judges it.
+    else if (b.host >= 0 && b.host != host && b.epoch > epoch)
         v = Violation{Inv::acked_write_lost, who + " over write " + std::to_string(b.seq) + " of host " +
                                                  std::to_string(b.host) + " with the newer epoch " +
                                                  std::to_string(b.epoch)};
