@@ -121,6 +121,18 @@ Outcome Fence::finish(Outcome o, const ReservationStatus& after) const {
     return o;
 }
 
+// Register @p key, or replace this host's registration @p me with it.
+RegisterArgs Fence::register_args(const Registrant* me, uint64_t key) const {
+    RegisterArgs a;
+    a.cptpl = opts_.cptpl;
+    a.nrkey = key;
+    if (me) {
+        a.action = RegisterAction::replace_key;
+        a.crkey = me->key;
+    }
+    return a;
+}
+
 Status Fence::register_fresh(const RegisterArgs& a, Outcome& o) {
     auto s = resv_.reg(a);
     if (s) return Ok{};
@@ -148,14 +160,7 @@ Result<Outcome> Fence::join(std::optional<uint32_t> epoch, bool replace) {
     }
     auto key = fresh_key(*before, *node, epoch);
     if (!key) return key.error();
-    RegisterArgs a;
-    a.cptpl = opts_.cptpl;
-    a.nrkey = *key;
-    if (me) {
-        a.action = RegisterAction::replace_key;
-        a.crkey = me->key;
-    }
-    if (auto s = register_fresh(a, o); !s) return s.error();
+    if (auto s = register_fresh(register_args(me, *key), o); !s) return s.error();
     o.changed = true;
     auto after = verify();
     if (!after) return after.error();
@@ -252,14 +257,7 @@ Result<Outcome> Fence::takeover(std::optional<uint64_t> victim) {
     if (!node) return node.error();
     auto key = fresh_key(*before, *node, std::nullopt);
     if (!key) return key.error();
-    RegisterArgs reg;
-    reg.cptpl = opts_.cptpl;
-    reg.nrkey = *key;
-    if (me) {
-        reg.action = RegisterAction::replace_key;
-        reg.crkey = me->key;
-    }
-    if (auto s = register_fresh(reg, o); !s) return s.error();
+    if (auto s = register_fresh(register_args(me, *key), o); !s) return s.error();
     o.changed = true;
 
     std::optional<uint64_t> prkey;
@@ -376,14 +374,7 @@ Result<Outcome> Fence::takeover_with_token(const ReservationStatus& seen, uint32
         if (store_) {
             if (auto s = store_->raise_to(token); !s) return s.error();
         }
-        RegisterArgs reg;
-        reg.cptpl = opts_.cptpl;
-        reg.nrkey = *key;
-        if (me) {
-            reg.action = RegisterAction::replace_key;
-            reg.crkey = me->key;
-        }
-        if (auto s = register_fresh(reg, o); !s) {
+        if (auto s = register_fresh(register_args(me, *key), o); !s) {
             // Our registration read in @p seen is gone: another host took it.
             if (me && is_nvme(s.error(), NvmeStatus::reservation_conflict)) return make_error_code(Errc::lost_race);
             return s.error();

@@ -153,6 +153,7 @@ private:
     // Report contradicts (this host registered with that key) is recorded in
     // o.completion_error instead.
     Status register_fresh(const RegisterArgs& a, Outcome& o);
+    RegisterArgs register_args(const Registrant* me, uint64_t key) const;
     Result<uint8_t> node_for(const ReservationStatus& st) const;
     Result<uint64_t> fresh_key(const ReservationStatus& st, uint8_t node,
                                std::optional<uint32_t> epoch);

@@ -137,6 +137,15 @@ protected:
             bridge->drain(*b->agent, *b->hooks, clock);
         }
     }
+    // Posts a win of @p token as the driver does: its term first.
+    void post_win(uint32_t token) {
+        ElectorEvent e;
+        e.kind = ElectorEventKind::won;
+        e.term.epoch = token;
+        e.valid_until = clock.now() + std::chrono::seconds(10);
+        bridge->set_term(token);
+        ASSERT_TRUE(bridge->post(e, std::chrono::milliseconds(0)));
+    }
     // Drives b until its agent holds (bounded).
     void win() {
         for (int i = 0; i < 20 && driver->phase() != ElectorDriver::Phase::leader; ++i) run(1);
@@ -298,12 +307,7 @@ TEST_F(AgentElectorTest, AWinThatArrivesAfterTheLeaseMayHaveExpiredIsNotActedOn)
 // the answer to one term for another.
 TEST_F(AgentElectorTest, AnAnswerForAnotherTermIsDroppedNotApplied) {
     setup();
-    ElectorEvent e;
-    e.kind = ElectorEventKind::won;
-    e.term.epoch = 500;
-    e.valid_until = clock.now() + std::chrono::seconds(10);
-    bridge->set_term(500);
-    ASSERT_TRUE(bridge->post(e, std::chrono::milliseconds(0)));
+    post_win(500);
     bridge->drain(*b->agent, *b->hooks, clock);
     EXPECT_EQ(bridge->take_answer(501, std::chrono::milliseconds(0)).answer, WinAnswer::none)
         << "the answer to 500 is not the answer to 501";
@@ -316,12 +320,7 @@ TEST_F(AgentElectorTest, AnAnswerForAnotherTermIsDroppedNotApplied) {
 
 TEST_F(AgentElectorTest, AWinTheDriverGaveUpBeforeTheAgentGotToItIsNotCarriedOut) {
     setup();
-    ElectorEvent e;
-    e.kind = ElectorEventKind::won;
-    e.term.epoch = 500;
-    e.valid_until = clock.now() + std::chrono::seconds(10);
-    bridge->set_term(500);
-    ASSERT_TRUE(bridge->post(e, std::chrono::milliseconds(0)));
+    post_win(500);
     bridge->set_term(0);  // the driver resigned term 500
     const size_t sent = t.log.size();
     bridge->drain(*b->agent, *b->hooks, clock);
@@ -338,12 +337,7 @@ TEST_F(AgentElectorTest, AReWinReKeysToTheNewToken) {
     setup();
     win();
     const uint32_t first = epoch(b->agent->key());
-    ElectorEvent e;
-    e.kind = ElectorEventKind::won;
-    e.term.epoch = first + 2;
-    e.valid_until = clock.now() + std::chrono::seconds(10);
-    bridge->set_term(first + 2);
-    ASSERT_TRUE(bridge->post(e, std::chrono::milliseconds(0)));
+    post_win(first + 2);
     bridge->drain(*b->agent, *b->hooks, clock);
     const WinReply r = bridge->take_answer(first + 2, std::chrono::milliseconds(0));
     EXPECT_EQ(r.answer, WinAnswer::holding) << r.why;
