@@ -407,6 +407,7 @@ void Agent::check() {
         last_ok_ = clock_.now();
         last_ok_wall_ = clock_.wall_now();
         observe(*st, notes);
+        rejoin_if_auto(*st);
     }
     const auto t1 = clock_.now();
     check_timing(t0, t1);
@@ -918,6 +919,21 @@ ControlReply Agent::do_rejoin(const ControlRequest& req, const std::string& by) 
     r.changed = true;
     r.message = msg;
     return r;
+}
+
+// rejoin = auto: the takeover of the next leader removed this host's key;
+// once the writers are stopped and the fence action completed (a pending
+// action is re-run first, at start), the host is a candidate again. Also
+// when this node's own key is registered but not holding (a rejoin that a
+// crash cut before the state file said so). Not when the host id is
+// registered with another node's key (another host shares it, or the key
+// was changed outside the agent): the operator decides then.
+void Agent::rejoin_if_auto(const ReservationStatus& st) {
+    if (!opts_.rejoin_auto || state_ != AgentState::fenced || action_ != FenceActionState::done) return;
+    if (const Registrant* me = st.find_host(self_); me && (!ours(me->key) || me->holder)) return;
+    ControlRequest req;
+    req.op = ControlOp::rejoin;
+    (void)do_rejoin(req, "automatic rejoin (rejoin = auto: writers stopped, fence action done)");
 }
 
 Status Agent::stop() {

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -1032,6 +1033,80 @@ TEST_F(AgentTest, EpochsSeenOnTheDeviceStayBelowTheNextKeyAfterATargetStateLoss)
     EXPECT_GT(epoch(a->agent->key()), granted);
 }
 
+// Issue 24 defect 5: under an elector (rejoin = auto) a holder fenced by the
+// next leader's takeover becomes a candidate again by itself, but only after
+// its writers were stopped and its fence action completed, and it never
+// acquires.
+TEST_F(AgentTest, RejoinAutoComesBackAsAStandbyOnlyAfterWritersAndActionAndNeverAcquires) {
+    AgentOptions o = options(1, StartRole::acquire);
+    o.rejoin_auto = true;
+    a = std::make_unique<SimHost>(t, clock, 1, o, tmp.path());
+    a->start_ok();
+    b = host(2);
+    b->start_ok();
+    const uint64_t old = a->agent->key();
+    std::vector<std::string> order;
+    a->hooks->during = [&](const std::string& what) {
+        order.push_back(what + (a->device_key() ? " registered" : " unregistered"));
+    };
+    ASSERT_EQ(b->request(ControlOp::takeover).exit_code, 0);
+    a->agent->check();
+    ASSERT_EQ(a->agent->state(), AgentState::standby) << a->hooks->dump();
+    EXPECT_EQ(a->hooks->transitions(), (std::vector<std::pair<AgentState, AgentState>>{
+                                           {AgentState::starting, AgentState::standby},
+                                           {AgentState::standby, AgentState::holder},
+                                           {AgentState::holder, AgentState::fenced},
+                                           {AgentState::fenced, AgentState::standby}}));
+    EXPECT_EQ(order, (std::vector<std::string>{"writers unregistered", "action unregistered"}))
+        << "writers stopped and the action done before the new registration";
+    EXPECT_TRUE(a->hooks->saw(AgentEventKind::state_changed, "automatic rejoin")) << a->hooks->dump();
+    EXPECT_NE(a->agent->key(), old);
+    EXPECT_EQ(a->device_key(), a->agent->key());
+    EXPECT_TRUE(t.is_holder(b->id)) << "the new leader keeps the reservation";
+    run_schedule(*a->agent, clock, 10 * kInterval);
+    EXPECT_EQ(a->agent->state(), AgentState::standby);
+    EXPECT_EQ(a->sent(opcode::kResvAcquire), 1u) << "only the start role's acquire";
+}
+
+TEST_F(AgentTest, RejoinAutoWaitsForAPendingFenceActionAfterARestart) {
+    holder_and_standby();  // rejoin manual in this run
+    ASSERT_EQ(b->request(ControlOp::takeover).exit_code, 0);
+    a->agent->check();
+    ASSERT_EQ(a->agent->state(), AgentState::fenced);
+    // Killed while the action ran (watchdog): the file says pending. The
+    // next start has rejoin = auto.
+    PersistedState p = *persisted(*a);
+    p.action = FenceActionState::pending;
+    ASSERT_TRUE(a->statefile.save(p));
+    a->opts.rejoin_auto = true;
+    a->boot();
+    a->start_ok();
+    EXPECT_EQ(a->agent->state(), AgentState::fenced) << "the start itself never rejoins";
+    EXPECT_EQ(a->hooks->fence_actions, 1) << "the pending action ran again first";
+    a->agent->check();
+    EXPECT_EQ(a->agent->state(), AgentState::standby) << a->hooks->dump();
+    EXPECT_EQ(a->hooks->fence_actions, 1);
+}
+
+TEST_F(AgentTest, RejoinManualOrASharedHostIdStaysFenced) {
+    holder_and_standby();  // rejoin_auto off: manual
+    ASSERT_EQ(b->request(ControlOp::takeover).exit_code, 0);
+    run_schedule(*a->agent, clock, 5 * kInterval);
+    EXPECT_EQ(a->agent->state(), AgentState::fenced);
+
+    // auto, but this host id is registered with another key: the operator decides.
+    AgentOptions o = options(3);
+    o.rejoin_auto = true;
+    auto c = std::make_unique<SimHost>(t, clock, 3, o, tmp.path());
+    c->start_ok();
+    t.regs.erase(std::remove_if(t.regs.begin(), t.regs.end(), [&](const auto& r) { return r.host == c->id; }),
+                 t.regs.end());
+    t.add(c->id, key_of(9, 77));  // the same host id, another node's key
+    run_schedule(*c->agent, clock, 5 * kInterval);
+    EXPECT_EQ(c->agent->state(), AgentState::fenced) << c->hooks->dump();
+    EXPECT_EQ(t.find(c->id)->key, key_of(9, 77)) << "nothing re-registered over it";
+}
+
 TEST_F(AgentTest, RejoinWhenNotFencedChangesNothing) {
     holder_and_standby();
     const auto gen = t.generation;
@@ -1422,9 +1497,31 @@ TEST(AgentTransitionsTest, TheTableAllowsNoWayOutOfFencedButRejoinAndStop) {
 
 TEST(AgentSettingsTest, KeysAreDocumentedOnce) {
     const auto& keys = agent_setting_keys();
-    EXPECT_EQ(keys.size(), 23u);
+    EXPECT_EQ(keys.size(), 24u);
     std::set<std::string> unique(keys.begin(), keys.end());
     EXPECT_EQ(unique.size(), keys.size());
+}
+
+TEST(AgentSettingsTest, RejoinIsAutoOrManualAndUnsetLeavesItToTheDaemon) {
+    std::string why;
+    auto parse = [&](const std::string& v) {
+        SettingsMap m{{"device", "/dev/nvme0n1"}};
+        if (!v.empty()) m["rejoin"] = v;
+        return parse_agent_settings(m, why);
+    };
+    auto unset = parse("");
+    ASSERT_TRUE(unset) << unset.error().message();
+    EXPECT_FALSE(unset->rejoin_auto.has_value());
+    EXPECT_FALSE(agent_options(*unset, 1).rejoin_auto) << "manual unless the daemon says otherwise";
+    auto a = parse("auto");
+    ASSERT_TRUE(a);
+    EXPECT_TRUE(agent_options(*a, 1).rejoin_auto);
+    auto m = parse("manual");
+    ASSERT_TRUE(m);
+    EXPECT_FALSE(agent_options(*m, 1).rejoin_auto);
+    EXPECT_FALSE(parse("yes"));
+    EXPECT_NE(why.find("rejoin"), std::string::npos) << why;
+    EXPECT_FALSE(parse("Auto"));
 }
 
 class SysfsTest : public ::testing::Test {

@@ -90,6 +90,10 @@ struct AgentOptions {
     uint32_t interval_ms = 1000;                   ///< Watch period.
     uint32_t device_timeout_ms = 5000;             ///< Bound on each device command.
     bool keep_registration = false;                ///< stop(): stay registered.
+    /// rejoin = auto: a FENCED host whose registration is gone registers
+    /// again (a candidate, never a holder) once its writers are stopped and
+    /// its fence action has completed; off: only `nvfence rejoin` does.
+    bool rejoin_auto = false;
     uint32_t max_notification_pages = 16;          ///< Log pages read per check, 1..64.
     /// After this long without a successful check (0: 3 x interval_ms +
     /// device_timeout_ms) the agent has lost its view of the device.
@@ -260,6 +264,7 @@ private:
     ControlReply took_over(const ControlRequest& req, const Outcome& out, const std::string& by);
     ControlReply do_release(const ControlRequest& req, const std::string& who);
     ControlReply do_rejoin(const ControlRequest& req, const std::string& who);
+    void rejoin_if_auto(const ReservationStatus& st);
     ControlReply reply_for(const ControlRequest& req);
     ControlReply fail_reply(const ControlRequest& req, std::error_code ec, const std::string& msg);
 

@@ -94,6 +94,7 @@ const std::map<std::string, std::string>& key_help() {
         {"socket_mode", "control socket mode: 0600 (default) or 0660"},
         {"state_dir", "where node id, epoch and state are persisted (default /var/lib/nvfence)"},
         {"keep_registration", "on clean stop keep the registration (true) or unregister (false, default)"},
+        {"rejoin", "a host fenced by the next leader's takeover registers again by itself once its writers are stopped and its fence action done (auto, default with elector = etcd) or waits for 'nvfence rejoin' (manual, default otherwise)"},
         {"name", "instance name: socket /run/nvfence/<name>.sock; the unit passes %i (default: the volume name)"},
         {"log_level", "debug, info (default), warning or error"},
         {"view_timeout_ms", "no successful check for this long = lost view of the device (0, default: 3 x interval_ms + device_timeout_ms)"},
@@ -539,6 +540,9 @@ int run(const nvfence::AgentSettings& s, spdlog::logger& log, const nvfence::Set
         [&](bool ok, const std::string& line) { log.log(ok ? spdlog::level::info : spdlog::level::err, "{}", line); });
     nvfence::SystemClock clock;
     auto opts = nvfence::agent_options(s, d.node);
+    // Under an elector, failover after failover needs the fenced hosts back
+    // as candidates; without one, the operator's rejoin stays the way back.
+    opts.rejoin_auto = s.rejoin_auto.value_or(elector != nullptr);
     opts.volume = d.volume;
     opts.device = d.info.paths.block;
     nvfence::Fd sigfd = signal_fd();
