@@ -5,16 +5,17 @@
 // Fixed (regression tests: no violation): defect 1 (a stale winner preempted
 // the leader elected after it, and held with an epoch derived from the
 // device), defect 3 (an answer applied to the wrong term; a term carried out
-// after the elector resigned it) and the first half of defect 5 (the first
-// takeover preempted every standby). The seeds that found them replay the
-// same schedules up to the takeover, which now goes the other way.
+// after the elector resigned it) and defect 5 (the first takeover preempted
+// every standby; a host fenced while holding never campaigned again without
+// `nvfence rejoin`). The seeds that found them replay the same schedules up
+// to the takeover, which now goes the other way.
 //
 // Still known (these tests EXPECT the violation, so CI stays green while
 // the defects are known; when they are fixed the tests fail, on purpose:
 // then turn each into a regression test and drop the defect from
 // known_defect(), sim_invariants.cpp): defect 4 (lease loss handled outside
-// the agent: HOLDER past the lease) and the second half of defect 5 (a host
-// fenced while holding never campaigns again without `nvfence rejoin`).
+// the agent: HOLDER past the lease) and finding 11 of the simulator (no
+// leader while etcd answers at about the call bound).
 //
 // A seed replays bit for bit on the same code; a product change that moves
 // the schedule may move a defect to another seed. The window tests search a
@@ -30,6 +31,8 @@ constexpr uint32_t bit(Inv i) { return 1u << static_cast<unsigned>(i); }
 
 // The defects still known, tolerated so a run reaches the others.
 constexpr uint32_t kKnown = bit(Inv::holder_past_lease) | bit(Inv::liveness);
+// Defect 4 alone: where the liveness invariant is checked too.
+constexpr uint32_t kDefect4 = bit(Inv::holder_past_lease);
 
 ScheduleResult replay(uint64_t seed, uint32_t tolerate) {
     SimOptions o;
@@ -98,13 +101,22 @@ TEST(SimKnownDefects, Seed6HolderPastItsLease) {
     EXPECT_EQ(r.violation->inv, Inv::holder_past_lease) << r.violation->what;
 }
 
-// Issue 24 defect 5, second half (still known): a host fenced while holding
-// is not a candidate again after the world healed.
-TEST(SimKnownDefects, Seed2AFencedHolderNeverCampaignsAgain) {
-    const ScheduleResult r = replay(2, bit(Inv::holder_past_lease));
-    ASSERT_TRUE(r.violation) << "issue 24 defect 5 no longer shows with seed 2 (fixed? see the header)";
+// Issue 24 defect 5, second half: the host fenced while holding (seed 2:
+// host 0) is a candidate again by itself (rejoin = auto), and the schedule
+// ends live.
+TEST(SimRegressions, Seed2AFencedHolderCampaignsAgainWithoutRejoin) {
+    const ScheduleResult r = replay(2, kDefect4);
+    EXPECT_FALSE(r.violation) << what(r);
+}
+
+// Finding 11 (still known): with etcd answering at about each call's bound,
+// nobody is elected for 12 s after the world healed; also on the code before
+// issue 24's fixes.
+TEST(SimKnownDefects, Seed62NoLeaderWhileEtcdAnswersAtTheBound) {
+    const ScheduleResult r = replay(62, kDefect4);
+    ASSERT_TRUE(r.violation) << "finding 11 no longer shows with seed 62 (fixed? see the header)";
     EXPECT_EQ(r.violation->inv, Inv::liveness) << r.violation->what;
-    EXPECT_NE(r.violation->what.find("FENCED"), std::string::npos) << r.violation->what;
+    EXPECT_NE(r.violation->what.find("0 agents report HOLDER"), std::string::npos) << r.violation->what;
 }
 
 }  // namespace
