@@ -632,7 +632,14 @@ milliseconds ElectorDriver::step() {
             return milliseconds(0);
         }
         if (as == AgentState::standby) {
-            give_up("the agent no longer holds the reservation: resigning", true);
+            // A handoff (the only way from HOLDER to STANDBY under Write
+            // Exclusive): stay out of the election long enough for another
+            // host to win, or the handoff is undone within a campaign call.
+            give_up("the agent no longer holds the reservation (handoff): resigning and staying out of the election for " +
+                        std::to_string(kHandoffHoldoffTtls) + " lease TTLs",
+                    true);
+            backoff_until_ = std::max(backoff_until_, clock_.now() + milliseconds(kHandoffHoldoffTtls * gopts_.ttl_ms));
+            publish_snapshot(leader_value_, false);
             return milliseconds(0);
         }
         GuardVerdict v = guard_->verdict(now);

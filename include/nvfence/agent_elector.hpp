@@ -57,6 +57,9 @@ namespace nvfence {
 
 /// Most events waiting for the agent's thread.
 inline constexpr size_t kElectorQueueCap = 16;
+/// After a handoff (the agent released the reservation), the driver stays
+/// out of the election this many lease TTLs, so another host wins it.
+inline constexpr int64_t kHandoffHoldoffTtls = 3;
 /// How long a driver that gave up a term waits for the agent's answer to
 /// its win before resigning anyway: a takeover's four device commands at
 /// the kernel's 30 s I/O timeout each.

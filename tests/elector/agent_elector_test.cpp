@@ -305,6 +305,28 @@ TEST_F(AgentElectorTest, AWinThatArrivesAfterTheLeaseMayHaveExpiredIsNotActedOn)
 
 // Issue 24 defect 3: every answer carries its term; the driver never takes
 // the answer to one term for another.
+// Issue 24 defect 6: a handoff under an elector resigns and stays out of
+// the election for kHandoffHoldoffTtls lease TTLs, so another host wins.
+TEST_F(AgentElectorTest, AHandoffStaysOutOfTheElectionForTheHoldOff) {
+    setup();
+    win();
+    ASSERT_EQ(b->request(ControlOp::release).exit_code, 0) << b->hooks->dump();
+    ASSERT_EQ(b->agent->state(), AgentState::standby);
+    const int resigns = elector.resigns;
+    bridge->publish(*b->agent);  // as the agent's loop does after every request
+    run(1);
+    ASSERT_EQ(elector.resigns, resigns + 1) << "the leadership is resigned at once";
+    const int campaigns = elector.campaigns;
+    const int64_t holdoff_ms = kHandoffHoldoffTtls * guard_opts().ttl_ms;
+    const int64_t t0 = clock.elapsed_ms();
+    while (clock.elapsed_ms() - t0 < holdoff_ms - 200) run(1);
+    EXPECT_EQ(elector.campaigns, campaigns) << "no campaign during the hold-off";
+    EXPECT_EQ(driver->phase(), ElectorDriver::Phase::backoff);
+    EXPECT_EQ(b->agent->state(), AgentState::standby);
+    for (int i = 0; i < 10; ++i) run(1);
+    EXPECT_GT(elector.campaigns, campaigns) << "a candidate again after the hold-off";
+}
+
 TEST_F(AgentElectorTest, AnAnswerForAnotherTermIsDroppedNotApplied) {
     setup();
     post_win(500);
