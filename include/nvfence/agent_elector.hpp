@@ -18,15 +18,16 @@
 /// the agent's view (state, highest epoch of our tag on the device) and the
 /// answer to a win, the other way. An eventfd wakes the agent's poll.
 ///
-/// A won election on the agent's thread (the steps of carry_out_win(),
-/// elector_run.hpp, through Agent::handle so that the Agent owns the key):
-///  1. the lease must still be alive (the win carries its deadline);
+/// A won election on the agent's thread (Agent::take_term, the rule of
+/// term.hpp, so that the Agent owns the key):
+///  1. the term must still be the driver's and its lease alive (the win
+///     carries its token and deadline);
 ///  2. a fresh check (Report), then decide_on_win() with the token;
 ///  3. stale: answer so, the driver resigns and backs off; reissue: the
 ///     driver asks for a token above the device's epochs (kWinRounds);
-///     acquire / preempt: raise the EpochStore to token - 1, then the
-///     Agent's verified preempt-and-abort of exactly the holder read in 2,
-///     so the new key's epoch is the token; already_holder / rekey: keep.
+///     acquire / preempt / rekey: Fence::takeover_with_token following the
+///     Report of 2: the key's epoch is the token, exactly.
+/// Every answer names its token; the driver takes only its current term's.
 /// Losing (lease expired, leader key gone, another leader, or no renewal
 /// for TTL minus margin): the agent stops its writers and runs the fence
 /// action (with lease_loss = hold only once the lease is surely gone); the
