@@ -330,7 +330,7 @@ auto ElectorDriver::timed(const char* what, milliseconds bound, Call&& call) {
     const auto took = std::chrono::duration_cast<milliseconds>(clock_.now() - t0);
     if (took >= kSlowCall)
         note(std::string("slow answer: ") + what + " took " + std::to_string(took.count()) + " ms (bound " +
-                 std::to_string(bound.count()) + " ms)" + (r ? "" : ": " + r.error().message()),
+                 std::to_string(bound.count()) + " ms)" + (r ? "" : ": " + words(r.error())),
              EventLevel::info);
     return r;
 }
@@ -347,7 +347,7 @@ bool ElectorDriver::renew_candidacy() {
     guard_->on_keepalive(ks, k);
     if (k || k.error() != make_error_code(ElectorErrc::lease_expired)) return true;
     // The lease (and the key on it) is gone: the next campaign call grants a new one.
-    last_error_ = "keepalive: " + k.error().message();
+    last_error_ = "keepalive: " + words(k.error());
     guard_.reset();
     publish_snapshot(leader_value_, false);
     return false;
@@ -363,6 +363,11 @@ Result<LeaseStatus> ElectorDriver::renew_lease() {
                  std::to_string(std::chrono::duration_cast<milliseconds>(clock_.now() - t0).count()) + " ms ago",
              EventLevel::debug);
     return r;
+}
+
+std::string ElectorDriver::words(std::error_code ec) const {
+    const std::string d = elector_.failure_detail();
+    return d.empty() ? ec.message() : ec.message() + " (" + d + ")";
 }
 
 void ElectorDriver::note(const std::string& text, EventLevel level) {
@@ -435,7 +440,7 @@ void ElectorDriver::resign_now(const std::string& why, bool back_off) {
     awaiting_answer_ = false;
     if (!why.empty()) note(why, EventLevel::warning);
     if (auto s = timed("resign", call_, [&](milliseconds b) { return elector_.resign(b); }); !s)
-        last_error_ = "resign: " + s.error().message();
+        last_error_ = "resign: " + words(s.error());
     guard_.reset();
     won_.reset();
     term_ = Term{};
@@ -527,8 +532,8 @@ milliseconds ElectorDriver::step() {
             auto term = timed("token", lease_budget(),
                               [&](milliseconds b) { return elector_.term(bridge_.device_epoch(), b); });
             if (!term) {
-                last_error_ = "token: " + term.error().message();
-                give_up("elected, but no token: " + term.error().message(), true);
+                last_error_ = "token: " + words(term.error());
+                give_up("elected, but no token: " + words(term.error()), true);
                 return milliseconds(0);
             }
             term_ = *term;
@@ -563,7 +568,7 @@ milliseconds ElectorDriver::step() {
             publish_snapshot(leader_value_, false);
             return milliseconds(0);
         }
-        last_error_ = "campaign: " + r.error().message();
+        last_error_ = "campaign: " + words(r.error());
         if (r.error() == make_error_code(ElectorErrc::lease_expired)) guard_.reset();
         phase_ = Phase::backoff;
         backoff_until_ = now + milliseconds(backoff_.next_ms());
@@ -609,8 +614,8 @@ milliseconds ElectorDriver::step() {
             }
             auto term = timed("token", lease_budget(), [&](milliseconds b) { return elector_.term(a.floor, b); });
             if (!term) {
-                last_error_ = "token: " + term.error().message();
-                give_up("no token above " + std::to_string(a.floor) + ": " + term.error().message(), true);
+                last_error_ = "token: " + words(term.error());
+                give_up("no token above " + std::to_string(a.floor) + ": " + words(term.error()), true);
                 return milliseconds(0);
             }
             term_ = *term;
@@ -647,7 +652,7 @@ milliseconds ElectorDriver::step() {
             const auto ks = clock_.now();
             auto k = renew_lease();
             guard_->on_keepalive(ks, k);
-            if (!k) last_error_ = "keepalive: " + k.error().message();
+            if (!k) last_error_ = "keepalive: " + words(k.error());
             else last_error_.clear();
             // The keepalive is the proof that counts (our key lives on our
             // lease); the lookup only may tell sooner, so it never delays

@@ -91,6 +91,7 @@ struct EtcdElector::Http {
     using LineSink = std::function<bool(std::string_view)>;
 
     const EtcdOptions& opts;
+    std::string& why;  // the elector's last_error_: curl's reason for a failed transfer
     size_t current = 0;
 
     struct Transfer {
@@ -130,6 +131,7 @@ struct EtcdElector::Http {
     // whole body is returned; with one, the unterminated rest (if any).
     Result<Reply> post(const std::string& path, const std::string& body, Ms timeout, LineSink* sink = nullptr) {
         const auto deadline = Clock::now() + timeout;
+        why.clear();  // a reason belongs to the call that failed, not to later ones
         std::error_code last = make_error_code(ElectorErrc::unreachable);
         for (size_t tried = 0; tried < opts.endpoints.size(); ++tried) {
             const auto left = std::chrono::duration_cast<Ms>(deadline - Clock::now());
@@ -145,6 +147,8 @@ struct EtcdElector::Http {
             curl_easy_setopt(h, CURLOPT_POSTFIELDS, body.c_str());
             curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
             curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+            char errbuf[CURL_ERROR_SIZE] = {};
+            curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
             curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
             curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(left.count()));
             curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(std::min<int64_t>(left.count(), 1000)));
@@ -175,6 +179,8 @@ struct EtcdElector::Http {
             if (rc == CURLE_OPERATION_TIMEDOUT && (status != 0 || !t.body.empty() || !t.pending.empty()))
                 return make_error_code(Errc::timeout);
             // The member did not answer: the next call starts with the next one.
+            // Why, in curl's words (a TLS failure says which): the log shows it.
+            why = opts.endpoints[current] + ": " + (errbuf[0] ? std::string(errbuf) : curl_easy_strerror(rc));
             current = (current + 1) % opts.endpoints.size();
             if (rc == CURLE_OPERATION_TIMEDOUT) {
                 last = make_error_code(Errc::timeout);
@@ -202,7 +208,7 @@ Result<std::unique_ptr<EtcdElector>> EtcdElector::create(EtcdOptions opts) {
     return std::unique_ptr<EtcdElector>(new EtcdElector(std::move(opts)));
 }
 
-EtcdElector::EtcdElector(EtcdOptions opts) : opts_(std::move(opts)), http_(new Http{opts_}) {}
+EtcdElector::EtcdElector(EtcdOptions opts) : opts_(std::move(opts)), http_(new Http{opts_, last_error_}) {}
 
 EtcdElector::~EtcdElector() = default;
 

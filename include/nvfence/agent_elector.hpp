@@ -239,6 +239,7 @@ public:
 
 private:
     void note(const std::string& text, EventLevel level = EventLevel::info);
+    std::string words(std::error_code ec) const;
     void give_up(const std::string& why, bool back_off);
     void resign_now(const std::string& why, bool back_off);
     void withdraw(const std::string& why, bool back_off, LossReason loss);

@@ -100,6 +100,10 @@ public:
     /// candidacy ends even when this fails (the error says etcd was not
     /// told): its lease is never renewed again and expires within its TTL.
     virtual Status resign(Ms timeout) = 0;
+    /// Words for the cause of the last failed call where the error code
+    /// says less (curl's reason for a TLS or connection failure, the
+    /// server's message), or empty. For logs and status only.
+    virtual std::string failure_detail() const { return {}; }
 };
 
 }  // namespace nvfence

@@ -97,8 +97,10 @@ public:
     int64_t lease_id() const { return lease_; }
     /// The etcd cluster id last seen (0: none yet).
     uint64_t cluster_id() const { return cluster_id_; }
-    /// etcd's words for the last server error (for logs).
+    /// etcd's words for the last server error, or curl's for the last
+    /// transfer that failed (a TLS handshake, a refused connection).
     const std::string& last_error() const { return last_error_; }
+    std::string failure_detail() const override { return last_error_; }
 
 private:
     explicit EtcdElector(EtcdOptions opts);

@@ -507,6 +507,25 @@ TEST_F(EtcdLive, SnapshotRestoreRollsTheCounterBackButNotTheToken) {
 // A daemon started from a shell that exports a proxy (or a unit with
 // Environment=http_proxy=...) still talks to etcd directly: libcurl would
 // otherwise send every call to the proxy, here one that does not exist.
+// Issue 24 item 9: a TLS failure says why, in curl's words, not only
+// "unreachable": here https against etcd's plain http port.
+TEST_F(EtcdLive, ATlsFailureSaysWhy) {
+    EtcdOptions o;
+    o.endpoints = {"https://127.0.0.1:" + etcd_.client_url().substr(etcd_.client_url().rfind(':') + 1)};
+    o.election = "nvfence/vol-test";
+    o.value = "node=1";
+    o.ttl_s = 5;
+    o.volume = "vol-test";
+    auto e = EtcdElector::create(o);
+    ASSERT_TRUE(e) << e.error().message();
+    auto r = (*e)->campaign(kCall);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error(), make_error_code(ElectorErrc::unreachable)) << r.error().message();
+    const std::string d = (*e)->failure_detail();
+    EXPECT_NE(d.find(o.endpoints[0]), std::string::npos) << d;
+    EXPECT_TRUE(d.find("SSL") != std::string::npos || d.find("TLS") != std::string::npos) << d;
+}
+
 TEST_F(EtcdLive, ProxyVariablesOfTheEnvironmentAreNotUsed) {
     const std::string dead = "http://127.0.0.1:" + std::to_string(free_port());
     for (const char* v : {"http_proxy", "https_proxy", "all_proxy", "ALL_PROXY"}) ::setenv(v, dead.c_str(), 1);
