@@ -760,7 +760,7 @@ ControlReply Agent::do_takeover(const ControlRequest& req, const std::string& by
 }
 
 TermResult Agent::take_term(uint32_t token, const std::string& who) {
-    const std::string by = "request from " + who;
+    const std::string by = "request from " + who + " (token " + std::to_string(token) + ")";
     ControlRequest req;
     req.op = ControlOp::takeover;
     TermResult t;
@@ -787,16 +787,16 @@ TermResult Agent::take_term(uint32_t token, const std::string& who) {
     }
     const ReservationStatus seen = *report_;
     t.decision = decide_on_win(token, seen, self_, opts_.tag, floor);
-    if (t.decision.action == WinAction::stale || t.decision.action == WinAction::reissue)
-        return refuse(make_error_code(Errc::lost_race), t.decision.why);
+    if (t.decision->action == WinAction::stale || t.decision->action == WinAction::reissue)
+        return refuse(make_error_code(Errc::lost_race), t.decision->why);
     auto out = fence_.takeover_with_token(seen, token);
     if (!out) {
-        t.reply = takeover_failed(req, out.error(), t.decision.victim, by + " (token " + std::to_string(token) + ")");
+        t.reply = takeover_failed(req, out.error(), t.decision->victim, by);
         return t;
     }
     // The key's epoch is the token, exactly: anything else is a broken rule.
     NVF_INVARIANT(decode_key(out->key) && decode_key(out->key)->epoch == token);
-    t.reply = took_over(req, *out, by + " (token " + std::to_string(token) + ")");
+    t.reply = took_over(req, *out, by);
     return t;
 }
 

@@ -239,20 +239,20 @@ WinReply ElectorBridge::carry_out(Agent& agent, AgentHooks&, Clock& clock, const
                 std::to_string(token);
         return r;
     }
-    const TermResult t = agent.take_term(token, "etcd elector (token " + std::to_string(token) + ")");
-    const WinDecision& d = t.decision;
-    r.floor = d.device_max_epoch;
-    r.why = d.why.empty() ? t.reply.message : std::string(win_action_name(d.action)) + ": " + d.why;
-    if (!d.why.empty() && d.action == WinAction::stale) {
-        r.answer = WinAnswer::stale;
+    const TermResult t = agent.take_term(token, "etcd elector");
+    if (!t.decision) {
+        r.why = t.reply.message;
         return r;
     }
-    if (!d.why.empty() && d.action == WinAction::reissue) {
-        r.answer = WinAnswer::reissue;
+    const WinDecision& d = *t.decision;
+    r.floor = d.device_max_epoch;
+    r.why = std::string(win_action_name(d.action)) + ": " + d.why;
+    if (d.action == WinAction::stale || d.action == WinAction::reissue) {
+        r.answer = d.action == WinAction::stale ? WinAnswer::stale : WinAnswer::reissue;
         return r;
     }
     if (t.reply.exit_code != 0 || agent.state() != AgentState::holder) {
-        if (!d.why.empty()) r.why += "; " + t.reply.message;
+        r.why += "; " + t.reply.message;
         return r;
     }
     r.answer = WinAnswer::holding;
@@ -488,7 +488,6 @@ void ElectorDriver::drop_old_answers() {
 
 milliseconds ElectorDriver::step() {
     drop_old_answers();
-    const auto now = clock_.now();
     const AgentState as = bridge_.agent_state();
     const bool eligible = as == AgentState::standby || as == AgentState::holder;
     switch (phase_) {
@@ -501,188 +500,202 @@ milliseconds ElectorDriver::step() {
         return milliseconds(0);
     case Phase::withdrawing: return step_withdrawing();
     case Phase::backoff:
-        if (now < backoff_until_) return until(backoff_until_);
+        if (clock_.now() < backoff_until_) return until(backoff_until_);
         phase_ = eligible ? Phase::campaigning : Phase::idle;
         return milliseconds(0);
-    case Phase::campaigning: {
-        if (!eligible) {
-            give_up(std::string("the agent is ") + agent_state_name(as) + ": not campaigning", false);
-            return milliseconds(0);
+    case Phase::campaigning: return step_campaigning(as, eligible);
+    case Phase::winning: return step_winning();
+    case Phase::leader: return step_leader(as, eligible);
+    }
+    return milliseconds(0);
+}
+
+// Posts the win of term_ to the agent, its term first (the agent acts on a
+// win only while it is the driver's term).
+void ElectorDriver::post_win() {
+    ElectorEvent e;
+    e.kind = ElectorEventKind::won;
+    e.term = term_;
+    e.valid_until = guard_->lease_deadline() - milliseconds(gopts_.margin_ms);
+    bridge_.set_term(term_.epoch);
+    if (bridge_.post(std::move(e), call_)) awaiting_answer_ = true;
+    else give_up("event queue full: win dropped", true);
+}
+
+milliseconds ElectorDriver::step_campaigning(AgentState as, bool eligible) {
+    NVF_INVARIANT(phase_ == Phase::campaigning);
+    const auto now = clock_.now();
+    if (!eligible) {
+        give_up(std::string("the agent is ") + agent_state_name(as) + ": not campaigning", false);
+        return milliseconds(0);
+    }
+    if (!guard_) guard_.emplace(gopts_, now);
+    else if (!renew_candidacy()) return milliseconds(0);
+    auto r = elector_.campaign(std::max(until(guard_->renew_due()), kMinSlice));
+    if (r) return on_campaign_won(*r);
+    if (r.error() == make_error_code(Errc::timeout)) {
+        last_error_.clear();
+        if (!renew_candidacy()) return milliseconds(0);
+        // Who leads, for the status: at most once a TTL, and never in
+        // the way of the next renewal.
+        const auto t = clock_.now();
+        const auto left = until(guard_->renew_due());
+        if ((!looked_up_ || t - *looked_up_ >= milliseconds(gopts_.ttl_ms)) && left >= kMinLookup) {
+            looked_up_ = t;
+            auto l = timed("leader lookup", std::min(left, call_), [&](milliseconds b) { return elector_.leader(b); });
+            if (l) leader_value_ = l->value;
+            else if (l.error() == make_error_code(ElectorErrc::no_leader)) leader_value_.clear();
         }
-        if (!guard_) guard_.emplace(gopts_, now);
-        else if (!renew_candidacy()) return milliseconds(0);
-        auto r = elector_.campaign(std::max(until(guard_->renew_due()), kMinSlice));
-        if (r) {
-            won_ = *r;
-            won_at_ = clock_.now();
-            rounds_ = 0;
-            note("elected: leader key " + won_->key + " rev " + std::to_string(won_->revision) +
-                     "; asking for the token",
-                 EventLevel::debug);
-            // Acting on this leadership needs a lease etcd renewed lately:
-            // a renewal that is due goes first, and the token transaction
-            // and the device work then have a whole TTL - margin.
-            if (guard_->verdict(won_at_) != GuardVerdict::hold)
-                guard_->on_keepalive(won_at_, renew_lease());
-            if (guard_->verdict(clock_.now()) == GuardVerdict::step_down ||
-                guard_->verdict(clock_.now()) == GuardVerdict::hold_until_preempted) {
-                give_up("won, but the lease could not be renewed: not acting on this leadership", true);
-                return milliseconds(0);
-            }
-            auto term = timed("token", lease_budget(),
-                              [&](milliseconds b) { return elector_.term(bridge_.device_epoch(), b); });
-            if (!term) {
-                last_error_ = "token: " + words(term.error());
-                give_up("elected, but no token: " + words(term.error()), true);
-                return milliseconds(0);
-            }
-            term_ = *term;
-            leader_value_ = won_->value;
-            note("won the election: token " + std::to_string(term_.epoch) + " (leader key " + won_->key + " rev " +
-                 std::to_string(won_->revision) + (term_.rollback_seen ? "; etcd's counter was behind ours" : "") + ")");
-            ElectorEvent e;
-            e.kind = ElectorEventKind::won;
-            e.term = term_;
-            e.valid_until = guard_->lease_deadline() - milliseconds(gopts_.margin_ms);
-            phase_ = Phase::winning;
-            publish_snapshot(leader_value_, true);
-            bridge_.set_term(term_.epoch);
-            if (bridge_.post(std::move(e), call_)) awaiting_answer_ = true;
-            else give_up("event queue full: win dropped", true);
-            return milliseconds(0);
-        }
-        if (r.error() == make_error_code(Errc::timeout)) {
-            last_error_.clear();
-            if (!renew_candidacy()) return milliseconds(0);
-            // Who leads, for the status: at most once a TTL, and never in
-            // the way of the next renewal.
-            const auto t = clock_.now();
-            const auto left = until(guard_->renew_due());
-            if ((!looked_up_ || t - *looked_up_ >= milliseconds(gopts_.ttl_ms)) && left >= kMinLookup) {
-                looked_up_ = t;
-                auto l = timed("leader lookup", std::min(left, call_), [&](milliseconds b) { return elector_.leader(b); });
-                if (l) leader_value_ = l->value;
-                else if (l.error() == make_error_code(ElectorErrc::no_leader)) leader_value_.clear();
-            }
-            backoff_.reset();
-            publish_snapshot(leader_value_, false);
-            return milliseconds(0);
-        }
-        last_error_ = "campaign: " + words(r.error());
-        if (r.error() == make_error_code(ElectorErrc::lease_expired)) guard_.reset();
-        phase_ = Phase::backoff;
-        backoff_until_ = now + milliseconds(backoff_.next_ms());
+        backoff_.reset();
         publish_snapshot(leader_value_, false);
         return milliseconds(0);
     }
-    case Phase::winning: {
-        WinReply a = bridge_.take_answer(term_.epoch, milliseconds(std::min<int64_t>(gopts_.renew_interval_ms, 200)));
-        if (a.answer != WinAnswer::none) awaiting_answer_ = false;
-        const auto t = clock_.now();
-        if (guard_->verdict(t) == GuardVerdict::renew)
-            guard_->on_keepalive(t, renew_lease());
-        const GuardVerdict v = guard_->verdict(clock_.now());
-        if (v == GuardVerdict::step_down) {
-            lose(guard_->reason(clock_.now()));
-            return milliseconds(0);
-        }
-        switch (a.answer) {
-        case WinAnswer::none:
-            if (v == GuardVerdict::hold_until_preempted) {
-                give_up("the lease may have expired before the win was carried out", true);
-                return milliseconds(0);
-            }
-            publish_snapshot(leader_value_, true);
-            return milliseconds(0);
-        case WinAnswer::holding:
-            phase_ = Phase::leader;
-            backoff_.reset();
-            note("leading with token " + std::to_string(term_.epoch) + " (key epoch " + std::to_string(a.key_epoch) +
-                 ")");
-            publish_snapshot(leader_value_, true);
-            return milliseconds(0);
-        case WinAnswer::stale:
-        case WinAnswer::failed:
-            give_up(std::string("token ") + std::to_string(term_.epoch) + " " + win_answer_name(a.answer) + ": " +
-                        a.why + "; resigning",
-                    true);
-            return milliseconds(0);
-        case WinAnswer::reissue: {
-            if (++rounds_ >= kWinRounds) {
-                give_up("the token kept falling behind the device's epochs; resigning", true);
-                return milliseconds(0);
-            }
-            auto term = timed("token", lease_budget(), [&](milliseconds b) { return elector_.term(a.floor, b); });
-            if (!term) {
-                last_error_ = "token: " + words(term.error());
-                give_up("no token above " + std::to_string(a.floor) + ": " + words(term.error()), true);
-                return milliseconds(0);
-            }
-            term_ = *term;
-            ElectorEvent e;
-            e.kind = ElectorEventKind::won;
-            e.term = term_;
-            e.valid_until = guard_->lease_deadline() - milliseconds(gopts_.margin_ms);
-            bridge_.set_term(term_.epoch);
-            if (bridge_.post(std::move(e), call_)) awaiting_answer_ = true;
-            else give_up("event queue full: win dropped", true);
-            return milliseconds(0);
-        }
-        }
+    last_error_ = "campaign: " + words(r.error());
+    if (r.error() == make_error_code(ElectorErrc::lease_expired)) guard_.reset();
+    phase_ = Phase::backoff;
+    backoff_until_ = now + milliseconds(backoff_.next_ms());
+    publish_snapshot(leader_value_, false);
+    return milliseconds(0);
+}
+
+milliseconds ElectorDriver::on_campaign_won(const LeaderInfo& won) {
+    won_ = won;
+    won_at_ = clock_.now();
+    rounds_ = 0;
+    note("elected: leader key " + won_->key + " rev " + std::to_string(won_->revision) + "; asking for the token",
+         EventLevel::debug);
+    // Acting on this leadership needs a lease etcd renewed lately: a renewal
+    // that is due goes first, and the token transaction and the device work
+    // then have a whole TTL - margin.
+    if (guard_->verdict(won_at_) != GuardVerdict::hold) guard_->on_keepalive(won_at_, renew_lease());
+    if (guard_->verdict(clock_.now()) == GuardVerdict::step_down ||
+        guard_->verdict(clock_.now()) == GuardVerdict::hold_until_preempted) {
+        give_up("won, but the lease could not be renewed: not acting on this leadership", true);
         return milliseconds(0);
     }
-    case Phase::leader: {
-        if (!eligible) {
-            give_up(std::string("the agent is ") + agent_state_name(as) + ": resigning", false);
-            return milliseconds(0);
-        }
-        if (as == AgentState::standby) {
-            // A handoff (the only way from HOLDER to STANDBY under Write
-            // Exclusive): stay out of the election long enough for another
-            // host to win, or the handoff is undone within a campaign call.
-            give_up("the agent no longer holds the reservation (handoff): resigning and staying out of the election for " +
-                        std::to_string(kHandoffHoldoffTtls) + " lease TTLs",
-                    true);
-            backoff_until_ = std::max(backoff_until_, clock_.now() + milliseconds(kHandoffHoldoffTtls * gopts_.ttl_ms));
-            publish_snapshot(leader_value_, false);
-            return milliseconds(0);
-        }
-        GuardVerdict v = guard_->verdict(now);
-        if (v == GuardVerdict::renew || v == GuardVerdict::hold_until_preempted) {
-            const auto ks = clock_.now();
-            auto k = renew_lease();
-            guard_->on_keepalive(ks, k);
-            if (!k) last_error_ = "keepalive: " + words(k.error());
-            else last_error_.clear();
-            // The keepalive is the proof that counts (our key lives on our
-            // lease); the lookup only may tell sooner, so it never delays
-            // the next renewal.
-            if (const auto left = until(guard_->renew_due()); left >= kMinLookup)
-                guard_->on_leader(timed("leader lookup", std::min(left, lease_budget()),
-                                        [&](milliseconds b) { return elector_.leader(b); }),
-                                  *won_);
-            v = guard_->verdict(clock_.now());
-        }
-        if (v == GuardVerdict::step_down) {
-            lose(guard_->reason(clock_.now()));
-            return milliseconds(0);
-        }
-        if (v == GuardVerdict::hold_until_preempted) {
-            if (!hold_noted_)
-                note("the lease may have expired (etcd unreachable): holding until preempted (lease_loss = hold)",
-                     EventLevel::warning);
-            hold_noted_ = true;
-            publish_snapshot(leader_value_, true);
-            return milliseconds(gopts_.renew_interval_ms);
-        }
-        hold_noted_ = false;
-        publish_snapshot(leader_value_, true);
-        // Wake for the next renewal or for the step-down deadline, whichever first.
-        const auto wake = std::min(guard_->renew_due(), guard_->lease_deadline() - milliseconds(gopts_.margin_ms));
-        return until(wake);
+    auto term = timed("token", lease_budget(), [&](milliseconds b) { return elector_.term(bridge_.device_epoch(), b); });
+    if (!term) {
+        last_error_ = "token: " + words(term.error());
+        give_up("elected, but no token: " + words(term.error()), true);
+        return milliseconds(0);
     }
+    term_ = *term;
+    leader_value_ = won_->value;
+    note("won the election: token " + std::to_string(term_.epoch) + " (leader key " + won_->key + " rev " +
+         std::to_string(won_->revision) + (term_.rollback_seen ? "; etcd's counter was behind ours" : "") + ")");
+    phase_ = Phase::winning;
+    publish_snapshot(leader_value_, true);
+    post_win();
+    return milliseconds(0);
+}
+
+milliseconds ElectorDriver::step_winning() {
+    NVF_INVARIANT(phase_ == Phase::winning && guard_);
+    WinReply a = bridge_.take_answer(term_.epoch, milliseconds(std::min<int64_t>(gopts_.renew_interval_ms, 200)));
+    if (a.answer != WinAnswer::none) awaiting_answer_ = false;
+    const auto t = clock_.now();
+    if (guard_->verdict(t) == GuardVerdict::renew) guard_->on_keepalive(t, renew_lease());
+    const GuardVerdict v = guard_->verdict(clock_.now());
+    if (v == GuardVerdict::step_down) {
+        lose(guard_->reason(clock_.now()));
+        return milliseconds(0);
+    }
+    switch (a.answer) {
+    case WinAnswer::none:
+        if (v == GuardVerdict::hold_until_preempted) {
+            give_up("the lease may have expired before the win was carried out", true);
+            return milliseconds(0);
+        }
+        publish_snapshot(leader_value_, true);
+        return milliseconds(0);
+    case WinAnswer::holding:
+        phase_ = Phase::leader;
+        backoff_.reset();
+        note("leading with token " + std::to_string(term_.epoch) + " (key epoch " + std::to_string(a.key_epoch) + ")");
+        publish_snapshot(leader_value_, true);
+        return milliseconds(0);
+    case WinAnswer::stale:
+    case WinAnswer::failed:
+        give_up(std::string("token ") + std::to_string(term_.epoch) + " " + win_answer_name(a.answer) + ": " + a.why +
+                    "; resigning",
+                true);
+        return milliseconds(0);
+    case WinAnswer::reissue: return on_reissue(a.floor);
     }
     return milliseconds(0);
+}
+
+// The agent saw a key at or above the token: a token above @p floor, at
+// most kWinRounds times.
+milliseconds ElectorDriver::on_reissue(uint32_t floor) {
+    if (++rounds_ >= kWinRounds) {
+        give_up("the token kept falling behind the device's epochs; resigning", true);
+        return milliseconds(0);
+    }
+    auto term = timed("token", lease_budget(), [&](milliseconds b) { return elector_.term(floor, b); });
+    if (!term) {
+        last_error_ = "token: " + words(term.error());
+        give_up("no token above " + std::to_string(floor) + ": " + words(term.error()), true);
+        return milliseconds(0);
+    }
+    term_ = *term;
+    post_win();
+    return milliseconds(0);
+}
+
+milliseconds ElectorDriver::step_leader(AgentState as, bool eligible) {
+    NVF_INVARIANT(phase_ == Phase::leader && guard_ && won_);
+    if (!eligible) {
+        give_up(std::string("the agent is ") + agent_state_name(as) + ": resigning", false);
+        return milliseconds(0);
+    }
+    if (as == AgentState::standby) {
+        // A handoff (the only way from HOLDER to STANDBY under Write
+        // Exclusive): stay out of the election long enough for another host
+        // to win, or the handoff is undone within a campaign call.
+        give_up("the agent no longer holds the reservation (handoff): resigning and staying out of the election for " +
+                    std::to_string(kHandoffHoldoffTtls) + " lease TTLs",
+                true);
+        backoff_until_ = std::max(backoff_until_, clock_.now() + milliseconds(kHandoffHoldoffTtls * gopts_.ttl_ms));
+        publish_snapshot(leader_value_, false);
+        return milliseconds(0);
+    }
+    GuardVerdict v = guard_->verdict(clock_.now());
+    if (v == GuardVerdict::renew || v == GuardVerdict::hold_until_preempted) v = renew_leadership();
+    if (v == GuardVerdict::step_down) {
+        lose(guard_->reason(clock_.now()));
+        return milliseconds(0);
+    }
+    if (v == GuardVerdict::hold_until_preempted) {
+        if (!hold_noted_)
+            note("the lease may have expired (etcd unreachable): holding until preempted (lease_loss = hold)",
+                 EventLevel::warning);
+        hold_noted_ = true;
+        publish_snapshot(leader_value_, true);
+        return milliseconds(gopts_.renew_interval_ms);
+    }
+    hold_noted_ = false;
+    publish_snapshot(leader_value_, true);
+    // Wake for the next renewal or for the step-down deadline, whichever first.
+    const auto wake = std::min(guard_->renew_due(), guard_->lease_deadline() - milliseconds(gopts_.margin_ms));
+    return until(wake);
+}
+
+// A leader's renewal, then (when it cannot delay the next renewal) a look
+// at who leads; the guard's verdict after both.
+GuardVerdict ElectorDriver::renew_leadership() {
+    const auto ks = clock_.now();
+    auto k = renew_lease();
+    guard_->on_keepalive(ks, k);
+    if (!k) last_error_ = "keepalive: " + words(k.error());
+    else last_error_.clear();
+    // The keepalive is the proof that counts (our key lives on our lease);
+    // the lookup only may tell sooner, so it never delays the next renewal.
+    if (const auto left = until(guard_->renew_due()); left >= kMinLookup)
+        guard_->on_leader(
+            timed("leader lookup", std::min(left, lease_budget()), [&](milliseconds b) { return elector_.leader(b); }),
+            *won_);
+    return guard_->verdict(clock_.now());
 }
 
 void ElectorDriver::shutdown() {

@@ -108,7 +108,7 @@ struct AgentOptions {
 /// What Agent::take_term did: the decision on the Report, and the outcome
 /// as a takeover request's reply (exit_code 0: holding with the token).
 struct TermResult {
-    WinDecision decision;  ///< Decided on the Report the commands followed.
+    std::optional<WinDecision> decision;  ///< Decided on the Report the commands followed (none: refused before).
     ControlReply reply;    ///< The outcome.
 };
 

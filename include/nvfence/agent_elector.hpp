@@ -244,6 +244,13 @@ private:
     void resign_now(const std::string& why, bool back_off);
     void withdraw(const std::string& why, bool back_off, LossReason loss);
     std::chrono::milliseconds step_withdrawing();
+    std::chrono::milliseconds step_campaigning(AgentState as, bool eligible);
+    std::chrono::milliseconds on_campaign_won(const LeaderInfo& won);
+    std::chrono::milliseconds step_winning();
+    std::chrono::milliseconds on_reissue(uint32_t floor);
+    std::chrono::milliseconds step_leader(AgentState as, bool eligible);
+    GuardVerdict renew_leadership();
+    void post_win();
     void drop_old_answers();
     void lose(LossReason r);
     void publish_snapshot(const std::string& leader, bool self);
