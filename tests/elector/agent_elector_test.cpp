@@ -25,6 +25,8 @@ public:
     ManualClock& clock;
     LeaderInfo me{"nvfence/vol/1", "node=2", 40, 1};
     std::deque<std::error_code> campaign_script;  // empty: win at once
+    std::string detail;                           // failure_detail()
+    std::string failure_detail() const override { return detail; }
     std::error_code keepalive_error;              // set: keepalive fails so
     std::optional<Result<LeaderInfo>> leader_answer;  // default: me
     uint32_t counter = 0;
@@ -327,6 +329,19 @@ TEST_F(AgentElectorTest, AHandoffStaysOutOfTheElectionForTheHoldOff) {
     EXPECT_GT(elector.campaigns, campaigns) << "a candidate again after the hold-off";
 }
 
+// Issue 24 item 9: an elector call that fails says why (curl's reason, the
+// server's words) in the driver's error, not only the error code's words.
+TEST_F(AgentElectorTest, AFailedCallCarriesTheElectorsReason) {
+    setup();
+    win();
+    elector.keepalive_error = make_error_code(ElectorErrc::unreachable);
+    elector.detail = "https://10.0.0.5:2379: SSL routines::wrong version number";
+    run(20);
+    EXPECT_NE(bridge->snapshot().last_error.find("keepalive: "), std::string::npos) << bridge->snapshot().last_error;
+    EXPECT_NE(bridge->snapshot().last_error.find("(" + elector.detail + ")"), std::string::npos)
+        << bridge->snapshot().last_error;
+}
+
 TEST_F(AgentElectorTest, AnAnswerForAnotherTermIsDroppedNotApplied) {
     setup();
     post_win(500);
@@ -351,6 +366,7 @@ TEST_F(AgentElectorTest, AWinTheDriverGaveUpBeforeTheAgentGotToItIsNotCarriedOut
     const WinReply r = bridge->take_answer(500, std::chrono::milliseconds(0));
     EXPECT_EQ(r.answer, WinAnswer::failed);
     EXPECT_EQ(r.token, 500u);
+    EXPECT_NE(r.why.find("gave the term up"), std::string::npos) << r.why;
 }
 
 // Issue 24 defect 2: a host that wins again while it holds re-keys to its
