@@ -759,7 +759,8 @@ ControlReply Agent::do_takeover(const ControlRequest& req, const std::string& by
     return took_over(req, *out, by);
 }
 
-TermResult Agent::take_term(uint32_t token, const std::string& who) {
+TermResult Agent::take_term(uint32_t token, const std::string& who,
+                             const std::function<Clock::TimePoint()>& act_before) {
     const std::string by = "request from " + who + " (token " + std::to_string(token) + ")";
     ControlRequest req;
     req.op = ControlOp::takeover;
@@ -774,11 +775,23 @@ TermResult Agent::take_term(uint32_t token, const std::string& who) {
                           std::to_string(token));
     // One Report, read by this check, decides and is the one every command
     // below follows; the check also notices a preemption of this host first.
+    const AgentState before = state_;
+    const uint64_t key_before = key_;
     check();
     if (failures_ > 0 || !report_) return refuse(make_error_code(Errc::timeout), "cannot read the reservation: " + last_error_);
-    if (state_ != AgentState::standby && state_ != AgentState::holder)
-        return refuse(make_error_code(Errc::fenced), std::string("the agent became ") + agent_state_name(state_) +
-                                                         ": not acting on token " + std::to_string(token));
+    // Anything that happened to this host during the check (fenced, rejoined
+    // with a fresh key that may even equal the token) belongs to another
+    // story than this term's: not acted on.
+    if (state_ != before || key_ != key_before)
+        return refuse(make_error_code(Errc::fenced), std::string("the agent went from ") + agent_state_name(before) +
+                                                         " to " + agent_state_name(state_) +
+                                                         " while reading the device: not acting on token " +
+                                                         std::to_string(token));
+    // The lease may have run out while the device was read (a stall, a
+    // paused VM): only a term whose lease may still live acts.
+    if (clock_.now() >= act_before())
+        return refuse(make_error_code(Errc::timeout), "the lease may have expired while reading the device: "
+                                                      "not acting on token " + std::to_string(token));
     uint32_t floor = 0;
     if (epochs_) {
         auto f = epochs_->load();
@@ -789,7 +802,20 @@ TermResult Agent::take_term(uint32_t token, const std::string& who) {
     t.decision = decide_on_win(token, seen, self_, opts_.tag, floor);
     if (t.decision->action == WinAction::stale || t.decision->action == WinAction::reissue)
         return refuse(make_error_code(Errc::lost_race), t.decision->why);
-    auto out = fence_.takeover_with_token(seen, token);
+    // Asked again right before each command: a pause between them (the
+    // simulator's seed 1049508: 23 minutes between the Register and the
+    // Acquire) must not carry the term out after its lease.
+    bool ran_out = false;
+    auto out = fence_.takeover_with_token(seen, token, [&] {
+        ran_out = clock_.now() >= act_before();
+        return !ran_out;
+    });
+    if (!out && ran_out) {
+        t.reply = takeover_failed(req, out.error(), t.decision->victim, by,
+                                  "the lease may have expired during the takeover: not acting on token " +
+                                      std::to_string(token));
+        return t;
+    }
     if (!out) {
         t.reply = takeover_failed(req, out.error(), t.decision->victim, by);
         return t;
@@ -801,15 +827,15 @@ TermResult Agent::take_term(uint32_t token, const std::string& who) {
 }
 
 ControlReply Agent::takeover_failed(const ControlRequest& req, std::error_code ec, std::optional<uint64_t> victim,
-                                    const std::string& by) {
+                                    const std::string& by, std::string why) {
     const auto& lr = fence_.last_report();
     const Registrant* h = lr ? lr->holder() : nullptr;
-    std::string msg;
-    if (ec == Errc::lost_race)
+    std::string msg = std::move(why);
+    if (msg.empty() && ec == Errc::lost_race)
         msg = "lost the takeover race: " + (h ? key_text(h->key) : std::string("another host")) + " holds now";
-    else if (ec == Errc::own_key && victim)
+    else if (msg.empty() && ec == Errc::own_key && victim)
         msg = "the victim " + key_text(*victim) + " is this host's own key";
-    else
+    else if (msg.empty())
         msg = "takeover failed: " + ec.message();
     emit(AgentEventKind::request, EventLevel::warning, by + ": takeover: " + msg, lr ? &*lr : nullptr);
     sync_after_request("the failed takeover");

@@ -121,9 +121,20 @@ void ElectorBridge::nap(milliseconds wait) {
     wait_for(lk, wait, [&] { return stop_ || (publishes_ != seen && state_ != st); });
 }
 
-void ElectorBridge::set_term(uint32_t token) {
+void ElectorBridge::set_term(uint32_t token, Clock::TimePoint act_before) {
     std::lock_guard lk(mu_);
     term_ = token;
+    term_act_before_ = token == 0 ? Clock::TimePoint{} : act_before;
+}
+
+void ElectorBridge::renew_term(uint32_t token, Clock::TimePoint act_before) {
+    std::lock_guard lk(mu_);
+    if (token != 0 && token == term_) term_act_before_ = std::max(term_act_before_, act_before);
+}
+
+Clock::TimePoint ElectorBridge::act_before(uint32_t token) const {
+    std::lock_guard lk(mu_);
+    return token != 0 && token == term_ ? term_act_before_ : Clock::TimePoint{};
 }
 
 uint32_t ElectorBridge::term() const {
@@ -234,12 +245,13 @@ WinReply ElectorBridge::carry_out(Agent& agent, AgentHooks&, Clock& clock, const
     r.answer = WinAnswer::failed;
     const uint32_t token = e.term.epoch;
     r.token = token;
-    if (clock.now() >= e.valid_until) {
+    if (clock.now() >= act_before(token)) {
         r.why = "the lease may have expired before the win reached the agent: not acting on token " +
                 std::to_string(token);
         return r;
     }
-    const TermResult t = agent.take_term(token, "etcd elector");
+    // Read again after the device was: the driver renews the lease meanwhile.
+    const TermResult t = agent.take_term(token, "etcd elector", [this, token] { return act_before(token); });
     if (!t.decision) {
         r.why = t.reply.message;
         return r;
@@ -403,7 +415,7 @@ void ElectorDriver::give_up(const std::string& why, bool back_off) {
 // so that no command of the term lands after the elector resigned it.
 void ElectorDriver::withdraw(const std::string& why, bool back_off, LossReason loss) {
     NVF_INVARIANT(phase_ == Phase::winning && awaiting_answer_);
-    bridge_.set_term(0);
+    bridge_.set_term(0, {});
     if (!why.empty()) note(why + " (withdrawn; resigning once the agent answers)", EventLevel::warning);
     phase_ = Phase::withdrawing;
     withdraw_until_ = clock_.now() + kWithdrawWait;
@@ -436,7 +448,7 @@ milliseconds ElectorDriver::step_withdrawing() {
 
 void ElectorDriver::resign_now(const std::string& why, bool back_off) {
     // First: the agent no longer starts carrying this term out.
-    bridge_.set_term(0);
+    bridge_.set_term(0, {});
     awaiting_answer_ = false;
     if (!why.empty()) note(why, EventLevel::warning);
     if (auto s = timed("resign", call_, [&](milliseconds b) { return elector_.resign(b); }); !s)
@@ -516,8 +528,7 @@ void ElectorDriver::post_win() {
     ElectorEvent e;
     e.kind = ElectorEventKind::won;
     e.term = term_;
-    e.valid_until = guard_->lease_deadline() - milliseconds(gopts_.margin_ms);
-    bridge_.set_term(term_.epoch);
+    bridge_.set_term(term_.epoch, guard_->lease_deadline() - milliseconds(gopts_.margin_ms));
     if (bridge_.post(std::move(e), call_)) awaiting_answer_ = true;
     else give_up("event queue full: win dropped", true);
 }
@@ -594,7 +605,10 @@ milliseconds ElectorDriver::step_winning() {
     WinReply a = bridge_.take_answer(term_.epoch, milliseconds(std::min<int64_t>(gopts_.renew_interval_ms, 200)));
     if (a.answer != WinAnswer::none) awaiting_answer_ = false;
     const auto t = clock_.now();
-    if (guard_->verdict(t) == GuardVerdict::renew) guard_->on_keepalive(t, renew_lease());
+    if (guard_->verdict(t) == GuardVerdict::renew) {
+        guard_->on_keepalive(t, renew_lease());
+        bridge_.renew_term(term_.epoch, guard_->lease_deadline() - milliseconds(gopts_.margin_ms));
+    }
     const GuardVerdict v = guard_->verdict(clock_.now());
     if (v == GuardVerdict::step_down) {
         lose(guard_->reason(clock_.now()));

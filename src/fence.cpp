@@ -354,7 +354,8 @@ Status Fence::token_usable(const ReservationStatus& seen, uint32_t token, uint64
     return Ok{};
 }
 
-Result<Outcome> Fence::takeover_with_token(const ReservationStatus& seen, uint32_t token) {
+Result<Outcome> Fence::takeover_with_token(const ReservationStatus& seen, uint32_t token,
+                                           const std::function<bool()>& may_act) {
     if (token == 0 || token > kEpochCeiling) return make_error_code(Errc::epoch_out_of_range);
     auto node = node_for(seen);
     if (!node) return node.error();
@@ -374,6 +375,7 @@ Result<Outcome> Fence::takeover_with_token(const ReservationStatus& seen, uint32
         if (store_) {
             if (auto s = store_->raise_to(token); !s) return s.error();
         }
+        if (may_act && !may_act()) return make_error_code(Errc::timeout);
         if (auto s = register_fresh(register_args(me, *key), o); !s) {
             // Our registration read in @p seen is gone: another host took it.
             if (me && is_nvme(s.error(), NvmeStatus::reservation_conflict)) return make_error_code(Errc::lost_race);
@@ -389,6 +391,7 @@ Result<Outcome> Fence::takeover_with_token(const ReservationStatus& seen, uint32
     std::optional<uint64_t> prkey;
     if (holding) prkey = *key;
     else if (holder) prkey = holder->key;
+    if (may_act && !may_act()) return make_error_code(Errc::timeout);
     return acquire_verified(o, *key, prkey, held_before);
 }
 

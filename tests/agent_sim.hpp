@@ -108,9 +108,11 @@ public:
     SlowPort(Passthru& inner, ManualClock& clock) : inner_(inner), clock_(clock) {}
     Clock::Ms delay{0};            ///< Added to the clock per command.
     std::vector<uint32_t> timeouts;///< timeout_ms of every command seen.
+    std::function<void()> during;  ///< Run after the delay (another thread's work meanwhile).
     Result<uint32_t> submit(const Command& cmd, std::span<uint8_t> data) override {
         timeouts.push_back(cmd.timeout_ms);
         clock_.advance(delay);
+        if (during) during();
         return inner_.submit(cmd, data);
     }
 

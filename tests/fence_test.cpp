@@ -1102,6 +1102,31 @@ TEST_F(TokenTakeoverTest, ARegistrantAtOrAboveTheTokenStopsItBeforeAnyCommand) {
     }
 }
 
+// may_act is asked before the Register and before the Acquire; a no ends
+// the takeover there with Errc::timeout.
+TEST_F(TokenTakeoverTest, MayActIsAskedBeforeEachCommandThatChangesTheReservation) {
+    auto a = node(1);
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    const size_t registers = commands_of(*a, opcode::kResvRegister);
+    int asked = 0;
+    auto o = a->fence.takeover_with_token(seen(*a), 5, [&] { return ++asked == 1; });  // yes, then no
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::timeout);
+    EXPECT_EQ(asked, 2);
+    EXPECT_EQ(commands_of(*a, opcode::kResvRegister), registers + 1) << "the Register went out";
+    EXPECT_EQ(commands_of(*a, opcode::kResvAcquire), 0u) << "no Acquire after a no";
+    EXPECT_FALSE(target.is_holder(a->id));
+    auto b = node(2);
+    const size_t b_registers = commands_of(*b, opcode::kResvRegister);
+    auto n = b->fence.takeover_with_token(seen(*b), 6, [] { return false; });
+    ASSERT_FALSE(n);
+    EXPECT_EQ(n.error(), Errc::timeout);
+    EXPECT_EQ(commands_of(*b, opcode::kResvRegister), b_registers) << "nothing sent";
+    auto y = a->fence.takeover_with_token(seen(*a), 7, [] { return true; });
+    ASSERT_TRUE(y) << y.error().message();
+    EXPECT_TRUE(target.is_holder(a->id));
+}
+
 TEST_F(TokenTakeoverTest, ATokenAtOrBelowTheStoresFloorIsRefused) {
     auto a = node(1);
     ASSERT_TRUE(a->store.raise_to(9));

@@ -193,8 +193,11 @@ public:
     /// reservation with the key of epoch @p token exactly
     /// (Fence::takeover_with_token) following that same Report. stale and
     /// reissue change nothing (reply Errc::lost_race). Only STANDBY and
-    /// HOLDER act: FENCED is left by rejoin alone.
-    TermResult take_term(uint32_t token, const std::string& who);
+    /// HOLDER act: FENCED is left by rejoin alone. Nothing is done when the
+    /// check changed this host's state or key, or when it ended at or after
+    /// act_before() (the term's lease deadline minus the margin, asked after
+    /// the check: the elector may have renewed the lease meanwhile).
+    TermResult take_term(uint32_t token, const std::string& who, const std::function<Clock::TimePoint()>& act_before);
     /// Clean stop: releases the reservation if held; unregisters unless
     /// keep_registration; persists; ends STOPPING. A FENCED agent leaves
     /// the device alone. Fails (device error) when the release failed.
@@ -260,7 +263,7 @@ private:
     Status acquire_for_start_role();
     ControlReply do_takeover(const ControlRequest& req, const std::string& who);
     ControlReply takeover_failed(const ControlRequest& req, std::error_code ec, std::optional<uint64_t> victim,
-                                 const std::string& by);
+                                 const std::string& by, std::string why = {});
     ControlReply took_over(const ControlRequest& req, const Outcome& out, const std::string& by);
     ControlReply do_release(const ControlRequest& req, const std::string& who);
     ControlReply do_rejoin(const ControlRequest& req, const std::string& who);

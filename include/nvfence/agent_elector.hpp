@@ -77,7 +77,6 @@ enum class ElectorEventKind : uint8_t {
 struct ElectorEvent {
     ElectorEventKind kind = ElectorEventKind::note;  ///< What.
     Term term;                                 ///< won: the token and leadership.
-    Clock::TimePoint valid_until{};            ///< won: act only before this (lease deadline - margin).
     LossReason reason = LossReason::none;      ///< lost: why.
     std::string text;                          ///< note/lost: in words.
     EventLevel level = EventLevel::info;       ///< note: how loud.
@@ -154,9 +153,16 @@ public:
     /// Driver: the term (token) it stands behind now, 0 for none. The agent
     /// acts on a won event only while it is the driver's term; the driver
     /// sets it before posting the win and clears it before resigning.
-    void set_term(uint32_t token);
+    /// @p act_before: the term's lease deadline minus the margin.
+    void set_term(uint32_t token, Clock::TimePoint act_before);
+    /// Driver: etcd renewed the lease of term @p token (ignored when it is
+    /// no longer the term): the agent may act until @p act_before.
+    void renew_term(uint32_t token, Clock::TimePoint act_before);
     /// The driver's current term (0: none).
     uint32_t term() const;
+    /// Agent: until when term @p token may be acted on; the clock's epoch
+    /// (long past) when it is not the driver's term.
+    Clock::TimePoint act_before(uint32_t token) const;
     /// Driver: the status shown by `nvfence status`.
     void set_snapshot(const ElectorSnapshot& s);
     /// Anyone: the status.
@@ -203,6 +209,7 @@ private:
     AgentState state_ = AgentState::starting;
     uint32_t device_epoch_ = 0;
     uint32_t term_ = 0;
+    Clock::TimePoint term_act_before_{};
     uint64_t publishes_ = 0;
     ElectorSnapshot snap_;
     bool stop_ = false;

@@ -17,6 +17,7 @@
 ///    when nothing is held, leaving when not registered change nothing.
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <system_error>
 #include <vector>
@@ -129,7 +130,14 @@ public:
     /// it, our registration read in @p seen is gone, or another host holds
     /// afterwards; Errc::epoch_out_of_range for 0 or a token above
     /// kEpochCeiling; Errc::held_by_other when every registrant holds.
-    Result<Outcome> takeover_with_token(const ReservationStatus& seen, uint32_t token);
+    /// @p may_act, when given, is asked right before the Register and right
+    /// before the Acquire: false (the term's lease may have run out during a
+    /// pause between them) ends the takeover with Errc::timeout, the device
+    /// left as those commands left it. A pause between that answer and the
+    /// command reaching the device stays possible; then the device is the
+    /// fence: a newer leader's preempt removes exactly the key acquired.
+    Result<Outcome> takeover_with_token(const ReservationStatus& seen, uint32_t token,
+                                        const std::function<bool()>& may_act = nullptr);
     /// Releases the reservation if this host holds it. An error completion
     /// that may hide a Release that ran (see Outcome::completion_error) is
     /// success when the Report then shows nobody holding.

@@ -144,8 +144,7 @@ protected:
         ElectorEvent e;
         e.kind = ElectorEventKind::won;
         e.term.epoch = token;
-        e.valid_until = clock.now() + std::chrono::seconds(10);
-        bridge->set_term(token);
+        bridge->set_term(token, clock.now() + std::chrono::seconds(10));
         ASSERT_TRUE(bridge->post(e, std::chrono::milliseconds(0)));
     }
     // Drives b until its agent holds (bounded).
@@ -293,8 +292,7 @@ TEST_F(AgentElectorTest, AWinThatArrivesAfterTheLeaseMayHaveExpiredIsNotActedOn)
     ElectorEvent e;
     e.kind = ElectorEventKind::won;
     e.term.epoch = 500;
-    e.valid_until = clock.now() - std::chrono::milliseconds(1);
-    bridge->set_term(500);
+    bridge->set_term(500, clock.now() - std::chrono::milliseconds(1));
     ASSERT_TRUE(bridge->post(e, std::chrono::milliseconds(0)));
     const size_t acquires = b->sent(opcode::kResvAcquire);
     bridge->drain(*b->agent, *b->hooks, clock);
@@ -342,6 +340,101 @@ TEST_F(AgentElectorTest, AFailedCallCarriesTheElectorsReason) {
         << bridge->snapshot().last_error;
 }
 
+// The lease may run out while the agent reads the device (a stall, a paused
+// VM): the term is not acted on, whatever the Report then says (the
+// simulator's CI slice of b0e0429, seed 150658528188717).
+TEST_F(AgentElectorTest, ALeaseThatRunsOutWhileTheDeviceIsReadIsNotActedOn) {
+    setup();
+    post_win(500);  // valid for 10 s
+    b->slow.delay = std::chrono::seconds(11);  // the check's Report alone takes 11 s
+    const size_t acquires = b->sent(opcode::kResvAcquire);
+    bridge->drain(*b->agent, *b->hooks, clock);
+    b->slow.delay = std::chrono::milliseconds(0);
+    const WinReply r = bridge->take_answer(500, std::chrono::milliseconds(0));
+    EXPECT_EQ(r.answer, WinAnswer::failed);
+    EXPECT_NE(r.why.find("lease may have expired while reading the device"), std::string::npos) << r.why;
+    EXPECT_EQ(b->sent(opcode::kResvAcquire), acquires);
+    EXPECT_EQ(b->agent->state(), AgentState::standby);
+}
+
+// The lease runs out between the Register of the token's key and the
+// Acquire (each command takes 4 s here: the check's two end at 8 s, the
+// Register at 12 s): the Acquire is not sent.
+TEST_F(AgentElectorTest, ALeaseThatRunsOutBetweenTheTakeoversCommandsStopsIt) {
+    setup();
+    post_win(500);  // valid for 10 s
+    b->slow.delay = std::chrono::seconds(4);
+    const size_t registers = b->sent(opcode::kResvRegister);
+    const size_t acquires = b->sent(opcode::kResvAcquire);
+    bridge->drain(*b->agent, *b->hooks, clock);
+    b->slow.delay = std::chrono::milliseconds(0);
+    const WinReply r = bridge->take_answer(500, std::chrono::milliseconds(0));
+    EXPECT_EQ(r.answer, WinAnswer::failed);
+    EXPECT_NE(r.why.find("the lease may have expired during the takeover"), std::string::npos) << r.why;
+    EXPECT_EQ(b->sent(opcode::kResvRegister), registers + 1) << "the token's key was registered";
+    EXPECT_EQ(b->sent(opcode::kResvAcquire), acquires) << "no Acquire after the lease";
+    EXPECT_NE(b->agent->state(), AgentState::holder);
+}
+
+// The driver renews the lease while the agent reads the device: the term
+// acts until the renewed deadline (seed 2 of the simulator lost its only
+// candidate's term to the deadline of the win's time).
+TEST_F(AgentElectorTest, ALeaseRenewedWhileTheDeviceIsReadLetsTheTermAct) {
+    setup();
+    post_win(500);  // valid for 10 s
+    b->slow.delay = std::chrono::seconds(11);
+    b->slow.during = [&] { bridge->renew_term(500, clock.now() + std::chrono::seconds(10)); };
+    bridge->drain(*b->agent, *b->hooks, clock);
+    b->slow.delay = std::chrono::milliseconds(0);
+    b->slow.during = nullptr;
+    const WinReply r = bridge->take_answer(500, std::chrono::milliseconds(0));
+    EXPECT_EQ(r.answer, WinAnswer::holding) << r.why;
+    EXPECT_EQ(b->agent->state(), AgentState::holder);
+}
+
+// The bridge's deadline belongs to its term: another term's renewal, or a
+// term given up, leaves nothing to act on.
+TEST_F(AgentElectorTest, ATermsDeadlineIsItsOwn) {
+    setup();
+    const auto t0 = clock.now();
+    bridge->set_term(500, t0 + std::chrono::seconds(10));
+    EXPECT_EQ(bridge->act_before(500), t0 + std::chrono::seconds(10));
+    EXPECT_EQ(bridge->act_before(499), Clock::TimePoint{});
+    bridge->renew_term(499, t0 + std::chrono::seconds(60));
+    EXPECT_EQ(bridge->act_before(500), t0 + std::chrono::seconds(10));
+    bridge->renew_term(500, t0 + std::chrono::seconds(5));  // an older renewal's answer
+    EXPECT_EQ(bridge->act_before(500), t0 + std::chrono::seconds(10));
+    bridge->renew_term(500, t0 + std::chrono::seconds(20));
+    EXPECT_EQ(bridge->act_before(500), t0 + std::chrono::seconds(20));
+    bridge->set_term(0, {});
+    EXPECT_EQ(bridge->act_before(500), Clock::TimePoint{});
+    EXPECT_EQ(bridge->act_before(0), Clock::TimePoint{});
+}
+
+// A check that changes this host's state or key (here: fenced by a target
+// restart and, with rejoin = auto, registered again with a fresh key that
+// equals the token) ends the term's carrying out: that key is not the term's.
+TEST_F(AgentElectorTest, ARejoinDuringTheChecksReportIsNotTakenForTheTerm) {
+    setup();
+    b->opts.rejoin_auto = true;
+    b->boot();
+    b->start_ok();
+    bridge->publish(*b->agent);
+    const uint32_t token = epoch(b->agent->key()) + 1;  // the epoch a rejoin takes next
+    // The target forgets every key (no PTPL).
+    t.regs.clear();
+    t.type = ResvType::none;
+    t.holder.reset();
+    t.generation = 0;
+    post_win(token);
+    bridge->drain(*b->agent, *b->hooks, clock);
+    const WinReply r = bridge->take_answer(token, std::chrono::milliseconds(0));
+    EXPECT_EQ(r.answer, WinAnswer::failed) << r.why;
+    EXPECT_NE(r.why.find("while reading the device"), std::string::npos) << r.why;
+    EXPECT_FALSE(t.is_holder(b->id)) << b->hooks->dump();
+    EXPECT_EQ(b->agent->state(), AgentState::standby) << "rejoined, a candidate";
+}
+
 TEST_F(AgentElectorTest, AnAnswerForAnotherTermIsDroppedNotApplied) {
     setup();
     post_win(500);
@@ -358,7 +451,7 @@ TEST_F(AgentElectorTest, AnAnswerForAnotherTermIsDroppedNotApplied) {
 TEST_F(AgentElectorTest, AWinTheDriverGaveUpBeforeTheAgentGotToItIsNotCarriedOut) {
     setup();
     post_win(500);
-    bridge->set_term(0);  // the driver resigned term 500
+    bridge->set_term(0, {});  // the driver resigned term 500
     const size_t sent = t.log.size();
     bridge->drain(*b->agent, *b->hooks, clock);
     EXPECT_EQ(t.log.size(), sent) << "not even a Report";
