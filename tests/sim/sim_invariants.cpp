@@ -41,12 +41,15 @@ void InvariantChecker::token_issued(uint32_t token, int host) {
         (void)i;
         return;
     }
-    issued_.push_back({token, host, false});
+    issued_.push_back({token, host, false, 0});
 }
 
-void InvariantChecker::term_resigned(uint32_t token, int host) {
+void InvariantChecker::term_resigned(uint32_t token, int host, int64_t at_ms) {
     for (auto& i : issued_)
-        if (i.token == token && i.host == host) i.resigned = true;
+        if (i.token == token && i.host == host && !i.resigned) {
+            i.resigned = true;
+            i.resigned_at_ms = at_ms;
+        }
 }
 
 const InvariantChecker::Issued* InvariantChecker::find(uint32_t token) const {
@@ -55,7 +58,8 @@ const InvariantChecker::Issued* InvariantChecker::find(uint32_t token) const {
     return nullptr;
 }
 
-std::optional<Violation> InvariantChecker::new_holder(int host, uint64_t key, uint32_t epoch, uint64_t previous) {
+std::optional<Violation> InvariantChecker::new_holder(int host, uint64_t key, uint32_t epoch, uint64_t previous,
+                                                      std::optional<int64_t> sent_ms) {
     ++checks_;
     std::string who = "host " + std::to_string(host) + " took the reservation with " + format_key(key);
     if (previous) {
@@ -71,9 +75,11 @@ std::optional<Violation> InvariantChecker::new_holder(int host, uint64_t key, ui
         v = Violation{Inv::epoch_not_token,
                       who + ": the elector never issued token " + std::to_string(epoch) + " to it" +
                           (i ? " (it went to host " + std::to_string(i->host) + ")" : "")};
-    else if (i->resigned)
+    else if (i->resigned && (!sent_ms || *sent_ms >= i->resigned_at_ms))
         v = Violation{Inv::acted_on_resigned_term,
-                      who + ": its elector had resigned the term of token " + std::to_string(epoch)};
+                      who + ": its elector had resigned the term of token " + std::to_string(epoch) + " at " +
+                          std::to_string(i->resigned_at_ms) + " ms" +
+                          (sent_ms ? ", before the command was sent at " + std::to_string(*sent_ms) + " ms" : "")};
     max_held_ = std::max(max_held_, epoch);
     return v;
 }

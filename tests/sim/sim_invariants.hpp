@@ -13,9 +13,12 @@
 ///  - epoch_not_token: a key that takes the reservation has an epoch equal
 ///    to a token the elector issued to that host;
 ///  - epoch_went_back: a host's key epoch never goes back;
-///  - acted_on_resigned_term: a host never takes the reservation with the
-///    token of a term its own elector side resigned before (an answer
-///    applied to the wrong term);
+///  - acted_on_resigned_term: a host never takes the reservation with a
+///    command sent after its own elector side resigned the term of that
+///    token (an answer applied to the wrong term). A command already in
+///    flight when the term was resigned may land later (a fabric queue, a
+///    stalled submission): the device and the loss the driver posts are the
+///    fence for it, not this rule;
 ///  - older_token_holds: a host never takes the reservation with a token
 ///    older than one already used on the device;
 ///  - acked_write_lost: a write acknowledged ok landed, and no landed write
@@ -88,11 +91,14 @@ class InvariantChecker {
 public:
     /// The elector issued @p token to @p host.
     void token_issued(uint32_t token, int host);
-    /// @p host's elector side resigned the term of @p token.
-    void term_resigned(uint32_t token, int host);
+    /// @p host's elector side resigned the term of @p token at @p at_ms.
+    void term_resigned(uint32_t token, int host, int64_t at_ms = 0);
     /// The device's holder became @p host with a key of epoch @p epoch;
-    /// @p previous is the key that held before (0: nobody).
-    std::optional<Violation> new_holder(int host, uint64_t key, uint32_t epoch, uint64_t previous = 0);
+    /// @p previous is the key that held before (0: nobody); @p sent_ms is
+    /// when the command that made it holder was sent (nullopt: now, after
+    /// any resignation).
+    std::optional<Violation> new_holder(int host, uint64_t key, uint32_t epoch, uint64_t previous = 0,
+                                        std::optional<int64_t> sent_ms = std::nullopt);
     /// After every step: the device's holder epoch (nullopt: nobody holds).
     std::optional<Violation> holder_now(std::optional<uint32_t> epoch) const;
     /// @p host's agent has a key of epoch @p epoch (0: none).
@@ -125,6 +131,7 @@ private:
         uint32_t token;
         int host;
         bool resigned;
+        int64_t resigned_at_ms;
     };
     struct Block {
         int host = -1;

@@ -71,6 +71,24 @@ TEST(SimRegressions, Seed27036895840228NoStaleTokenAfterTargetRestart) {
     EXPECT_FALSE(r.violation) << what(r);
 }
 
+// A take_term whose Report stalled past the lease while a target restart
+// fenced the host and rejoin = auto registered it again with a key whose
+// epoch equalled the token: taken for the term's own key, it acquired with a
+// stale token over a newer leader's writes (CI's slice of b0e0429).
+TEST(SimRegressions, Seed150658528188717NoTermTakenOnAKeyTheCheckMade) {
+    const ScheduleResult r = replay(150658528188717ull, kKnown);
+    EXPECT_FALSE(r.violation) << what(r);
+}
+
+// An Acquire sent inside its term that stayed in flight (the host frozen
+// again and again, 23 minutes) past the driver's resign: judged by when it
+// was sent, it is the device's to fence; the takeover asks the lease again
+// before each of its commands.
+TEST(SimRegressions, Seed1049508AnAcquireInFlightAtTheResign) {
+    const ScheduleResult r = replay(1049508ull, kKnown);
+    EXPECT_FALSE(r.violation) << what(r);
+}
+
 // Within the window that found defects 1 and 3 on the code of 2f7f883
 // (seeds 1..500), neither shows any more, nor any other invariant but the
 // known ones.

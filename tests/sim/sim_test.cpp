@@ -79,6 +79,23 @@ TEST(SimInvariants, ActedOnResignedTermFiresWhenAResignedTokenTakesTheReservatio
     EXPECT_EQ(v->inv, Inv::acted_on_resigned_term);
 }
 
+// A command sent before the resignation that lands after it is the
+// device's to fence (seed 1049508: an Acquire in flight for minutes); one
+// sent at or after it is the broken rule.
+TEST(SimInvariants, ActedOnResignedTermJudgesWhenTheCommandWasSent) {
+    InvariantChecker a;
+    a.token_issued(4, 0);
+    a.term_resigned(4, 0, 5000);
+    EXPECT_FALSE(a.new_holder(0, key(1, 4), 4, 0, 4999));
+    InvariantChecker b;
+    b.token_issued(4, 0);
+    b.term_resigned(4, 0, 5000);
+    auto v = b.new_holder(0, key(1, 4), 4, 0, 5000);
+    ASSERT_TRUE(v);
+    EXPECT_EQ(v->inv, Inv::acted_on_resigned_term);
+    EXPECT_NE(v->what.find("at 5000 ms"), std::string::npos) << v->what;
+}
+
 TEST(SimInvariants, EpochWentBackFiresWhenAHostsKeyEpochDecreases) {
     InvariantChecker c;
     EXPECT_FALSE(c.agent_key(2, 4));

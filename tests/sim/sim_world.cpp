@@ -255,6 +255,7 @@ struct DevOp {
     uint64_t seq;
     size_t ring_index;
     Command cmd;         // late command
+    int64_t sent;        // late command: when its host sent it
     std::array<uint8_t, 16> data;
     size_t data_len;
 };
@@ -282,7 +283,7 @@ public:
         trace(Rec::token, h, token, 0);
     }
     void resigned(const std::vector<uint32_t>& tokens, int h) {
-        for (uint32_t t : tokens) checker_.term_resigned(t, h);
+        for (uint32_t t : tokens) checker_.term_resigned(t, h, now_);
         trace(Rec::resign, h, tokens.empty() ? 0 : tokens.back(), tokens.size());
     }
     void writers_stopped(int h);
@@ -317,7 +318,8 @@ private:
     void app_reap(Host& H, App& a);
     void device_step();
     void execute_write(DevOp& op);
-    Result<uint32_t> execute(int h, const Command& cmd, std::span<uint8_t> data);
+    /// Runs @p cmd of host @p h on the target now; @p sent_ms: when the host sent it.
+    Result<uint32_t> execute(int h, const Command& cmd, std::span<uint8_t> data, int64_t sent_ms);
     void abort_writes_of(int victim);
     uint64_t holder_key() const;
     void fault_step();
@@ -862,7 +864,7 @@ void World::device_step() {
     ops_.erase(ops_.begin() + static_cast<std::ptrdiff_t>(k));
     if (!op.write) {
         hash(0xde1a7);
-        (void)execute(op.host, op.cmd, std::span<uint8_t>(op.data.data(), op.data_len));
+        (void)execute(op.host, op.cmd, std::span<uint8_t>(op.data.data(), op.data_len), op.sent);
         return;
     }
     execute_write(op);
@@ -919,7 +921,7 @@ int World::device_holder() const {
     return host_of(*target_.holder);
 }
 
-Result<uint32_t> World::execute(int h, const Command& cmd, std::span<uint8_t> data) {
+Result<uint32_t> World::execute(int h, const Command& cmd, std::span<uint8_t> data, int64_t sent_ms) {
     const uint64_t before = holder_key();
     const size_t aborted_before = target_.aborted.size();
     regs_before_ = target_.regs;
@@ -938,7 +940,7 @@ Result<uint32_t> World::execute(int h, const Command& cmd, std::span<uint8_t> da
     }
     if (const uint64_t now_key = holder_key(); now_key != before && now_key != 0) {
         trace(Rec::holder, device_holder(), epoch_of(now_key), now_key);
-        check(checker_.new_holder(device_holder(), now_key, epoch_of(now_key), before));
+        check(checker_.new_holder(device_holder(), now_key, epoch_of(now_key), before, sent_ms));
     }
     return r;
 }
@@ -961,6 +963,7 @@ Result<uint32_t> World::device_command(int h, const Command& cmd, std::span<uint
             DevOp op{};
             op.host = h;
             op.at = sent + delay / 2;
+            op.sent = sent;
             op.cmd = cmd;
             op.data_len = data.size();
             std::copy(data.begin(), data.end(), op.data.begin());
@@ -972,13 +975,13 @@ Result<uint32_t> World::device_command(int h, const Command& cmd, std::span<uint
     block(h, kAgent, sent + delay / 2);
     if (draw(Fault::crash_in_command)) {
         const bool ran = rng_.chance(500);
-        if (ran) (void)execute(h, cmd, data);
+        if (ran) (void)execute(h, cmd, data, sent);
         kill(H, Rec::crash, static_cast<uint32_t>(Fault::crash_in_command) | (ran ? 0x100u : 0u));
         throw SimCrash{};
     }
     const bool lost_not = draw(Fault::lost_not_done);
     Result<uint32_t> r = uint32_t{0};
-    if (!lost_not) r = execute(h, cmd, data);
+    if (!lost_not) r = execute(h, cmd, data, sent);
     const bool lost = lost_not || draw(Fault::lost_done);
     block(h, kAgent, std::min(sent + bound, now_ + (delay - delay / 2)));
     if (delay > bound) return timed_out;
