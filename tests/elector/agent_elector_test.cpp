@@ -435,6 +435,34 @@ TEST_F(AgentElectorTest, ARejoinDuringTheChecksReportIsNotTakenForTheTerm) {
     EXPECT_EQ(b->agent->state(), AgentState::standby) << "rejoined, a candidate";
 }
 
+// The agent never answers a win (blocked in a command) and the lease runs
+// out: the term is withdrawn at once, resigned after kWithdrawWait, and the
+// agent, when it gets to the win, does not carry it out (docs/ETCD.md).
+TEST_F(AgentElectorTest, AWithdrawnTermIsResignedAfterTheWaitWithoutAnAnswer) {
+    setup();
+    bridge->set_wait_cap(std::chrono::milliseconds(0));
+    const auto tick = [&] {
+        clock.advance(std::clamp(driver->step(), std::chrono::milliseconds(10), std::chrono::milliseconds(100)));
+    };
+    for (int i = 0; i < 50 && bridge->term() == 0; ++i) tick();
+    ASSERT_NE(bridge->term(), 0u) << "a win was posted";
+    elector.keepalive_error = make_error_code(ElectorErrc::unreachable);
+    const int64_t t0 = clock.elapsed_ms();
+    int64_t withdrawn_ms = -1;
+    while (elector.resigns == 0 && clock.elapsed_ms() - t0 < 300000) {
+        tick();
+        if (withdrawn_ms < 0 && bridge->term() == 0) withdrawn_ms = clock.elapsed_ms();
+    }
+    ASSERT_GE(withdrawn_ms, 0) << "withdrawn";
+    EXPECT_LE(withdrawn_ms - t0, 2000) << "withdrawn within the lease";
+    ASSERT_EQ(elector.resigns, 1);
+    EXPECT_GE(clock.elapsed_ms() - withdrawn_ms, kWithdrawWait.count());
+    EXPECT_LE(clock.elapsed_ms() - withdrawn_ms, kWithdrawWait.count() + 1000);
+    bridge->drain(*b->agent, *b->hooks, clock);
+    EXPECT_EQ(b->agent->state(), AgentState::standby);
+    EXPECT_FALSE(t.is_holder(b->id));
+}
+
 TEST_F(AgentElectorTest, AnAnswerForAnotherTermIsDroppedNotApplied) {
     setup();
     post_win(500);
