@@ -810,14 +810,11 @@ TermResult Agent::take_term(uint32_t token, const std::string& who,
         ran_out = clock_.now() >= act_before();
         return !ran_out;
     });
-    if (!out && ran_out) {
-        t.reply = takeover_failed(req, out.error(), t.decision->victim, by,
-                                  "the lease may have expired during the takeover: not acting on token " +
-                                      std::to_string(token));
-        return t;
-    }
     if (!out) {
-        t.reply = takeover_failed(req, out.error(), t.decision->victim, by);
+        t.reply = takeover_failed(req, out.error(), t.decision->victim, by,
+                                  ran_out ? "the lease may have expired during the takeover: not acting on token " +
+                                                std::to_string(token)
+                                          : std::string());
         return t;
     }
     // The key's epoch is the token, exactly: anything else is a broken rule.
@@ -831,12 +828,14 @@ ControlReply Agent::takeover_failed(const ControlRequest& req, std::error_code e
     const auto& lr = fence_.last_report();
     const Registrant* h = lr ? lr->holder() : nullptr;
     std::string msg = std::move(why);
-    if (msg.empty() && ec == Errc::lost_race)
-        msg = "lost the takeover race: " + (h ? key_text(h->key) : std::string("another host")) + " holds now";
-    else if (msg.empty() && ec == Errc::own_key && victim)
-        msg = "the victim " + key_text(*victim) + " is this host's own key";
-    else if (msg.empty())
-        msg = "takeover failed: " + ec.message();
+    if (msg.empty()) {  // no words from the caller
+        if (ec == Errc::lost_race)
+            msg = "lost the takeover race: " + (h ? key_text(h->key) : std::string("another host")) + " holds now";
+        else if (ec == Errc::own_key && victim)
+            msg = "the victim " + key_text(*victim) + " is this host's own key";
+        else
+            msg = "takeover failed: " + ec.message();
+    }
     emit(AgentEventKind::request, EventLevel::warning, by + ": takeover: " + msg, lr ? &*lr : nullptr);
     sync_after_request("the failed takeover");
     return fail_reply(req, ec, msg);
