@@ -269,7 +269,7 @@ void Agent::report_epochs() {
         if (std::find(implausible_seen_.begin(), implausible_seen_.end(), k) != implausible_seen_.end()) continue;
         if (implausible_seen_.size() < 64) implausible_seen_.push_back(k);
         emit(AgentEventKind::info, EventLevel::error,
-             "key " + key_text(k) + " carries an implausible epoch (above " + std::to_string(kEpochCeiling) +
+             "key " + key_text(k) + " carries an implausible epoch (at or above " + std::to_string(kEpochCeiling) +
                  " or more than " + std::to_string(kMaxEpochJump) +
                  " above this host's floor): it does not raise the floor; remove it with a takeover or "
                  "'nvfence preempt --victim' (docs/CONTRACTS.md, epochs)");

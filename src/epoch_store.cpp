@@ -21,7 +21,7 @@ namespace {
 constexpr size_t kMaxEpochFileBytes = 31;
 
 bool plausible(uint32_t e, uint32_t floor) {
-    if (e > kEpochCeiling) return false;
+    if (e >= kEpochCeiling) return false;
     return floor == 0 || e <= floor || e - floor <= kMaxEpochJump;
 }
 

@@ -370,7 +370,7 @@ Result<Term> EtcdElector::term(uint32_t at_least, Ms timeout) {
         t.cluster_id = std::to_string(cluster_id_);
         t.rollback_seen = floor.epoch > 0 && (!cur || cur->epoch < floor.epoch);
         if (cur && cur->leader_rev == won_->revision && cur->epoch >= floor.epoch && cur->epoch > at_least &&
-            cur->epoch <= kEpochCeiling) {
+            usable_epoch(cur->epoch)) {
             // Issued to this very leadership already (a retry): the same token.
             t.epoch = cur->epoch;
             if (store) {
@@ -379,12 +379,12 @@ Result<Term> EtcdElector::term(uint32_t at_least, Ms timeout) {
             return t;
         }
         uint32_t base = std::max({cur ? cur->epoch : 0u, floor.epoch, at_least});
-        if (base >= kEpochCeiling) {
+        if (!usable_epoch(base + 1)) {
             // A token above the key's epochs could never be used; one write
             // to the counter must not make this host store it (it would
             // never take over again). Refused, nothing stored.
             last_error_ = "no token above " + std::to_string(base) + ": the key's epochs end at " +
-                          std::to_string(kEpochCeiling) + " (counter " + counter_key + "; docs/ETCD.md \"A counter at the ceiling\")";
+                          std::to_string(kEpochCeiling - 1) + " (counter " + counter_key + "; docs/ETCD.md \"A counter at the ceiling\")";
             return make_error_code(Errc::epoch_out_of_range);
         }
         const etcd::CounterValue next{base + 1, won_->revision};

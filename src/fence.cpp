@@ -54,7 +54,7 @@ Result<uint32_t> Fence::next_epoch(const ReservationStatus& st) const {
         floor = *s;
     }
     const uint32_t max = std::max(floor, observe_epochs(st, opts_.tag, floor).highest);
-    if (max >= kEpochCeiling) return make_error_code(Errc::epoch_exhausted);
+    if (!usable_epoch(max + 1)) return make_error_code(Errc::epoch_exhausted);
     return max + 1;
 }
 
@@ -72,8 +72,8 @@ Result<uint64_t> Fence::fresh_key(const ReservationStatus& st, uint8_t node,
     uint32_t e;
     if (epoch) {
         auto n = next_epoch(st);
-        const uint32_t known = n ? *n - 1 : kEpochCeiling;
-        if (*epoch > kEpochCeiling || *epoch - std::min(*epoch, known) > kMaxEpochJump)
+        const uint32_t known = n ? *n - 1 : kEpochCeiling - 1;
+        if (!usable_epoch(*epoch) || *epoch - std::min(*epoch, known) > kMaxEpochJump)
             return make_error_code(Errc::epoch_out_of_range);
         e = *epoch;
     } else {
@@ -343,7 +343,10 @@ Result<Outcome> Fence::acquire_verified(const Outcome& o, uint64_t key, std::opt
 Status Fence::token_usable(const ReservationStatus& seen, uint32_t token, uint64_t key) const {
     for (const auto& r : seen.registrants) {
         const auto f = decode_key(r.key);
-        if (f && f->tag == opts_.tag && f->epoch >= token && r.key != key) return make_error_code(Errc::lost_race);
+        // A key at or above the ceiling is nobody's term (implausible): the
+        // takeover removes it like an earlier key.
+        if (f && f->tag == opts_.tag && f->epoch >= token && usable_epoch(f->epoch) && r.key != key)
+            return make_error_code(Errc::lost_race);
     }
     if (seen.holder() && resv_type_all_registrants(seen.type)) return make_error_code(Errc::held_by_other);
     if (!store_) return Ok{};
@@ -356,7 +359,7 @@ Status Fence::token_usable(const ReservationStatus& seen, uint32_t token, uint64
 
 Result<Outcome> Fence::takeover_with_token(const ReservationStatus& seen, uint32_t token,
                                            const std::function<bool()>& may_act) {
-    if (token == 0 || token > kEpochCeiling) return make_error_code(Errc::epoch_out_of_range);
+    if (!usable_epoch(token)) return make_error_code(Errc::epoch_out_of_range);
     auto node = node_for(seen);
     if (!node) return node.error();
     auto key = make_key({opts_.tag, *node, token});

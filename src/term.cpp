@@ -24,7 +24,7 @@ uint32_t max_epoch_of_tag(const ReservationStatus& st, uint8_t tag) {
     uint32_t max = 0;
     for (const auto& r : st.registrants) {
         auto f = decode_key(r.key);
-        if (f && f->tag == tag) max = std::max(max, f->epoch);
+        if (f && f->tag == tag && usable_epoch(f->epoch)) max = std::max(max, f->epoch);
     }
     return max;
 }
@@ -35,7 +35,7 @@ uint32_t max_epoch_but(const ReservationStatus& st, uint8_t tag, uint64_t skip) 
     uint32_t max = 0;
     for (const auto& r : st.registrants) {
         auto f = decode_key(r.key);
-        if (f && f->tag == tag && r.key != skip) max = std::max(max, f->epoch);
+        if (f && f->tag == tag && r.key != skip && usable_epoch(f->epoch)) max = std::max(max, f->epoch);
     }
     return max;
 }
@@ -57,11 +57,13 @@ WinDecision decide_on_win(uint32_t token, const ReservationStatus& st, const Hos
     d.device_max_epoch = max_epoch_but(st, tag, term_key ? me->key : 0);
     std::optional<KeyFields> hf;
     if (holder) hf = decode_key(holder->key);
-    const bool holder_ours = hf && hf->tag == tag;
+    // A holder at or above the ceiling is nobody's term: preempted like a
+    // foreign key, never a reason to ask for a token above it.
+    const bool holder_ours = hf && hf->tag == tag && usable_epoch(hf->epoch);
 
-    if (token == 0 || token > kEpochCeiling) {
+    if (!usable_epoch(token)) {
         d.action = WinAction::stale;
-        d.why = "token " + std::to_string(token) + " is outside the key's epochs (1.." + std::to_string(kEpochCeiling) +
+        d.why = "token " + std::to_string(token) + " is outside the key's epochs (1.." + std::to_string(kEpochCeiling - 1) +
                 "): refused, never stored; repair the election's counter (docs/ETCD.md)";
         return d;
     }

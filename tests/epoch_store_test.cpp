@@ -246,6 +246,13 @@ TEST(EpochStore, ObserveEpochsIgnoresImplausibleEpochs) {
     EXPECT_EQ(o.implausible.size(), 2u);
     o = observe_epochs(st, 1, 0);
     EXPECT_EQ(o.highest, 10 + kMaxEpochJump + 1) << "no floor: only the ceiling applies";
+    // The ceiling itself is the first epoch never used: implausible with no
+    // floor too, so one key at it cannot exhaust a fresh host's epochs.
+    reg(1, 6, kEpochCeiling);
+    reg(1, 7, kEpochCeiling - 1);
+    o = observe_epochs(st, 1, 0);
+    EXPECT_EQ(o.highest, kEpochCeiling - 1);
+    EXPECT_EQ(o.implausible.size(), 2u) << "kMaxEpoch and the ceiling";
 }
 
 }  // namespace

@@ -245,6 +245,41 @@ TEST_F(FenceTest, JoinFailsWhenEpochsAreExhausted) {
     EXPECT_EQ(target.state_commands(), 0u);
 }
 
+// Issue 24 item 7: kEpochCeiling is the first epoch nvfence never uses, so a
+// key at it (a stray write to the election's counter, another tool) is
+// implausible for every host, a fresh one (no floor) too: it neither raises
+// the floor nor stops the host's start, and a takeover removes it.
+TEST_F(FenceTest, AKeyAtTheCeilingNeitherRaisesAFreshHostsFloorNorStopsItsStart) {
+    auto a = node(1);
+    const HostId rogue = make_host(9);
+    target.add(rogue, key(9, kEpochCeiling));
+    target.hold(rogue, ResvType::write_exclusive);
+    auto o = a->fence.join(std::nullopt, false);
+    ASSERT_TRUE(o) << o.error().message();
+    EXPECT_EQ(decode_key(o->key)->epoch, 1u);
+    EXPECT_EQ(*a->store.load(), 1u) << "the floor is this host's own key, not the ceiling";
+    ASSERT_EQ(a->fence.implausible_keys().size(), 1u);
+    EXPECT_EQ(a->fence.implausible_keys()[0], key(9, kEpochCeiling));
+    auto t = a->fence.takeover(std::nullopt);
+    ASSERT_TRUE(t) << t.error().message();
+    EXPECT_TRUE(target.is_holder(a->id));
+    EXPECT_EQ(target.find(rogue), nullptr) << "the key at the ceiling was preempted";
+}
+
+// The last epoch nvfence uses is one below the ceiling; after it, key
+// generation stops (docs/CONTRACTS.md says how to recover).
+TEST_F(FenceTest, TheLastUsableEpochIsOneBelowTheCeiling) {
+    auto a = node(1);
+    ASSERT_TRUE(a->store.raise_to(kEpochCeiling - 2));
+    auto o = a->fence.join(std::nullopt, false);
+    ASSERT_TRUE(o) << o.error().message();
+    EXPECT_EQ(decode_key(o->key)->epoch, kEpochCeiling - 1);
+    auto again = a->fence.join(std::nullopt, true);
+    ASSERT_FALSE(again);
+    EXPECT_EQ(again.error(), Errc::epoch_exhausted);
+    EXPECT_EQ(key_of(*a), key(1, kEpochCeiling - 1)) << "nothing changed";
+}
+
 // Issue 13, defect 1: B and C preempt each other up to epoch 8; A reads a
 // Report; the target loses every key; A's next key is still above 8.
 TEST_F(FenceTest, EveryReportRaisesTheFloorSoEpochsNeverGoBackAfterStateLoss) {
@@ -1138,13 +1173,32 @@ TEST_F(TokenTakeoverTest, ATokenAtOrBelowTheStoresFloorIsRefused) {
 
 TEST_F(TokenTakeoverTest, ATokenOutsideTheEpochsIsRefusedAndNeverStored) {
     auto a = node(1);
-    for (uint32_t token : {0u, kEpochCeiling + 1, 0xffffffffu}) {
+    for (uint32_t token : {0u, kEpochCeiling, kEpochCeiling + 1, 0xffffffffu}) {
         auto o = a->fence.takeover_with_token(seen(*a), token);
         ASSERT_FALSE(o) << token;
         EXPECT_EQ(o.error(), Errc::epoch_out_of_range);
         EXPECT_EQ(*a->store.load(), 0u) << "never stored: " << token;
     }
-    EXPECT_TRUE(a->fence.takeover_with_token(seen(*a), kEpochCeiling)) << "the ceiling itself is a usable token";
+    EXPECT_TRUE(a->fence.takeover_with_token(seen(*a), kEpochCeiling - 1)) << "the last usable token";
+}
+
+// Issue 24 item 7: a key at or above the ceiling (a rogue holder) never
+// stops the next failover: the token's takeover preempts it by compare-and-
+// swap like any holder, and it does not count as a key above the token.
+TEST_F(TokenTakeoverTest, AKeyAtOrAboveTheCeilingDoesNotStopTheNextFailover) {
+    auto a = node(1);
+    const HostId rogue = make_host(9);
+    for (uint32_t epoch : {kEpochCeiling, kMaxEpoch}) {
+        target.add(rogue, key(9, epoch));
+        target.hold(rogue, ResvType::write_exclusive);
+        const uint32_t token = epoch == kEpochCeiling ? 7 : 8;
+        auto o = a->fence.takeover_with_token(seen(*a), token);
+        ASSERT_TRUE(o) << epoch << ": " << o.error().message();
+        EXPECT_EQ(o->key, key(1, token));
+        EXPECT_TRUE(target.is_holder(a->id));
+        EXPECT_EQ(target.find(rogue), nullptr) << "preempted: " << epoch;
+        EXPECT_EQ(*a->store.load(), token) << "the rogue epoch never reached the floor";
+    }
 }
 
 TEST_F(TokenTakeoverTest, ARetryOfTheTermChangesNothingAndFinishesAHalfDoneOne) {

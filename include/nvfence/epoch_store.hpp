@@ -17,11 +17,17 @@
 
 namespace nvfence {
 
-/// The largest epoch this host uses or lets raise its floor. Keys above it
-/// are "implausible": they never raise the floor (a warning names them), so
-/// one key at kMaxEpoch cannot exhaust the epochs and stop every failover.
-/// The 2^24 epochs above it stay unused on purpose.
+/// The first epoch nvfence never uses: its keys and tokens are 1 up to
+/// kEpochCeiling - 1. Keys at or above it are "implausible": they never
+/// raise the floor (a warning names them), never count as a term above a
+/// token, and a takeover removes them like any earlier key. So one key at the
+/// ceiling or at kMaxEpoch (a stray write to the election's counter, another
+/// tool) can neither exhaust the epochs of a host, a fresh one included, nor
+/// stop the next failover. The 2^24 epochs from it up stay unused on purpose.
 inline constexpr uint32_t kEpochCeiling = kMaxEpoch - (1u << 24);
+
+/// Whether nvfence may use @p epoch in a key or as a token.
+constexpr bool usable_epoch(uint32_t epoch) { return epoch != 0 && epoch < kEpochCeiling; }
 
 /// How far above this host's floor one observed epoch may raise it (and how
 /// far above the highest epoch seen `register --epoch` may go). A key further

@@ -270,12 +270,26 @@ TEST(ElectorPolicy, AFloorAtOrAboveTheTokenAsksForATokenAboveTheFloor) {
 }
 
 TEST(ElectorPolicy, ATokenOutsideTheKeysEpochsIsStaleAndSaysHowToRepair) {
-    for (uint32_t token : {0u, kEpochCeiling + 1, 0xffffffffu}) {
+    for (uint32_t token : {0u, kEpochCeiling, kEpochCeiling + 1, 0xffffffffu}) {
         auto d = decide_on_win(token, status({}), host(2), 0);
         EXPECT_EQ(d.action, WinAction::stale) << token;
         EXPECT_NE(d.why.find("repair the election's counter"), std::string::npos) << d.why;
     }
-    EXPECT_EQ(decide_on_win(kEpochCeiling, status({}), host(2), 0).action, WinAction::acquire);
+    EXPECT_EQ(decide_on_win(kEpochCeiling - 1, status({}), host(2), 0).action, WinAction::acquire);
+}
+
+// Issue 24 item 7: a key of our tag at or above the ceiling is nobody's
+// term: the win preempts it as a holder and does not ask for a token above
+// it (there is none), and it is not the device's highest epoch.
+TEST(ElectorPolicy, AKeyAtOrAboveTheCeilingIsPreemptedNotATokenToPass) {
+    for (uint32_t epoch : {kEpochCeiling, kMaxEpoch}) {
+        auto st = status({reg(9, 9, epoch, true), reg(1, 1, 4, false)});
+        auto d = decide_on_win(6, st, host(2), 0, 4);
+        EXPECT_EQ(d.action, WinAction::preempt) << epoch << ": " << d.why;
+        EXPECT_EQ(d.victim, st.registrants[0].key);
+        EXPECT_EQ(d.device_max_epoch, 4u) << epoch;
+        EXPECT_EQ(max_epoch_of_tag(st, 0), 4u) << epoch;
+    }
 }
 
 TEST(ElectorPolicy, HoldingAboveTheTokenAsksForANewToken) {

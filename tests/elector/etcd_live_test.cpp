@@ -453,7 +453,7 @@ TEST_F(EtcdLive, ACounterAtTheCeilingIsRefusedNeverStoredAndRepairable) {
     ASSERT_TRUE(a->resign(kCall));
     TokenStore store(state, "vol-test");
     const uint32_t used = store.load()->epoch;
-    ASSERT_EQ(etcd_.ctl({"put", "nvfence/vol-test.epoch", std::to_string(kEpochCeiling) + " 1"}, nullptr), 0);
+    ASSERT_EQ(etcd_.ctl({"put", "nvfence/vol-test.epoch", std::to_string(kEpochCeiling - 1) + " 1"}, nullptr), 0);
     ASSERT_TRUE(a->campaign(kCall));
     auto t = a->term(0, kCall);
     ASSERT_FALSE(t) << "token " << t->epoch;

@@ -176,7 +176,7 @@ int fail_op(const Common& c, const std::string& op, std::error_code ec, const Fe
                     "run 'nvfence report' to see the state", holder);
     if (ec == Errc::epoch_out_of_range)
         return fail(c, op + ": " + ec.message(), ec,
-                    "--epoch may be at most " + std::to_string(kEpochCeiling) +
+                    "--epoch may be at most " + std::to_string(kEpochCeiling - 1) +
                         " and at most " + std::to_string(kMaxEpochJump) + " above the highest epoch seen");
     if (ec == Errc::own_key)
         return fail(c, op + ": the victim is this host's own current key", ec, {}, holder);
@@ -389,7 +389,7 @@ int cmd_report(const Common& c, std::optional<uint32_t> initial_bytes) {
                   << o.error().message() << "\n";
     else
         for (uint64_t k : o->implausible)
-            std::cerr << "nvfence: WARNING: key " << format_key(k) << " has an implausible epoch (above "
+            std::cerr << "nvfence: WARNING: key " << format_key(k) << " has an implausible epoch (at or above "
                       << kEpochCeiling << " or more than " << kMaxEpochJump
                       << " above this host's floor); it does not raise the floor: preempt it "
                          "(see docs/CONTRACTS.md, epochs)\n";
@@ -1054,7 +1054,7 @@ int main(int argc, char** argv) {
     add_common(reg, c);
     reg->footer("\nExample: nvfence register /dev/nvme1n1 --node 2");
     reg->add_option("--node", node, "this host's node id (env NVFENCE_NODE)")->check(uint_in(1, 255))->envname("NVFENCE_NODE")->required();
-    reg->add_option("--epoch", epoch_s, "use this epoch instead of a fresh one")->check(uint_in(1, kEpochCeiling));
+    reg->add_option("--epoch", epoch_s, "use this epoch instead of a fresh one")->check(uint_in(1, kEpochCeiling - 1));
     reg->add_flag("--replace", replace, "replace the key this host is registered with");
     reg->add_flag("--ptpl", ptpl, "ask the device to persist the registration through power loss");
     auto* unreg = app.add_subcommand("unregister", "remove this host's registration (releases if holder)");
@@ -1147,7 +1147,7 @@ int main(int argc, char** argv) {
     }
     if (reg->parsed()) {
         std::optional<uint32_t> epoch;
-        if (!epoch_s.empty()) epoch = static_cast<uint32_t>(*parse_uint(epoch_s, 1, kEpochCeiling));
+        if (!epoch_s.empty()) epoch = static_cast<uint32_t>(*parse_uint(epoch_s, 1, kEpochCeiling - 1));
         return cmd_register(c, node, epoch, replace, ptpl);
     }
     if (unreg->parsed()) return cmd_simple(c, "unregister", *type);
