@@ -1,9 +1,16 @@
 // SPDX-License-Identifier: MIT
 #include "nvfence/elector_config.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 #include "nvfence/error.hpp"
+#include "nvfence/fd.hpp"
 #include "nvfence/key.hpp"
 #include "nvfence/list.hpp"
 
@@ -53,13 +60,103 @@ bool valid_endpoint(const std::string& e, bool& https) {
     });
 }
 
+// etcd_user and etcd_password_file: both or neither.
+Status parse_auth_keys(const std::string* user, const std::string* file, ElectorSettings& s, std::string& why) {
+    if (user) {
+        if (user->empty() || user->size() > 128 || !printable_no_space(*user))
+            return bad(why, "etcd_user", *user, "must be 1 to 128 printable characters without spaces");
+        if (!file) return bad(why, "etcd_user", *user, "needs etcd_password_file (the user's password)");
+        s.user = *user;
+    }
+    if (file) {
+        if (file->empty() || file->front() != '/' || !printable_no_space(*file))
+            return bad(why, "etcd_password_file", *file, "must be an absolute path without spaces");
+        if (!user) return bad(why, "etcd_password_file", *file, "needs etcd_user");
+        s.password_file = *file;
+    }
+    return Ok{};
+}
+
+// Valid UTF-8 without control characters (etcd's JSON gateway takes the
+// password as a JSON string).
+bool valid_password_text(std::string_view s) {
+    for (size_t i = 0; i < s.size();) {
+        const auto c = static_cast<unsigned char>(s[i]);
+        if (c < 0x20 || c == 0x7f) return false;
+        size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+        if (n == 0 || i + n > s.size()) return false;
+        uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1f) : n == 3 ? (c & 0x0f) : (c & 0x07);
+        for (size_t k = 1; k < n; ++k) {
+            const auto d = static_cast<unsigned char>(s[i + k]);
+            if ((d >> 6) != 0x2) return false;
+            cp = (cp << 6) | (d & 0x3f);
+        }
+        const uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
+        if (cp < least[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff) || (cp >= 0x80 && cp < 0xa0))
+            return false;
+        i += n;
+    }
+    return true;
+}
+
+std::error_code password_error(std::string& why, const std::string& path, const std::string& what) {
+    why = "etcd_password_file = " + path + ": " + what;
+    return make_error_code(ElectorErrc::auth_failed);
+}
+
 }  // namespace
+
+Result<std::string> read_etcd_password(const std::string& path, std::string& why) {
+    Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
+    if (!fd) return password_error(why, path, std::strerror(errno));
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) return password_error(why, path, std::strerror(errno));
+    if (!S_ISREG(st.st_mode)) return password_error(why, path, "not a regular file");
+    if ((st.st_mode & S_IRWXO) != 0)
+        return password_error(why, path, "accessible by others (chmod o-rwx, e.g. 0600 or 0640)");
+    if (st.st_size > static_cast<off_t>(kMaxPasswordFileBytes))
+        return password_error(why, path, "longer than " + std::to_string(kMaxPasswordFileBytes) + " bytes");
+    std::string text(kMaxPasswordFileBytes + 1, '\0');
+    size_t got = 0;
+    while (got < text.size()) {
+        const ssize_t n = ::read(fd.get(), text.data() + got, text.size() - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return password_error(why, path, std::strerror(errno));
+        if (n == 0) break;
+        got += static_cast<size_t>(n);
+    }
+    if (got > kMaxPasswordFileBytes)
+        return password_error(why, path, "longer than " + std::to_string(kMaxPasswordFileBytes) + " bytes");
+    text.resize(got);
+    if (!text.empty() && text.back() == '\n') text.pop_back();
+    if (!text.empty() && text.back() == '\r') text.pop_back();
+    if (text.empty()) return password_error(why, path, "empty (the password goes on the first line)");
+    if (!valid_password_text(text))
+        return password_error(why, path, "one line of UTF-8 text without control characters expected");
+    return text;
+}
+
+Status check_elector_files(const ElectorSettings& s, std::string& why) {
+    // libcurl reads the TLS files on the first etcd call: a missing or
+    // unreadable one would show only as "unreachable" on every call.
+    for (const auto& [key, path] : {std::pair<const char*, const std::string*>{"etcd_ca_file", &s.ca_file},
+                                    {"etcd_cert_file", &s.cert_file},
+                                    {"etcd_key_file", &s.key_file}}) {
+        if (path->empty() || ::access(path->c_str(), R_OK) == 0) continue;
+        why = std::string(key) + " = " + *path + ": " + std::strerror(errno);
+        return make_error_code(Errc::invalid_argument);
+    }
+    if (!s.password_file.empty()) {
+        if (auto p = read_etcd_password(s.password_file, why); !p) return make_error_code(Errc::invalid_argument);
+    }
+    return Ok{};
+}
 
 const std::vector<std::string>& elector_setting_keys() {
     static const std::vector<std::string> k = {"elector",       "etcd_endpoints", "etcd_ca_file",
-                                               "etcd_cert_file", "etcd_key_file",  "election_name",
-                                               "lease_ttl_s",    "lease_margin_ms", "etcd_timeout_ms",
-                                               "lease_loss"};
+                                               "etcd_cert_file", "etcd_key_file",  "etcd_user",
+                                               "etcd_password_file", "election_name", "lease_ttl_s",
+                                               "lease_margin_ms", "etcd_timeout_ms", "lease_loss"};
     return k;
 }
 
@@ -119,6 +216,7 @@ Result<ElectorSettings> parse_elector_settings(const std::map<std::string, std::
         const char* k = s.cert_file.empty() ? "etcd_key_file" : "etcd_cert_file";
         return bad(why, k, *get(k), "etcd_cert_file and etcd_key_file go together");
     }
+    if (auto a = parse_auth_keys(get("etcd_user"), get("etcd_password_file"), s, why); !a) return a.error();
 
     if (const auto* v = get("election_name")) {
         if (v->empty() || v->size() > 200 || !printable_no_space(*v))
@@ -167,6 +265,8 @@ EtcdOptions etcd_options(const ElectorSettings& s, const std::string& value, con
     o.ca_file = s.ca_file;
     o.cert_file = s.cert_file;
     o.key_file = s.key_file;
+    o.user = s.user;
+    o.password_file = s.password_file;
     o.election = s.election_name;
     o.value = value;
     o.ttl_s = s.lease_ttl_s;

@@ -14,6 +14,7 @@
 #include <optional>
 #include <utility>
 
+#include "nvfence/elector_config.hpp"
 #include "nvfence/epoch_store.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/etcd_json.hpp"
@@ -93,11 +94,14 @@ struct EtcdElector::Http {
     const EtcdOptions& opts;
     std::string& why;  // the elector's last_error_: curl's reason for a failed transfer
     size_t current = 0;
+    std::string token;  // etcd's auth token for opts.user ("": none yet)
 
     struct Transfer {
         std::string body;
         std::string pending;
         LineSink* sink = nullptr;
+        CURL* handle = nullptr;
+        bool divert = false;  // with authentication, a stream's error reply is kept whole (not streamed)
         bool stopped = false;
         bool too_big = false;
     };
@@ -108,6 +112,11 @@ struct EtcdElector::Http {
         if (t->body.size() + t->pending.size() + len > etcd::kMaxReplyBytes) {
             t->too_big = true;
             return 0;
+        }
+        if (t->sink && t->divert && t->body.empty() && t->pending.empty()) {
+            long status = 0;
+            curl_easy_getinfo(t->handle, CURLINFO_RESPONSE_CODE, &status);
+            if (status != 200) t->sink = nullptr;
         }
         if (!t->sink) {
             t->body.append(p, len);
@@ -128,10 +137,44 @@ struct EtcdElector::Http {
     }
 
     // POSTs @p body to @p path; @p sink consumes a stream. Without a sink the
-    // whole body is returned; with one, the unterminated rest (if any).
+    // whole body is returned; with one, the unterminated rest (if any), or
+    // with authentication a whole error reply. With opts.user, the request
+    // carries the auth token, taken first when there is none, and taken
+    // again once when etcd rejects it (expired, or the auth store changed).
     Result<Reply> post(const std::string& path, const std::string& body, Ms timeout, LineSink* sink = nullptr) {
         const auto deadline = Clock::now() + timeout;
         why.clear();  // a reason belongs to the call that failed, not to later ones
+        if (opts.user.empty()) return send(path, body, deadline, sink);
+        if (token.empty()) {
+            if (auto a = authenticate(deadline); !a) return a.error();
+        }
+        auto r = send(path, body, deadline, sink);
+        if (!r || !etcd::auth_token_rejected(r->status, r->body)) return r;
+        token.clear();
+        if (auto a = authenticate(deadline); !a) return a.error();
+        return send(path, body, deadline, sink);
+    }
+
+    // POST /v3/auth/authenticate with opts.user and the password file's
+    // password (read now: a new password counts from the next token).
+    Status authenticate(Clock::time_point deadline) {
+        auto pw = read_etcd_password(opts.password_file, why);
+        if (!pw) return pw.error();
+        auto r = send("/v3/auth/authenticate", etcd::auth_request(opts.user, *pw), deadline, nullptr);
+        if (!r) return r.error();
+        auto t = etcd::parse_auth_token(r->body);
+        if (!t) {
+            const auto e = etcd::parse_error(r->body);
+            why = "etcd did not authenticate user " + opts.user + ": " +
+                  (e ? e->message : "a reply without a token (HTTP " + std::to_string(r->status) + ")");
+            return t.error();
+        }
+        token = std::move(*t);
+        return Ok{};
+    }
+
+    // One POST, endpoints tried in turn until @p deadline.
+    Result<Reply> send(const std::string& path, const std::string& body, Clock::time_point deadline, LineSink* sink) {
         std::error_code last = make_error_code(ElectorErrc::unreachable);
         for (size_t tried = 0; tried < opts.endpoints.size(); ++tried) {
             const auto left = std::chrono::duration_cast<Ms>(deadline - Clock::now());
@@ -141,7 +184,12 @@ struct EtcdElector::Http {
             t.sink = sink;
             CURL* h = curl_easy_init();
             if (!h) return make_error_code(std::errc::not_enough_memory);
+            t.handle = h;
+            t.divert = !opts.user.empty();
             curl_slist* hdr = curl_slist_append(nullptr, "Content-Type: application/json");
+            // The token never goes to /v3/auth/authenticate itself.
+            if (!token.empty() && path != "/v3/auth/authenticate")
+                hdr = curl_slist_append(hdr, ("Authorization: " + token).c_str());
             curl_easy_setopt(h, CURLOPT_URL, url.c_str());
             curl_easy_setopt(h, CURLOPT_POST, 1L);
             curl_easy_setopt(h, CURLOPT_POSTFIELDS, body.c_str());
@@ -171,7 +219,7 @@ struct EtcdElector::Http {
             if (t.stopped) return Reply{status, std::move(t.pending)};
             if (t.too_big) return make_error_code(Errc::malformed_data);
             if (rc == CURLE_OK) {
-                if (sink) return Reply{status, std::move(t.pending)};
+                if (t.sink) return Reply{status, std::move(t.pending)};
                 return Reply{status, std::move(t.body)};
             }
             // A member that answered and then ran out of time (a watch or
@@ -195,7 +243,8 @@ struct EtcdElector::Http {
 // ---- EtcdElector ----------------------------------------------------------
 
 Result<std::unique_ptr<EtcdElector>> EtcdElector::create(EtcdOptions opts) {
-    if (opts.endpoints.empty() || opts.election.empty() || opts.value.empty() || opts.ttl_s < 2)
+    if (opts.endpoints.empty() || opts.election.empty() || opts.value.empty() || opts.ttl_s < 2 ||
+        opts.user.empty() != opts.password_file.empty())
         return make_error_code(Errc::invalid_argument);
     for (auto& e : opts.endpoints) {
         while (!e.empty() && e.back() == '/') e.pop_back();
@@ -208,7 +257,7 @@ Result<std::unique_ptr<EtcdElector>> EtcdElector::create(EtcdOptions opts) {
     return std::unique_ptr<EtcdElector>(new EtcdElector(std::move(opts)));
 }
 
-EtcdElector::EtcdElector(EtcdOptions opts) : opts_(std::move(opts)), http_(new Http{opts_, last_error_}) {}
+EtcdElector::EtcdElector(EtcdOptions opts) : opts_(std::move(opts)), http_(new Http{opts_, last_error_, 0, {}}) {}
 
 EtcdElector::~EtcdElector() = default;
 

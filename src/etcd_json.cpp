@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "nvfence/etcd_json.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <limits>
 
@@ -24,6 +25,7 @@ public:
         case ElectorErrc::no_leader: return "no leader";
         case ElectorErrc::not_leader: return "not the leader";
         case ElectorErrc::not_campaigning: return "no campaign in progress";
+        case ElectorErrc::auth_failed: return "authentication refused";
         }
         return "unknown elector error";
     }
@@ -476,6 +478,32 @@ std::optional<CounterValue> parse_counter(std::string_view text) {
 
 std::string format_counter(const CounterValue& c) {
     return std::to_string(c.epoch) + " " + std::to_string(c.leader_rev);
+}
+
+Result<std::string> parse_auth_token(std::string_view body) {
+    auto o = open_reply(body, false);
+    if (!o) return o.error();
+    if (o->second.error) return make_error_code(ElectorErrc::auth_failed);
+    const json* t = member(o->first, "token");
+    if (!t || !t->is_string()) return malformed();
+    const auto& s = t->get_ref<const std::string&>();
+    if (s.empty() || s.size() > kMaxAuthTokenBytes) return malformed();
+    // It goes into an HTTP header line: printable ASCII only.
+    if (!std::all_of(s.begin(), s.end(), [](char c) { return c > ' ' && c < 0x7f; })) return malformed();
+    return s;
+}
+
+bool auth_token_rejected(long status, std::string_view body) {
+    if (status == 401) return true;
+    if (status == 200) return false;
+    for (std::string_view m : {"invalid auth token", "user name is empty", "revision of auth store is old"})
+        if (body.find(m) != std::string_view::npos) return true;
+    return false;
+}
+
+std::string auth_request(std::string_view user, std::string_view password) {
+    json j = {{"name", std::string(user)}, {"password", std::string(password)}};
+    return j.dump();
 }
 
 std::string grant_request(int64_t ttl_s) { return "{\"TTL\":" + json_i64(ttl_s) + "}"; }

@@ -37,6 +37,7 @@ enum class ElectorErrc : int {
     no_leader,         ///< Nobody leads the election.
     not_leader,        ///< This host does not lead (any more).
     not_campaigning,   ///< The call needs a campaign (a lease) first.
+    auth_failed,       ///< The service refused our user name and password (or the password file).
 };
 
 /// The category of ElectorErrc.

@@ -13,6 +13,8 @@
 /// | etcd_ca_file    | absolute path, PEM (https only)               | system CAs |
 /// | etcd_cert_file  | absolute path, PEM client cert (with key)     | (none)  |
 /// | etcd_key_file   | absolute path, PEM client key (with cert)     | (none)  |
+/// | etcd_user       | 1..128 printable characters, no space (with password file) | (none) |
+/// | etcd_password_file | absolute path, the user's password (with user) | (none) |
 /// | election_name   | 1..200 printable characters, no space         | nvfence/VOLUME |
 /// | lease_ttl_s     | 2..3600                                       | 5       |
 /// | lease_margin_ms | 100 .. half the TTL                           | min(1000, TTL/4) |
@@ -52,6 +54,8 @@ struct ElectorSettings {
     std::string ca_file;                    ///< etcd_ca_file.
     std::string cert_file;                  ///< etcd_cert_file.
     std::string key_file;                   ///< etcd_key_file.
+    std::string user;                       ///< etcd_user ("": no authentication).
+    std::string password_file;              ///< etcd_password_file.
     std::string election_name;              ///< election_name (default filled in).
     uint32_t lease_ttl_s = 5;               ///< lease_ttl_s.
     uint32_t lease_margin_ms = 1000;        ///< lease_margin_ms.
@@ -73,6 +77,24 @@ Result<ElectorSettings> parse_elector_settings(const std::map<std::string, std::
 /// the election (e.g. `node=2 host=db-b`).
 EtcdOptions etcd_options(const ElectorSettings& s, const std::string& value, const std::string& state_dir,
                          const std::string& volume);
+
+/// The largest password file read_etcd_password accepts.
+inline constexpr size_t kMaxPasswordFileBytes = 1024;
+
+/// Reads etcd_password_file @p path: a regular file of at most
+/// kMaxPasswordFileBytes, not accessible by others (mode o-rwx), holding
+/// the password on one line (one final newline is not part of it): not
+/// empty, valid UTF-8, no control characters. On failure returns
+/// ElectorErrc::auth_failed and @p why names the key, the file and what is
+/// wrong. EtcdElector reads it at every authentication, so a new password
+/// takes effect at the next one.
+Result<std::string> read_etcd_password(const std::string& path, std::string& why);
+
+/// The files @p s names, checked as the elector will use them: the TLS
+/// files readable, the password file as read_etcd_password reads it.
+/// nvfenced and `--check-config` refuse a configuration that fails this
+/// (Errc::invalid_argument, @p why names the key and the file).
+Status check_elector_files(const ElectorSettings& s, std::string& why);
 
 /// The LeaseGuard timing for @p s (renewal every TTL / 3).
 LeaseGuardOptions lease_guard_options(const ElectorSettings& s);

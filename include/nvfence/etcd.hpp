@@ -31,6 +31,8 @@ struct EtcdOptions {
     std::string ca_file;                 ///< PEM CA bundle for https ("": system CAs).
     std::string cert_file;               ///< Client certificate (mutual TLS), PEM.
     std::string key_file;                ///< Client key, PEM.
+    std::string user;                    ///< etcd user ("": no authentication).
+    std::string password_file;           ///< The user's password (read_etcd_password), read at each authentication.
     std::string election;                ///< Election name, e.g. `nvfence/vol-0123`.
     std::string value;                   ///< This host's identity in the election.
     int64_t ttl_s = 5;                   ///< Lease TTL in seconds (>= 2).

@@ -34,6 +34,9 @@ inline constexpr size_t kMaxJsonDepth = 32;
 /// a larger one is malformed data. The elector further trusts no TTL above
 /// the one it asked for.
 inline constexpr int64_t kMaxLeaseTtlS = 9'000'000'000;
+/// The longest auth token accepted from /v3/auth/authenticate (etcd's simple
+/// tokens are ~22 bytes, its JWTs a few hundred).
+inline constexpr size_t kMaxAuthTokenBytes = 4096;
 
 /// Standard base64 with padding.
 std::string base64_encode(std::string_view bytes);
@@ -151,6 +154,19 @@ std::optional<CounterValue> parse_counter(std::string_view text);
 /// Prints the counter value.
 std::string format_counter(const CounterValue& c);
 
+/// Parses /v3/auth/authenticate's reply: the token (1 to kMaxAuthTokenBytes
+/// printable ASCII characters, what goes into the Authorization header).
+/// An error reply: ElectorErrc::auth_failed.
+Result<std::string> parse_auth_token(std::string_view body);
+/// Whether @p body, a reply of HTTP status @p status, says the request's
+/// auth token was missing, expired or outdated (authenticate again and
+/// retry once): 401, or etcd's "invalid auth token", "user name is empty"
+/// or "revision of auth store is old" (the election API answers them as 500).
+bool auth_token_rejected(long status, std::string_view body);
+
+/// Body of /v3/auth/authenticate. @p user and @p password must be valid
+/// UTF-8 (read_etcd_password and the configuration check them).
+std::string auth_request(std::string_view user, std::string_view password);
 /// Body of /v3/lease/grant.
 std::string grant_request(int64_t ttl_s);
 /// Body of /v3/lease/keepalive and /v3/lease/revoke.

@@ -42,13 +42,26 @@ def parser_keys() -> list:
 
 
 TLS_FILE = re.compile(r"^(\s*etcd_(?:ca|cert|key)_file\s*=\s*)\S+", re.M)
+PASSWORD_FILE = re.compile(r"^(\s*etcd_password_file\s*=\s*)\S+", re.M)
 
 
-def check_config(path: str, *flags: str, tls_file=os.path.abspath(__file__)) -> subprocess.CompletedProcess:
+def password_file(mode: int = 0o600) -> str:
+    """A password file of mode mode (nvfenced refuses one others can read)."""
+    fd, path = tempfile.mkstemp(suffix=".pw")
+    with os.fdopen(fd, "w") as f:
+        f.write("s3cret\n")
+    os.chmod(path, mode)
+    return path
+
+
+def check_config(path: str, *flags: str, tls_file=os.path.abspath(__file__), pw_mode: int = 0o600) -> subprocess.CompletedProcess:
     """nvfenced --check-config on the file at path, with every TLS file it
     names (the docs' /etc/nvfence/...) replaced by tls_file: by default a
-    readable file, as nvfenced refuses TLS files it cannot read."""
+    readable file, as nvfenced refuses TLS files it cannot read; and the
+    password file by one of mode pw_mode."""
+    pw = password_file(pw_mode)
     text = TLS_FILE.sub(lambda m: m.group(1) + tls_file, read(path))
+    text = PASSWORD_FILE.sub(lambda m: m.group(1) + pw, text)
     with tempfile.NamedTemporaryFile("w", suffix=".conf", delete=False) as f:
         f.write(text)
     try:
@@ -56,6 +69,7 @@ def check_config(path: str, *flags: str, tls_file=os.path.abspath(__file__)) -> 
                               capture_output=True, text=True, timeout=30)
     finally:
         os.unlink(f.name)
+        os.unlink(pw)
 
 
 def check_settings(kv: dict) -> subprocess.CompletedProcess:
@@ -144,6 +158,12 @@ def test_a_tls_file_nvfenced_cannot_read_is_refused_with_its_key():
     r = check_config(EXAMPLE, tls_file=missing)
     assert r.returncode == 2, r
     assert f"etcd_ca_file = {missing}: No such file or directory" in r.stderr, r.stderr
+
+
+def test_a_password_file_others_can_read_is_refused_with_its_key():
+    r = check_config(EXAMPLE, pw_mode=0o644)
+    assert r.returncode == 2, r
+    assert re.search(r"etcd_password_file = \S+\.pw: accessible by others", r.stderr), r.stderr
 
 
 def test_the_examples_commented_alternative_passes_check_config():

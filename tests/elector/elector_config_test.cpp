@@ -1,6 +1,12 @@
 // SPDX-License-Identifier: MIT
 // nvfenced's elector keys: defaults, validation, messages naming the key.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 
 #include "nvfence/elector_config.hpp"
 #include "nvfence/error.hpp"
@@ -113,6 +119,119 @@ TEST(ElectorConfig, TlsFiles) {
 
 TEST(ElectorConfig, KeysListed) {
     const auto& k = elector_setting_keys();
-    EXPECT_EQ(k.size(), 10u);
+    EXPECT_EQ(k.size(), 12u);
     EXPECT_NE(std::find(k.begin(), k.end(), "lease_loss"), k.end());
 }
+
+TEST(ElectorConfig, AUserAndItsPasswordFileGoTogether) {
+    std::string why;
+    Map m = {{"elector", "etcd"},
+             {"etcd_endpoints", "http://127.0.0.1:2379"},
+             {"etcd_user", "nvfence"},
+             {"etcd_password_file", "/etc/nvfence/etcd.pw"}};
+    auto r = parse_elector_settings(m, "v", why);
+    ASSERT_TRUE(r) << why;
+    EXPECT_EQ(r->user, "nvfence");
+    EXPECT_EQ(r->password_file, "/etc/nvfence/etcd.pw");
+    auto e = etcd_options(*r, "node=1", "/var/lib/nvfence", "v");
+    EXPECT_EQ(e.user, "nvfence");
+    EXPECT_EQ(e.password_file, "/etc/nvfence/etcd.pw");
+    Map no_file = m;
+    no_file.erase("etcd_password_file");
+    EXPECT_EQ(why_of(no_file), "etcd_user = \"nvfence\": needs etcd_password_file (the user's password)");
+    Map no_user = m;
+    no_user.erase("etcd_user");
+    EXPECT_EQ(why_of(no_user), "etcd_password_file = \"/etc/nvfence/etcd.pw\": needs etcd_user");
+    Map spaced = m;
+    spaced["etcd_user"] = "a b";
+    EXPECT_NE(why_of(spaced).find("without spaces"), std::string::npos);
+    Map relative = m;
+    relative["etcd_password_file"] = "etcd.pw";
+    EXPECT_NE(why_of(relative).find("absolute path"), std::string::npos);
+    EXPECT_NE(why_of({{"etcd_user", "nvfence"}}).find("needs elector = etcd"), std::string::npos);
+}
+
+namespace {
+class PasswordFile : public ::testing::Test {
+protected:
+    void SetUp() override {
+        char tmpl[] = "/tmp/nvfence-pw-XXXXXX";
+        ASSERT_NE(::mkdtemp(tmpl), nullptr);
+        dir_ = tmpl;
+    }
+    void TearDown() override { std::filesystem::remove_all(dir_); }
+    std::string write(const std::string& text, mode_t mode = 0600) {
+        const std::string path = dir_ + "/pw";
+        ::unlink(path.c_str());
+        FILE* f = std::fopen(path.c_str(), "w");
+        EXPECT_NE(f, nullptr);
+        if (f) {
+            std::fwrite(text.data(), 1, text.size(), f);
+            std::fclose(f);
+        }
+        EXPECT_EQ(::chmod(path.c_str(), mode), 0);
+        return path;
+    }
+    // read_etcd_password's refusal of @p text (mode @p mode): why.
+    std::string refused(const std::string& text, mode_t mode = 0600) {
+        std::string why;
+        auto r = read_etcd_password(write(text, mode), why);
+        EXPECT_FALSE(r) << "accepted: " << text.size() << " bytes";
+        if (!r) {
+            EXPECT_EQ(r.error(), make_error_code(ElectorErrc::auth_failed));
+        }
+        EXPECT_EQ(why.rfind("etcd_password_file = " + dir_ + "/pw: ", 0), 0u) << why;
+        return why;
+    }
+    std::string dir_;
+};
+}  // namespace
+
+TEST_F(PasswordFile, OneLineTheFinalNewlineIsNotPartOfIt) {
+    std::string why;
+    for (const auto& [text, want] : std::vector<std::pair<std::string, std::string>>{
+             {"s3cret\n", "s3cret"}, {"s3cret", "s3cret"}, {"s3cret\r\n", "s3cret"},
+             {"p\xc3\xa4ss w\xe2\x82\xacrd\n", "p\xc3\xa4ss w\xe2\x82\xacrd"},
+             {std::string(kMaxPasswordFileBytes - 1, 'x') + "\n", std::string(kMaxPasswordFileBytes - 1, 'x')}}) {
+        auto r = read_etcd_password(write(text, 0640), why);
+        ASSERT_TRUE(r) << why;
+        EXPECT_EQ(*r, want);
+    }
+}
+
+TEST_F(PasswordFile, BadFilesAreRefusedSayingWhy) {
+    EXPECT_NE(refused("pw\n", 0644).find("accessible by others"), std::string::npos);
+    EXPECT_NE(refused("pw\n", 0602).find("accessible by others"), std::string::npos);
+    EXPECT_NE(refused("").find("empty"), std::string::npos);
+    EXPECT_NE(refused("\n").find("empty"), std::string::npos);
+    EXPECT_NE(refused(std::string(kMaxPasswordFileBytes + 1, 'x')).find("longer than 1024"), std::string::npos);
+    EXPECT_NE(refused("two\nlines\n").find("one line"), std::string::npos);
+    EXPECT_NE(refused("tab\there").find("one line"), std::string::npos);
+    EXPECT_NE(refused("bad\xff\xfeutf8").find("UTF-8"), std::string::npos);
+    EXPECT_NE(refused("overlong\xc0\xaf").find("UTF-8"), std::string::npos);
+    EXPECT_NE(refused("cut\xe2\x82").find("UTF-8"), std::string::npos);
+    std::string why;
+    EXPECT_FALSE(read_etcd_password(dir_ + "/absent", why));
+    EXPECT_NE(why.find("No such file"), std::string::npos) << why;
+    EXPECT_FALSE(read_etcd_password(dir_, why));
+    EXPECT_NE(why.find("not a regular file"), std::string::npos) << why;
+}
+
+TEST_F(PasswordFile, CheckElectorFilesReadsItAsTheElectorWill) {
+    ElectorSettings s;
+    s.kind = ElectorKind::etcd;
+    s.user = "nvfence";
+    s.password_file = write("pw\n");
+    std::string why;
+    EXPECT_TRUE(check_elector_files(s, why)) << why;
+    s.password_file = write("pw\n", 0604);
+    auto r = check_elector_files(s, why);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error(), make_error_code(Errc::invalid_argument));
+    EXPECT_NE(why.find("accessible by others"), std::string::npos) << why;
+    s.password_file.clear();
+    s.ca_file = dir_ + "/no-ca.pem";
+    ASSERT_FALSE(check_elector_files(s, why));
+    EXPECT_EQ(why, "etcd_ca_file = " + dir_ + "/no-ca.pem: No such file or directory");
+}
+

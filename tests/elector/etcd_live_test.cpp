@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -75,6 +76,7 @@ public:
     std::string client_url() const { return "http://127.0.0.1:" + std::to_string(client_port_); }
     std::string data_dir() const { return dir_ + "/data"; }
     const std::string& dir() const { return dir_; }
+    std::vector<std::string> extra_args;  ///< More etcd flags for the next start().
 
     // Starts etcd and waits (at most 15 s) until it answers.
     ::testing::AssertionResult start() {
@@ -92,6 +94,7 @@ public:
                                          "--initial-advertise-peer-urls", peer,
                                          "--initial-cluster", "t=" + peer,
                                          "--logger", "zap"};
+        args.insert(args.end(), extra_args.begin(), extra_args.end());
         pid_ = ::fork();
         if (pid_ == 0) {
             std::vector<char*> argv;
@@ -157,7 +160,8 @@ class EtcdLive : public ::testing::Test {
 protected:
     void SetUp() override { ASSERT_TRUE(etcd_.start()); }
 
-    std::unique_ptr<EtcdElector> elector(const std::string& value, int64_t ttl_s = 5, std::string state_dir = "") {
+    std::unique_ptr<EtcdElector> elector(const std::string& value, int64_t ttl_s = 5, std::string state_dir = "",
+                                         std::string user = "", std::string password_file = "") {
         EtcdOptions o;
         o.endpoints = {etcd_.client_url()};
         o.election = "nvfence/vol-test";
@@ -165,6 +169,8 @@ protected:
         o.ttl_s = ttl_s;
         o.state_dir = std::move(state_dir);
         o.volume = "vol-test";
+        o.user = std::move(user);
+        o.password_file = std::move(password_file);
         auto e = EtcdElector::create(o);
         EXPECT_TRUE(e);
         return e ? std::move(*e) : nullptr;
@@ -575,3 +581,108 @@ TEST_F(EtcdLive, ErrorsAndBoundsOfTheTransport) {
     EXPECT_FALSE(k);
     EXPECT_LT(std::chrono::duration_cast<Ms>(SteadyClock::now() - t1).count(), 5000);
 }
+
+// ---- etcd authentication (issue 24 item 9) --------------------------------
+
+namespace {
+// A password file of mode @p mode holding @p text.
+std::string password_file(const std::string& dir, const std::string& name, const std::string& text,
+                          mode_t mode = 0600) {
+    const std::string path = dir + "/" + name;
+    FILE* f = std::fopen(path.c_str(), "w");
+    EXPECT_NE(f, nullptr) << path;
+    if (!f) return path;
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+    EXPECT_EQ(::chmod(path.c_str(), mode), 0);
+    return path;
+}
+}  // namespace
+
+class EtcdAuth : public EtcdLive {
+protected:
+    // etcd with RBAC: root, and user nv with readwrite on nvfence/ only;
+    // tokens expire after 2 s without use.
+    void SetUp() override {
+        etcd_.extra_args = {"--auth-token-ttl", "2"};
+        EtcdLive::SetUp();
+        for (const std::vector<std::string>& c :
+             {std::vector<std::string>{"user", "add", "root:rootpw"}, {"user", "add", "nv:nvpw"},
+              {"user", "add", "nobody:nopw"}, {"role", "add", "nvfence"},
+              {"role", "grant-permission", "nvfence", "--prefix=true", "readwrite", "nvfence/"},
+              {"user", "grant-role", "nv", "nvfence"}, {"auth", "enable"}})
+            ASSERT_EQ(etcd_.ctl(c, nullptr), 0) << c[0] << " " << c[1];
+    }
+    std::string root() const { return "--user=root:rootpw"; }
+};
+
+TEST_F(EtcdAuth, AUserWithAPasswordLeadsAndTakesANewTokenWhenItsOwnExpires) {
+    const std::string pw = password_file(etcd_.dir(), "nv.pw", "nvpw\n");
+    auto a = elector("node=1", 5, etcd_.dir() + "/state", "nv", pw);
+    auto won = a->campaign(kCall);
+    ASSERT_TRUE(won) << won.error().message() << " " << a->last_error();
+    auto t = a->term(0, kCall);
+    ASSERT_TRUE(t) << t.error().message() << " " << a->last_error();
+    EXPECT_EQ(t->epoch, 1u);
+    std::string out;
+    ASSERT_EQ(etcd_.ctl({root(), "get", "nvfence/vol-test.epoch", "--print-value-only"}, &out), 0);
+    EXPECT_EQ(out.substr(0, 2), "1 ") << out;
+    // The token expires (2 s unused); the lease (keepalive needs no token) lives.
+    std::this_thread::sleep_for(3s);
+    ASSERT_TRUE(a->keepalive(kCall));
+    auto l = a->leader(kCall);
+    ASSERT_TRUE(l) << l.error().message() << " " << a->last_error() << ": a rejected token is taken again";
+    EXPECT_EQ(l->key, won->key);
+    std::this_thread::sleep_for(3s);
+    ASSERT_TRUE(a->resign(kCall)) << a->last_error();
+    ASSERT_EQ(etcd_.ctl({root(), "get", "--prefix", "nvfence/vol-test/", "--keys-only"}, &out), 0);
+    EXPECT_EQ(out.find("nvfence/vol-test/"), std::string::npos) << "resigned: " << out;
+    // A second candidate with its own token: the election works as without auth.
+    auto b = elector("node=2", 5, "", "nv", pw);
+    auto bw = b->campaign(kCall);
+    ASSERT_TRUE(bw) << bw.error().message() << " " << b->last_error();
+    EXPECT_TRUE(b->resign(kCall));
+}
+
+TEST_F(EtcdAuth, WithoutAUserOrWithAWrongPasswordNothingIsWrittenAndTheErrorSaysWhy) {
+    auto anon = elector("node=1");
+    auto r = anon->campaign(kCall);
+    ASSERT_FALSE(r);
+    EXPECT_NE(anon->last_error().find("user name is empty"), std::string::npos) << anon->last_error();
+    auto bad = elector("node=2", 5, "", "nv", password_file(etcd_.dir(), "bad.pw", "wrong\n"));
+    r = bad->campaign(kCall);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error(), make_error_code(ElectorErrc::auth_failed)) << r.error().message();
+    EXPECT_NE(bad->last_error().find("did not authenticate user nv"), std::string::npos) << bad->last_error();
+    EXPECT_NE(bad->last_error().find("invalid user ID or password"), std::string::npos) << bad->last_error();
+    auto open = elector("node=3", 5, "", "nv", password_file(etcd_.dir(), "open.pw", "nvpw\n", 0644));
+    r = open->campaign(kCall);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error(), make_error_code(ElectorErrc::auth_failed));
+    EXPECT_NE(open->last_error().find("accessible by others"), std::string::npos) << open->last_error();
+    // A user without a role on the election's prefix: etcd's refusal, named.
+    auto stranger = elector("node=4", 5, "", "nobody", password_file(etcd_.dir(), "nobody.pw", "nopw"));
+    r = stranger->campaign(kCall);
+    ASSERT_FALSE(r);
+    EXPECT_NE(stranger->last_error().find("permission denied"), std::string::npos) << stranger->last_error();
+    std::string out;
+    ASSERT_EQ(etcd_.ctl({root(), "get", "--prefix", "nvfence/", "--keys-only"}, &out), 0);
+    EXPECT_EQ(out.find("nvfence/vol-test/"), std::string::npos) << "no candidate key: " << out;
+}
+
+TEST_F(EtcdAuth, ANewPasswordInTheFileCountsFromTheNextAuthentication) {
+    const std::string pw = password_file(etcd_.dir(), "nv.pw", "nvpw\n");
+    auto a = elector("node=1", 5, "", "nv", pw);
+    ASSERT_TRUE(a->campaign(kCall)) << a->last_error();
+    // The operator changes the password in etcd (every token of the user is
+    // refused from then on) and in the file.
+    const std::string cmd = "printf 'newpw\\n' | ETCDCTL_API=3 timeout 5 " + etcdctl_bin() +
+                            " --endpoints=" + etcd_.client_url() +
+                            " --user=root:rootpw user passwd nv --interactive=false >/dev/null 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    (void)password_file(etcd_.dir(), "nv.pw", "newpw\n");
+    auto l = a->leader(kCall);
+    ASSERT_TRUE(l) << l.error().message() << " " << a->last_error();
+    EXPECT_TRUE(a->resign(kCall)) << a->last_error();
+}
+

@@ -31,6 +31,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)parse_txn(in);
     if (auto w = parse_watch(in)) FUZZ_CHECK(w->events.size() <= 64 && w->compact_revision >= 0);
     (void)parse_header_only(in);
+    if (auto a = parse_auth_token(in)) {
+        FUZZ_CHECK(!a->empty() && a->size() <= kMaxAuthTokenBytes);
+        for (char c : *a) FUZZ_CHECK(c > ' ' && c < 0x7f);  // it goes into a header line
+    }
+    (void)auth_token_rejected(in.size() % 600, in);
     if (auto c = parse_counter(in)) FUZZ_CHECK(format_counter(*c) == in);
     if (auto t = parse_token_record(in)) {
         auto back = parse_token_record(format_token_record(*t));

@@ -49,7 +49,7 @@ int code(std::error_code ec) { return static_cast<int>(exit_code_for(ec)); }
 int main(int argc, char** argv) {
     CLI::App app{"nvfence-elect: run the etcd elector against a device (see docs/ETCD.md)"};
     std::string dev, endpoints, election, lease_loss = "fence", state_dir = "/var/lib/nvfence";
-    std::string ca, cert, keyf;
+    std::string ca, cert, keyf, user, password_file;
     unsigned node = 0, tag = 0, ttl = 5, hold_s = 10, campaign_s = 60;
     unsigned timeout_ms = 0;
     app.add_option("DEV", dev, "shared namespace (/dev/nvmeXnY)")->required();
@@ -59,6 +59,8 @@ int main(int argc, char** argv) {
     app.add_option("--etcd-ca-file", ca, "PEM CA bundle");
     app.add_option("--etcd-cert-file", cert, "PEM client certificate");
     app.add_option("--etcd-key-file", keyf, "PEM client key");
+    app.add_option("--etcd-user", user, "etcd user (with --etcd-password-file)");
+    app.add_option("--etcd-password-file", password_file, "file holding the etcd user's password");
     app.add_option("--election-name", election, "default nvfence/<volume>");
     app.add_option("--lease-ttl-s", ttl, "lease TTL, >= 2");
     app.add_option("--etcd-timeout-ms", timeout_ms, "bound of each etcd call");
@@ -79,10 +81,12 @@ int main(int argc, char** argv) {
     if (!ca.empty()) kv["etcd_ca_file"] = ca;
     if (!cert.empty()) kv["etcd_cert_file"] = cert;
     if (!keyf.empty()) kv["etcd_key_file"] = keyf;
+    if (!user.empty()) kv["etcd_user"] = user;
+    if (!password_file.empty()) kv["etcd_password_file"] = password_file;
     if (timeout_ms) kv["etcd_timeout_ms"] = std::to_string(timeout_ms);
     std::string why;
     // Bad flags are usage errors before the device is touched.
-    if (!parse_elector_settings(kv, "volume", why)) {
+    if (auto s = parse_elector_settings(kv, "volume", why); !s || !check_elector_files(*s, why)) {
         std::fprintf(stderr, "nvfence-elect: %s\n", why.c_str());
         return 2;
     }

@@ -105,6 +105,8 @@ const std::map<std::string, std::string>& key_help() {
         {"etcd_ca_file", "PEM CA bundle for https endpoints (default: system CAs)"},
         {"etcd_cert_file", "PEM client certificate for mutual TLS (with etcd_key_file)"},
         {"etcd_key_file", "PEM client key for mutual TLS (with etcd_cert_file)"},
+        {"etcd_user", "etcd user for etcd's authentication (RBAC), with etcd_password_file"},
+        {"etcd_password_file", "file holding etcd_user's password on one line, not accessible by others (read at every authentication)"},
         {"election_name", "etcd election name (default nvfence/<volume>)"},
         {"lease_ttl_s", "etcd lease TTL, 2..3600 s (default 5)"},
         {"lease_margin_ms", "step down this long before the lease may expire, 100..TTL/2 (default min(1000, TTL/4))"},
@@ -653,20 +655,6 @@ void add_key_options(CLI::App& app, std::map<std::string, std::string>& values,
     }
 }
 
-// libcurl reads the TLS files on the first etcd call: a missing or
-// unreadable one would show only as "unreachable" on every call. nvfenced
-// and --check-config refuse it at once, naming the key and the file.
-bool tls_files_readable(const nvfence::ElectorSettings& es, std::string& why) {
-    for (const auto& [key, path] : {std::pair<const char*, const std::string*>{"etcd_ca_file", &es.ca_file},
-                                    {"etcd_cert_file", &es.cert_file},
-                                    {"etcd_key_file", &es.key_file}}) {
-        if (path->empty() || ::access(path->c_str(), R_OK) == 0) continue;
-        why = std::string(key) + " = " + *path + ": " + std::strerror(errno);
-        return false;
-    }
-    return true;
-}
-
 int real_main(int argc, char** argv) {
     CLI::App app{"nvfenced: the nvfence host agent. It registers this host on one shared NVMe namespace,\n"
                  "holds the reservation or stands by, watches it every interval, and self-fences\n"
@@ -714,7 +702,7 @@ int real_main(int argc, char** argv) {
     const nvfence::SettingsMap elector_kv = split_elector_keys(kv);
     // The volume is known only from the device; "volume" stands in for it here.
     const auto es = ElectorLink::settings(elector_kv, "volume", why);
-    if (!es || !tls_files_readable(*es, why)) {
+    if (!es || !nvfence::check_elector_files(*es, why)) {
         std::cerr << "nvfenced: invalid configuration: " << why << (config.empty() ? "" : " (in " + config + ")")
                   << "\n";
         return kExitConfig;
