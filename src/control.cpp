@@ -8,10 +8,12 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 
+#include "invariant.hpp"
 #include "nvfence/error.hpp"
 
 namespace nvfence {
@@ -413,58 +415,132 @@ Result<Fd> control_listen(const ControlListenOptions& opts) {
 
 bool control_op_allowed(ControlOp op, uint32_t uid) { return op == ControlOp::status || uid == 0; }
 
-Result<uint32_t> control_serve_pending(int listen_fd, uint32_t max_connections, uint32_t timeout_ms,
-                                       const ControlHandler& handler) {
-    uint32_t served = 0;
-    while (served < max_connections) {
-        Fd c(::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-        if (!c) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+namespace {
+// The reply to the request @p msg of @p peer: the handler's, or an error
+// reply for a malformed, other-version or not-allowed request.
+ControlReply answer(const std::vector<uint8_t>& msg, const ControlPeer& peer, const ControlHandler& handler) {
+    auto req = decode_request(msg);
+    if (req && !control_op_allowed(req->op, peer.uid))
+        return control_error_reply(*req, make_error_code(Errc::permission_denied),
+                                   std::string("'") + control_op_name(req->op) + "' needs root (uid " +
+                                       std::to_string(peer.uid) + " may read the status only): run it as root");
+    if (req) {
+        ControlReply reply = handler(*req, peer);
+        reply.op = req->op;
+        reply.id = req->id;
+        return reply;
+    }
+    ControlRequest echo;
+    auto h = decode_control_header(msg);
+    if (h) {
+        echo.op = h->op;
+        echo.id = h->id;
+    }
+    std::string why = "malformed request";
+    if (h && h->version != kControlVersion)
+        why = "protocol version " + std::to_string(h->version) +
+              " is not supported: this agent speaks version " + std::to_string(kControlVersion);
+    return control_error_reply(echo, make_error_code(Errc::protocol), why);
+}
+
+bool would_block(int e) { return e == EAGAIN || e == EWOULDBLOCK || e == EINTR; }
+}  // namespace
+
+struct ControlServer::Conn {
+    Fd fd;
+    Deadline deadline;
+    ControlPeer peer;
+    std::vector<uint8_t> reply;  ///< Empty while the request is awaited.
+    bool closed = false;
+};
+
+ControlServer::ControlServer(int listen_fd, uint32_t timeout_ms, size_t max_clients)
+    : listen_fd_(listen_fd), timeout_(timeout_ms), max_clients_(max_clients), buf_(kControlMaxMessage + 1) {
+    NVF_INVARIANT(timeout_ms >= 1 && timeout_ms <= 60000);
+    NVF_INVARIANT(max_clients >= 1 && max_clients <= 256);
+    conns_.reserve(max_clients);
+}
+
+ControlServer::~ControlServer() = default;
+
+void ControlServer::poll_fds(std::vector<pollfd>& out) const {
+    out.push_back(pollfd{listen_fd_, POLLIN, 0});
+    for (const auto& c : conns_)
+        out.push_back(pollfd{c->fd.get(), static_cast<short>(c->reply.empty() ? POLLIN : POLLOUT), 0});
+}
+
+int ControlServer::next_deadline_ms() const {
+    if (conns_.empty()) return -1;
+    const auto first = std::min_element(conns_.begin(), conns_.end(), [](const auto& a, const auto& b) {
+        return a->deadline < b->deadline;
+    });
+    return remaining_ms((*first)->deadline);
+}
+
+void ControlServer::accept_pending(ControlServeStats& st) {
+    for (size_t n = 0; n < max_clients_; ++n) {
+        Fd fd(::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+        if (!fd) {
             if (errno == EINTR || errno == ECONNABORTED) continue;
-            return errno_error(errno);
+            if (errno != EAGAIN && errno != EWOULDBLOCK) st.accept_error = errno_error(errno);
+            return;
         }
-        ++served;
-        const auto bound = std::chrono::milliseconds(timeout_ms);
-        const Deadline deadline = std::chrono::steady_clock::now() + bound;
-        ControlPeer peer;
+        if (conns_.size() >= max_clients_) {
+            conns_.erase(conns_.begin());  // the oldest: a full table never locks new clients out
+            ++st.dropped;
+        }
+        auto c = std::make_unique<Conn>();
+        c->fd = std::move(fd);
+        c->deadline = std::chrono::steady_clock::now() + timeout_;
         ucred cred{};
         socklen_t len = sizeof cred;
-        if (::getsockopt(c.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
-            peer.pid = cred.pid;
-            peer.uid = cred.uid;
-            peer.gid = cred.gid;
+        if (::getsockopt(c->fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+            c->peer.pid = cred.pid;
+            c->peer.uid = cred.uid;
+            c->peer.gid = cred.gid;
         }
-        auto msg = recv_message(c.get(), deadline);
-        if (!msg) continue;  // slow, silent or oversized peer: drop it
-        ControlReply reply;
-        auto req = decode_request(*msg);
-        if (req && !control_op_allowed(req->op, peer.uid)) {
-            reply = control_error_reply(*req, make_error_code(Errc::permission_denied),
-                                        std::string("'") + control_op_name(req->op) + "' needs root (uid " +
-                                            std::to_string(peer.uid) +
-                                            " may read the status only): run it as root");
-        } else if (req) {
-            reply = handler(*req, peer);
-            reply.op = req->op;
-            reply.id = req->id;
-        } else {
-            ControlRequest echo;
-            auto h = decode_control_header(*msg);
-            if (h) {
-                echo.op = h->op;
-                echo.id = h->id;
-            }
-            std::string why = "malformed request";
-            if (h && h->version != kControlVersion)
-                why = "protocol version " + std::to_string(h->version) +
-                      " is not supported: this agent speaks version " + std::to_string(kControlVersion);
-            reply = control_error_reply(echo, make_error_code(Errc::protocol), why);
-        }
-        // The handler may take a while (a takeover waits for the device):
-        // the reply gets its own bound.
-        (void)send_message(c.get(), encode_reply(reply), std::chrono::steady_clock::now() + bound);
+        conns_.push_back(std::move(c));
     }
-    return served;
+}
+
+// Does for @p c what its socket allows now: read the request and answer
+// it, send the reply; or closes it (done, broken or past its deadline).
+void ControlServer::step(Conn& c, const ControlHandler& handler, ControlServeStats& st) {
+    NVF_INVARIANT(!c.closed);
+    if (std::chrono::steady_clock::now() >= c.deadline) {
+        c.closed = true;
+        ++st.dropped;
+        return;
+    }
+    if (c.reply.empty()) {
+        const ssize_t n = ::recv(c.fd.get(), buf_.data(), buf_.size(), MSG_TRUNC | MSG_DONTWAIT);
+        if (n < 0 && would_block(errno)) return;  // nothing yet: costs nothing
+        if (n <= 0 || static_cast<size_t>(n) > kControlMaxMessage) {
+            c.closed = true;  // hung up, failed, or oversized: dropped without a reply
+            ++st.dropped;
+            return;
+        }
+        const std::vector<uint8_t> msg(buf_.begin(), buf_.begin() + n);
+        c.reply = encode_reply(answer(msg, c.peer, handler));
+        NVF_INVARIANT(!c.reply.empty() && c.reply.size() <= kControlMaxMessage);
+        // The handler may have taken a while (a takeover waits for the
+        // device): the reply gets its own bound.
+        c.deadline = std::chrono::steady_clock::now() + timeout_;
+    }
+    const ssize_t n = ::send(c.fd.get(), c.reply.data(), c.reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && would_block(errno)) return;  // when the socket takes it
+    c.closed = true;
+    if (n == static_cast<ssize_t>(c.reply.size())) ++st.answered;
+    else ++st.dropped;
+}
+
+ControlServeStats ControlServer::serve(const ControlHandler& handler) {
+    ControlServeStats st;
+    accept_pending(st);
+    for (auto& c : conns_) step(*c, handler, st);
+    std::erase_if(conns_, [](const auto& c) { return c->closed; });
+    NVF_INVARIANT(conns_.size() <= max_clients_);
+    return st;
 }
 
 }  // namespace nvfence

@@ -276,13 +276,16 @@ protected:
             };
         }
         return std::thread([fd, n, h] {
+            ControlServer server(fd, 500, 16);
             uint32_t done = 0;
+            std::vector<pollfd> fds;
             const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
             while (done < n && std::chrono::steady_clock::now() < end) {
-                pollfd p{fd, POLLIN, 0};
-                if (::poll(&p, 1, 50) <= 0) continue;
-                auto s = control_serve_pending(fd, n - done, 500, h);
-                if (s) done += *s;
+                fds.clear();
+                server.poll_fds(fds);
+                if (::poll(fds.data(), fds.size(), 50) < 0) continue;
+                const auto s = server.serve(h);
+                done += s.answered + s.dropped;
             }
         });
     }
@@ -411,29 +414,90 @@ TEST_F(ControlSocketTest, ClientTimesOutWhenTheAgentDoesNotAnswer) {
     EXPECT_LT(took, std::chrono::milliseconds(2000));
 }
 
-TEST_F(ControlSocketTest, ServerDropsSilentAndOversizedPeersWithinItsBound) {
+// Issue 24 item 10: a client that connects and sends nothing (any
+// socket_group member can) costs the server nothing: the next client is
+// answered at once, and the silent one is closed at its deadline.
+TEST_F(ControlSocketTest, ASilentClientDoesNotDelayTheNextOneAndIsClosedAtItsDeadline) {
     Fd l = listen_ok();
-    Fd silent = raw_client(path());
-    ASSERT_TRUE(silent);
-    const auto t0 = std::chrono::steady_clock::now();
-    auto s = control_serve_pending(l.get(), 1, 100, [](const ControlRequest&, const ControlPeer&) {
-        ADD_FAILURE() << "no request was sent";
+    ControlServer server(l.get(), 200, 16);
+    std::vector<Fd> silent;
+    for (int i = 0; i < 4; ++i) {
+        silent.push_back(raw_client(path()));
+        ASSERT_TRUE(silent.back());
+    }
+    int calls = 0;
+    ControlHandler h = [&](const ControlRequest&, const ControlPeer&) {
+        ++calls;
         return ControlReply{};
-    });
-    ASSERT_TRUE(s.ok());
-    EXPECT_EQ(*s, 1u);
-    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1000));
+    };
+    auto t0 = std::chrono::steady_clock::now();
+    auto st = server.serve(h);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(50)) << "never waits on a client";
+    EXPECT_EQ(st.answered, 0u);
+    EXPECT_EQ(server.clients(), 4u);
+    EXPECT_GT(server.next_deadline_ms(), 0);
+    EXPECT_LE(server.next_deadline_ms(), 200);
+    Fd asker = raw_client(path());
+    const auto msg = encode_request(ControlRequest{});
+    ASSERT_EQ(::send(asker.get(), msg.data(), msg.size(), 0), static_cast<ssize_t>(msg.size()));
+    t0 = std::chrono::steady_clock::now();
+    st = server.serve(h);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(50));
+    EXPECT_EQ(st.answered, 1u) << "answered beside four silent clients";
+    EXPECT_EQ(calls, 1);
+    std::vector<uint8_t> buf(kControlMaxMessage);
+    ASSERT_GT(::recv(asker.get(), buf.data(), buf.size(), MSG_DONTWAIT), 0) << "the reply is there already";
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    st = server.serve(h);
+    EXPECT_EQ(st.dropped, 4u) << "the silent ones, past their deadline";
+    EXPECT_EQ(server.clients(), 0u);
+    EXPECT_EQ(server.next_deadline_ms(), -1);
+    for (auto& s : silent) EXPECT_EQ(::recv(s.get(), buf.data(), buf.size(), MSG_DONTWAIT), 0) << "closed without a reply";
+}
 
+TEST_F(ControlSocketTest, AClientThatNeverReadsItsReplyCostsNothing) {
+    Fd l = listen_ok();
+    ControlServer server(l.get(), 200, 16);
+    std::vector<Fd> clients;
+    const auto msg = encode_request(ControlRequest{});
+    ControlHandler h = [](const ControlRequest&, const ControlPeer&) {
+        ControlReply r;
+        r.message = std::string(3000, 'm');  // a large reply
+        return r;
+    };
+    // Clients that send and never read: each reply goes into its socket's
+    // buffer, none is waited for.
+    const auto t0 = std::chrono::steady_clock::now();
+    uint32_t answered = 0;
+    for (int i = 0; i < 32; ++i) {
+        clients.push_back(raw_client(path()));
+        ASSERT_TRUE(clients.back());
+        ASSERT_EQ(::send(clients.back().get(), msg.data(), msg.size(), 0), static_cast<ssize_t>(msg.size()));
+        answered += server.serve(h).answered;
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(500));
+    EXPECT_EQ(answered, 32u);
+    EXPECT_EQ(server.clients(), 0u);
+}
+
+TEST_F(ControlSocketTest, OversizedAndHungUpPeersAreDroppedWithoutAReply) {
+    Fd l = listen_ok();
+    ControlServer server(l.get(), 500, 16);
+    ControlHandler h = [](const ControlRequest&, const ControlPeer&) {
+        ADD_FAILURE() << "no valid request was sent";
+        return ControlReply{};
+    };
     Fd big = raw_client(path());
     std::vector<uint8_t> huge(kControlMaxMessage + 100, 'N');
     ASSERT_EQ(::send(big.get(), huge.data(), huge.size(), 0), static_cast<ssize_t>(huge.size()));
-    s = control_serve_pending(l.get(), 1, 100, [](const ControlRequest&, const ControlPeer&) {
-        ADD_FAILURE() << "an oversized request must not reach the handler";
-        return ControlReply{};
-    });
-    ASSERT_TRUE(s.ok());
+    Fd gone = raw_client(path());
+    ASSERT_TRUE(gone);
+    gone.reset();
+    auto st = server.serve(h);
+    EXPECT_EQ(st.dropped, 2u);
+    EXPECT_EQ(st.answered, 0u);
     uint8_t buf[64];
-    EXPECT_EQ(::recv(big.get(), buf, sizeof buf, 0), 0) << "closed without a reply";
+    EXPECT_EQ(::recv(big.get(), buf, sizeof buf, MSG_DONTWAIT), 0) << "closed without a reply";
 }
 
 TEST_F(ControlSocketTest, MalformedAndOtherVersionRequestsGetAnErrorReply) {
@@ -445,11 +509,12 @@ TEST_F(ControlSocketTest, MalformedAndOtherVersionRequestsGetAnErrorReply) {
     b[4] = 2;  // version 2
     Fd c = raw_client(path());
     ASSERT_EQ(::send(c.get(), b.data(), b.size(), 0), static_cast<ssize_t>(b.size()));
-    auto s = control_serve_pending(l.get(), 1, 500, [](const ControlRequest&, const ControlPeer&) {
+    ControlServer server(l.get(), 500, 16);
+    auto s = server.serve([](const ControlRequest&, const ControlPeer&) {
         ADD_FAILURE() << "not for this version";
         return ControlReply{};
     });
-    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(s.answered, 1u);
     std::vector<uint8_t> buf(kControlMaxMessage);
     const ssize_t n = ::recv(c.get(), buf.data(), buf.size(), 0);
     ASSERT_GT(n, 0);
@@ -462,30 +527,38 @@ TEST_F(ControlSocketTest, MalformedAndOtherVersionRequestsGetAnErrorReply) {
         << r->message;
 }
 
-TEST_F(ControlSocketTest, ConnectionsServedPerCallAreBounded) {
+TEST_F(ControlSocketTest, AtMostMaxClientsAreKeptANewOneClosesTheOldest) {
     Fd l = listen_ok();
+    ControlServer server(l.get(), 5000, 4);
     std::vector<Fd> clients;
-    ControlRequest q;
-    const auto msg = encode_request(q);
     for (int i = 0; i < 6; ++i) {
         clients.push_back(raw_client(path()));
         ASSERT_TRUE(clients.back());
-        ASSERT_EQ(::send(clients.back().get(), msg.data(), msg.size(), 0), static_cast<ssize_t>(msg.size()));
     }
     int calls = 0;
     ControlHandler h = [&](const ControlRequest&, const ControlPeer&) {
         ++calls;
         return ControlReply{};
     };
-    auto s = control_serve_pending(l.get(), 4, 500, h);
-    ASSERT_TRUE(s.ok());
-    EXPECT_EQ(*s, 4u);
-    s = control_serve_pending(l.get(), 4, 500, h);
-    ASSERT_TRUE(s.ok());
-    EXPECT_EQ(*s, 2u);
-    EXPECT_EQ(calls, 6);
-    s = control_serve_pending(l.get(), 4, 500, h);
-    EXPECT_EQ(*s, 0u) << "nothing pending: returns at once";
+    auto s = server.serve(h);
+    EXPECT_EQ(server.clients(), 4u) << "at most max_clients accepted per call";
+    EXPECT_EQ(s.dropped, 0u);
+    s = server.serve(h);
+    EXPECT_EQ(server.clients(), 4u);
+    EXPECT_EQ(s.dropped, 2u) << "the two oldest made room";
+    uint8_t buf[64];
+    EXPECT_EQ(::recv(clients[0].get(), buf, sizeof buf, MSG_DONTWAIT), 0) << "the oldest was closed";
+    EXPECT_EQ(::recv(clients[1].get(), buf, sizeof buf, MSG_DONTWAIT), 0);
+    EXPECT_EQ(::recv(clients[2].get(), buf, sizeof buf, MSG_DONTWAIT), -1) << "still open, nothing to read";
+    // The newest are still served.
+    const auto msg = encode_request(ControlRequest{});
+    ASSERT_EQ(::send(clients[5].get(), msg.data(), msg.size(), 0), static_cast<ssize_t>(msg.size()));
+    s = server.serve(h);
+    EXPECT_EQ(s.answered, 1u);
+    EXPECT_EQ(calls, 1);
+    EXPECT_EQ(server.clients(), 3u);
+    s = server.serve(h);
+    EXPECT_EQ(s.answered + s.dropped, 0u) << "nothing ready: returns at once";
 }
 
 }  // namespace

@@ -38,8 +38,12 @@
 /// succeeds. A peer speaking another version gets a reply in this version
 /// whose message names both versions.
 
+#include <poll.h>
+
+#include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -198,14 +202,54 @@ struct ControlListenOptions {
 /// the lock that makes it the only agent for this path.
 Result<Fd> control_listen(const ControlListenOptions& opts);
 
-/// Accepts and serves the connections pending on @p listen_fd, at most
-/// @p max_connections of them, one at a time, each bounded by
-/// @p timeout_ms for reading the request and writing the reply. Malformed
-/// requests get an error reply. Returns how many were served.
-Result<uint32_t> control_serve_pending(int listen_fd, uint32_t max_connections,
-                                       uint32_t timeout_ms, const ControlHandler& handler);
-// control_serve_pending() checks every request with control_op_allowed()
-// against the peer's SO_PEERCRED uid before calling the handler; a refused
-// one gets Errc::permission_denied (exit code 5) and never reaches it.
+/// What one ControlServer::serve() did.
+struct ControlServeStats {
+    uint32_t answered = 0;  ///< Requests answered (replies handed to the socket).
+    uint32_t dropped = 0;   ///< Connections closed without a reply: silent past their deadline,
+                            ///< oversized, hung up, or the oldest when the table was full.
+    std::error_code accept_error;  ///< accept() failed with more than "nothing pending" (e.g. EMFILE).
+};
+
+/// The server side of the control socket, which never waits on a client:
+/// every connection is non-blocking and kept in a bounded table until it
+/// has sent its request and taken its reply, or until its deadline
+/// (timeout_ms after it was accepted). A client that connects and sends
+/// nothing, or never reads, costs the caller's loop nothing: serve() only
+/// does what the sockets allow at once. At most max_clients connections
+/// are kept; a new one beyond that closes the oldest. Malformed requests
+/// get an error reply; every request is checked with control_op_allowed()
+/// against the peer's SO_PEERCRED uid before the handler sees it (a refused
+/// one gets Errc::permission_denied, exit code 5).
+class ControlServer {
+public:
+    /// Serves @p listen_fd (non-blocking, from control_listen()).
+    /// @p timeout_ms: 1..60000; @p max_clients: 1..256.
+    ControlServer(int listen_fd, uint32_t timeout_ms, size_t max_clients);
+    ~ControlServer();
+    ControlServer(const ControlServer&) = delete;
+    ControlServer& operator=(const ControlServer&) = delete;
+
+    /// Appends what to poll: the listener (POLLIN), then every connection
+    /// (POLLIN while its request is awaited, POLLOUT while its reply waits).
+    void poll_fds(std::vector<pollfd>& out) const;
+    /// Milliseconds until the earliest connection deadline (-1: none).
+    int next_deadline_ms() const;
+    /// Accepts what is pending (at most max_clients per call), answers every
+    /// complete request with @p handler, sends what the sockets take and
+    /// closes connections past their deadline. Never waits.
+    ControlServeStats serve(const ControlHandler& handler);
+    /// Connections kept now.
+    size_t clients() const { return conns_.size(); }
+
+private:
+    struct Conn;
+    void accept_pending(ControlServeStats& st);
+    void step(Conn& c, const ControlHandler& handler, ControlServeStats& st);
+    int listen_fd_;
+    std::chrono::milliseconds timeout_;
+    size_t max_clients_;
+    std::vector<std::unique_ptr<Conn>> conns_;
+    std::vector<uint8_t> buf_;  ///< One request, plus one byte to see an oversized one.
+};
 
 }  // namespace nvfence

@@ -57,7 +57,7 @@ using nvfence::ExitCode;
 constexpr int kExitConfig = static_cast<int>(ExitCode::usage);
 constexpr int kExitConflict = static_cast<int>(ExitCode::conflict);
 constexpr int kExitUnsupported = static_cast<int>(ExitCode::unsupported);
-constexpr uint32_t kConnectionsPerWake = 4;
+constexpr size_t kMaxControlClients = 16;
 constexpr uint32_t kConnectionTimeoutMs = 1000;
 
 constexpr const char* kFooter =
@@ -478,11 +478,18 @@ void serve(nvfence::Agent& agent, nvfence::FollowingDevice& device, const Served
     auto aen = sv.aen_wakeup ? nvfence::UeventListener::open()
                              : nvfence::Result<nvfence::UeventListener>(nvfence::make_error_code(Errc::refused));
     if (sv.aen_wakeup && !aen) log.warn("uevents: {}: checking every interval only", aen.error().message());
+    // Control clients never hold the loop: their sockets are polled with
+    // the rest and served only as far as they are ready.
+    nvfence::ControlServer control(sv.listener, kConnectionTimeoutMs, kMaxControlClients);
+    std::vector<pollfd> fds;
     agent.run([&](nvfence::Clock::Ms wait) {
-        pollfd fds[4] = {{sv.sigfd, POLLIN, 0}, {sv.listener, POLLIN, 0}, {aen ? aen->fd() : -1, POLLIN, 0},
-                         {sv.elector ? sv.elector->wake_fd() : -1, POLLIN, 0}};
-        const int rc = ::poll(fds, 4, static_cast<int>(wait.count()));
-        if (rc > 0 && (fds[2].revents & (POLLIN | POLLERR))) on_uevents(aen, agent, device, log);
+        fds.assign({{sv.sigfd, POLLIN, 0}, {aen ? aen->fd() : -1, POLLIN, 0},
+                    {sv.elector ? sv.elector->wake_fd() : -1, POLLIN, 0}});
+        control.poll_fds(fds);
+        int timeout_ms = static_cast<int>(wait.count());
+        if (const int d = control.next_deadline_ms(); d >= 0) timeout_ms = std::min(timeout_ms, d);
+        const int rc = ::poll(fds.data(), fds.size(), timeout_ms);
+        if (rc > 0 && (fds[1].revents & (POLLIN | POLLERR))) on_uevents(aen, agent, device, log);
         if (sv.elector) sv.elector->on_wake(agent, *sv.hooks, *sv.clock);
         if (rc < 0 && errno != EINTR) log.error("poll: {}", std::strerror(errno));
         if (rc > 0 && (fds[0].revents & POLLIN)) {
@@ -501,10 +508,9 @@ void serve(nvfence::Agent& agent, nvfence::FollowingDevice& device, const Served
             shown_device = device.info().paths.block;
             agent.set_device(shown_device);
         }
-        if (rc > 0 && (fds[1].revents & POLLIN)) {
-            auto served = nvfence::control_serve_pending(sv.listener, kConnectionsPerWake, kConnectionTimeoutMs, handler);
-            if (!served) log.warn("control socket: {}", served.error().message());
-        }
+        const auto served = control.serve(handler);
+        if (served.accept_error) log.warn("control socket: {}", served.accept_error.message());
+        if (served.dropped) log.debug("control socket: {} connection(s) closed without a reply", served.dropped);
         return true;
     });
 }
