@@ -111,6 +111,7 @@ AgentView Agent::view() const {
     v.type = opts_.type;
     v.self = self_;
     v.fence_on_view_loss = opts_.fence_on_view_loss;
+    v.holder_needs_lease = opts_.holder_needs_lease;
     return v;
 }
 
@@ -769,10 +770,11 @@ TermResult Agent::take_term(uint32_t token, const std::string& who,
         t.reply = fail_reply(req, ec, msg);
         return t;
     };
-    if (state_ != AgentState::standby && state_ != AgentState::holder)
+    if (!candidate())
         return refuse(make_error_code(state_ == AgentState::fenced ? Errc::fenced : Errc::refused),
-                      std::string("the agent is ") + agent_state_name(state_) + ": not acting on token " +
-                          std::to_string(token));
+                      std::string("the agent is ") + agent_state_name(state_) +
+                          (state_ == AgentState::fenced ? " (" + fence_reason_ + ")" : std::string()) +
+                          ": not acting on token " + std::to_string(token));
     // One Report, read by this check, decides and is the one every command
     // below follows; the check also notices a preemption of this host first.
     const AgentState before = state_;
@@ -821,6 +823,22 @@ TermResult Agent::take_term(uint32_t token, const std::string& who,
     NVF_INVARIANT(decode_key(out->key) && decode_key(out->key)->epoch == token);
     t.reply = took_over(req, *out, by);
     return t;
+}
+
+Status Agent::lose_lease(const std::string& why) {
+    Observation o;
+    o.kind = ObservationKind::lease_lost;
+    o.report = report_ ? &*report_ : nullptr;
+    o.text = why;
+    return decide(o);
+}
+
+bool Agent::candidate() const {
+    if (state_ == AgentState::standby || state_ == AgentState::holder) return true;
+    if (state_ != AgentState::fenced || !opts_.rejoin_auto || action_ != FenceActionState::done || !report_)
+        return false;
+    const Registrant* me = report_->find_host(self_);
+    return me && me->key == key_ && key_ != 0 && holds(*report_, *me);
 }
 
 ControlReply Agent::takeover_failed(const ControlRequest& req, std::error_code ec, std::optional<uint64_t> victim,

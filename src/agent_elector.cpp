@@ -64,6 +64,17 @@ ElectorBridge::ElectorBridge(uint8_t tag, HostId self, const EpochStore* epochs)
 
 bool ElectorBridge::post(ElectorEvent e, milliseconds wait) {
     std::unique_lock lk(mu_);
+    // A win or a loss never waits behind log lines: the oldest note makes
+    // room (an agent stuck in a device command while the lease ran out
+    // found its loss dropped behind 16 keepalive notes: simulator, seed 11563).
+    if (e.kind != ElectorEventKind::note && queue_.size() >= kElectorQueueCap) {
+        const auto n = std::find_if(queue_.begin(), queue_.end(),
+                                    [](const ElectorEvent& q) { return q.kind == ElectorEventKind::note; });
+        if (n != queue_.end()) {
+            queue_.erase(n);
+            ++dropped_;
+        }
+    }
     if (!wait_for(lk, wait, [&] { return stop_ || queue_.size() < kElectorQueueCap; }) || stop_) {
         ++dropped_;
         return false;
@@ -80,6 +91,11 @@ bool ElectorBridge::post(ElectorEvent e, milliseconds wait) {
 AgentState ElectorBridge::agent_state() const {
     std::lock_guard lk(mu_);
     return state_;
+}
+
+bool ElectorBridge::agent_candidate() const {
+    std::lock_guard lk(mu_);
+    return candidate_;
 }
 
 uint32_t ElectorBridge::device_epoch() const {
@@ -176,6 +192,7 @@ void ElectorBridge::publish(const Agent& agent) {
     {
         std::lock_guard lk(mu_);
         state_ = agent.state();
+        candidate_ = agent.candidate();
         device_epoch_ = std::max(device_epoch_, epoch);
         ++publishes_;
     }
@@ -263,44 +280,46 @@ WinReply ElectorBridge::carry_out(Agent& agent, AgentHooks&, Clock& clock, const
         r.answer = d.action == WinAction::stale ? WinAnswer::stale : WinAnswer::reissue;
         return r;
     }
-    if (t.reply.exit_code != 0 || agent.state() != AgentState::holder) {
-        r.why += "; " + t.reply.message;
+    if (t.reply.exit_code != 0) r.why += "; " + t.reply.message;
+    if (agent.state() != AgentState::holder) return r;
+    return left_holding(agent, clock, token, r);
+}
+
+// The agent holds after carrying the term out (or after a failed takeover
+// whose command was done though its answer was lost: the simulator's seed
+// 49). Holding with the token's own key inside the term's lease is the term
+// carried out. Otherwise no lease backs the reservation (the commands ended
+// after the lease may have expired: seed 427, by the agent's own clock),
+// and the agent steps down at once, as on a loss.
+WinReply ElectorBridge::left_holding(Agent& agent, Clock& clock, uint32_t token, WinReply r) {
+    const std::string k = format_key(agent.key());
+    if (epoch_of(agent.key()) == token && clock.now() < act_before(token)) {
+        r.answer = WinAnswer::holding;
+        r.key_epoch = token;
+        r.why += "; holding with " + k;
         return r;
     }
-    r.answer = WinAnswer::holding;
-    r.key_epoch = epoch_of(agent.key());
-    r.why += "; holding with " + format_key(agent.key());
+    r.answer = WinAnswer::failed;
+    (void)agent.lose_lease("the takeover for token " + std::to_string(token) + " left this host holding with " + k +
+                           ", which no live lease backs");
+    r.why += "; left holding with " + k + " without a lease: stepped down";
     return r;
 }
 
-void ElectorBridge::step_down(const Agent& agent, AgentHooks& hooks, const ElectorEvent& e) {
+void ElectorBridge::step_down(Agent& agent, AgentHooks& hooks, const ElectorEvent& e) {
     const std::string reason = "etcd leadership lost (" + std::string(loss_reason_name(e.reason)) + ")" +
                                (e.text.empty() ? "" : ": " + e.text);
+    if (agent.state() == AgentState::holder) {
+        // The agent's own transition: FENCED persisted before the action.
+        (void)agent.lose_lease(reason);
+        return;
+    }
     AgentEvent ev;
     ev.kind = AgentEventKind::info;
     ev.level = EventLevel::warning;
     ev.from = ev.to = agent.state();
-    if (agent.state() != AgentState::holder) {
-        ev.text = "elector: " + reason + "; not holding: nothing to do";
-        hooks.event(ev);
-        return;
-    }
-    // The reservation stays: while we hold it nobody else can write, and
-    // the next leader preempts-and-aborts exactly our key.
-    ev.text = "elector: " + reason + ": stopping writers, running the fence action";
+    ev.text = "elector: " + reason + "; not holding: nothing to do";
     hooks.event(ev);
-    if (auto st = hooks.stop_writers(reason); !st) {
-        ev.kind = AgentEventKind::action_failed;
-        ev.level = EventLevel::error;
-        ev.text = "elector: stopping the writers failed: " + st.error().message();
-        hooks.event(ev);
-    }
-    if (auto st = hooks.fence_action(reason); !st) {
-        ev.kind = AgentEventKind::action_failed;
-        ev.level = EventLevel::error;
-        ev.text = "elector: the fence action failed: " + st.error().message();
-        hooks.event(ev);
-    }
 }
 
 // ---------------------------------------------------------------- driver
@@ -308,6 +327,98 @@ void ElectorBridge::step_down(const Agent& agent, AgentHooks& hooks, const Elect
 ElectorDriver::ElectorDriver(Elector& elector, ElectorBridge& bridge, Clock& clock, LeaseGuardOptions guard,
                              milliseconds call)
     : elector_(elector), bridge_(bridge), clock_(clock), gopts_(guard), call_(call) {}
+
+namespace {
+
+using Phase = ElectorDriver::Phase;
+using DEv = ElectorDriver::Event;
+
+struct PhaseRow {
+    Phase from;
+    DEv event;
+    Phase to;
+};
+
+// The driver's state-by-event table: every phase change it makes, and
+// nothing else (ElectorDriver::enter aborts on a pair not listed).
+constexpr PhaseRow kPhaseTable[] = {
+    {Phase::idle, DEv::candidate, Phase::campaigning},
+    {Phase::backoff, DEv::candidate, Phase::campaigning},
+    {Phase::backoff, DEv::not_candidate, Phase::idle},
+    {Phase::campaigning, DEv::campaign_failed, Phase::backoff},
+    {Phase::campaigning, DEv::won, Phase::winning},
+    {Phase::winning, DEv::holding, Phase::leader},
+    {Phase::winning, DEv::withdraw, Phase::withdrawing},
+    {Phase::winning, DEv::lose, Phase::losing},
+    {Phase::leader, DEv::lose, Phase::losing},
+    {Phase::withdrawing, DEv::lose, Phase::losing},
+    {Phase::losing, DEv::resign, Phase::idle},
+    {Phase::losing, DEv::resign_back_off, Phase::backoff},
+    {Phase::losing, DEv::shutdown, Phase::idle},
+    {Phase::campaigning, DEv::resign, Phase::idle},
+    {Phase::winning, DEv::resign, Phase::idle},
+    {Phase::leader, DEv::resign, Phase::idle},
+    {Phase::withdrawing, DEv::resign, Phase::idle},
+    {Phase::campaigning, DEv::resign_back_off, Phase::backoff},
+    {Phase::winning, DEv::resign_back_off, Phase::backoff},
+    {Phase::leader, DEv::resign_back_off, Phase::backoff},
+    {Phase::withdrawing, DEv::resign_back_off, Phase::backoff},
+    {Phase::idle, DEv::shutdown, Phase::idle},
+    {Phase::campaigning, DEv::shutdown, Phase::idle},
+    {Phase::winning, DEv::shutdown, Phase::idle},
+    {Phase::leader, DEv::shutdown, Phase::idle},
+    {Phase::backoff, DEv::shutdown, Phase::idle},
+    {Phase::withdrawing, DEv::shutdown, Phase::idle},
+};
+
+}  // namespace
+
+std::optional<ElectorDriver::Phase> ElectorDriver::next_phase(Phase from, Event e) {
+    for (const PhaseRow& r : kPhaseTable)
+        if (r.from == from && r.event == e) return r.to;
+    return std::nullopt;
+}
+
+const char* ElectorDriver::event_name(Event e) {
+    switch (e) {
+    case Event::candidate: return "candidate";
+    case Event::not_candidate: return "not_candidate";
+    case Event::campaign_failed: return "campaign_failed";
+    case Event::won: return "won";
+    case Event::holding: return "holding";
+    case Event::withdraw: return "withdraw";
+    case Event::lose: return "lose";
+    case Event::resign: return "resign";
+    case Event::resign_back_off: return "resign_back_off";
+    case Event::shutdown: return "shutdown";
+    }
+    return "?";
+}
+
+// The only place the phase changes: a pair outside the table is a broken
+// invariant, and so is a phase whose facts do not hold after it.
+void ElectorDriver::enter(Event e) {
+    const std::optional<Phase> to = next_phase(phase_, e);
+    if (!to) {
+        const std::string what = std::string("elector driver: event ") + event_name(e) + " in phase " +
+                                 phase_name(phase_) + " is not in the table";
+        detail::broken(what.c_str(), __FILE__, __LINE__);
+    }
+    phase_ = *to;
+    check_postconditions();
+}
+
+void ElectorDriver::check_postconditions() const {
+    // A won term is held exactly while winning, leading or withdrawing it.
+    const bool in_term = phase_ == Phase::winning || phase_ == Phase::leader || phase_ == Phase::withdrawing ||
+                         phase_ == Phase::losing;
+    NVF_INVARIANT(in_term == (term_.epoch != 0));
+    NVF_INVARIANT(!awaiting_answer_ || phase_ == Phase::winning || phase_ == Phase::withdrawing);
+    NVF_INVARIANT(phase_ != Phase::winning || (guard_ && won_));
+    NVF_INVARIANT(phase_ != Phase::leader || (guard_ && won_));
+    NVF_INVARIANT(phase_ != Phase::withdrawing || awaiting_answer_);
+    NVF_INVARIANT(phase_ != Phase::losing || (guard_ && !awaiting_answer_));
+}
 
 const char* ElectorDriver::phase_name(Phase p) {
     switch (p) {
@@ -317,6 +428,7 @@ const char* ElectorDriver::phase_name(Phase p) {
     case Phase::leader: return "leader";
     case Phase::backoff: return "backoff";
     case Phase::withdrawing: return "withdrawing";
+    case Phase::losing: return "losing";
     }
     return "?";
 }
@@ -332,6 +444,11 @@ milliseconds ElectorDriver::lease_budget() const {
     // etcd in a loaded guest answers in seconds: cutting a renewal at
     // etcd_timeout_ms stepped leaders down with most of their lease left.
     const auto left = until(guard_->lease_deadline() - milliseconds(gopts_.margin_ms));
+    // Acting on the lease (winning, leading): no call runs past the point
+    // where the agent must be told to step down, or the agent would still
+    // say HOLDER when the lease ends (the simulator's seed 14: a keepalive
+    // given etcd_timeout_ms 170 ms before that point blocked past the lease).
+    if (phase_ == Phase::winning || phase_ == Phase::leader) return std::min(left, milliseconds(gopts_.ttl_ms));
     return std::min(std::max(call_, left), milliseconds(gopts_.ttl_ms));
 }
 
@@ -417,10 +534,13 @@ void ElectorDriver::withdraw(const std::string& why, bool back_off, LossReason l
     NVF_INVARIANT(phase_ == Phase::winning && awaiting_answer_);
     bridge_.set_term(0, {});
     if (!why.empty()) note(why + " (withdrawn; resigning once the agent answers)", EventLevel::warning);
-    phase_ = Phase::withdrawing;
+    enter(Event::withdraw);
     withdraw_until_ = clock_.now() + kWithdrawWait;
     withdraw_back_off_ = back_off;
     withdraw_loss_ = loss == LossReason::none ? LossReason::lease_may_expire : loss;
+    // Told at once, behind the win in the queue: an agent that comes to hold
+    // for this term steps down right after, whenever the driver looks next.
+    post_loss(withdraw_loss_, "token " + std::to_string(term_.epoch) + " was given up while the agent carried it out");
     publish_snapshot(leader_value_, false);
 }
 
@@ -434,15 +554,33 @@ milliseconds ElectorDriver::step_withdrawing() {
                  std::to_string(kWithdrawWait.count()) + " ms: resigning",
              EventLevel::error);
     if (a.answer == WinAnswer::holding || a.answer == WinAnswer::none) {
-        // The agent holds (or may come to hold) for a term given up: it
-        // steps down as on any loss; the next leader preempts its key.
-        ElectorEvent e;
-        e.kind = ElectorEventKind::lost;
-        e.reason = withdraw_loss_;
-        e.text = "token " + std::to_string(term_.epoch) + " was given up while the agent carried it out";
-        if (!bridge_.post(std::move(e), milliseconds(gopts_.ttl_ms))) last_error_ = "event queue full: loss not delivered";
+        // The agent holds (or may come to hold) for a term given up: the
+        // loss posted at the withdrawal steps it down; resigned once it did.
+        enter(Event::lose);
+        return milliseconds(0);
     }
     resign_now("", withdraw_back_off_);
+    return milliseconds(0);
+}
+
+void ElectorDriver::post_loss(LossReason r, const std::string& text) {
+    ElectorEvent e;
+    e.kind = ElectorEventKind::lost;
+    e.reason = r;
+    e.text = text;
+    // A loss must reach the agent: wait up to a TTL for room.
+    if (!bridge_.post(std::move(e), milliseconds(gopts_.ttl_ms))) last_error_ = "event queue full: loss not delivered";
+}
+
+// The agent was told to step down: the term is resigned once it no longer
+// says HOLDER, or at the lease's deadline by our clock (its fence action
+// may still run then), so that it never claims HOLDER past the lease.
+milliseconds ElectorDriver::step_losing() {
+    NVF_INVARIANT(phase_ == Phase::losing && guard_);
+    const auto deadline = guard_->lease_deadline();
+    if (bridge_.agent_state() == AgentState::holder && clock_.now() < deadline)
+        return std::min(until(deadline), milliseconds(50));
+    resign_now("", true);
     return milliseconds(0);
 }
 
@@ -457,12 +595,8 @@ void ElectorDriver::resign_now(const std::string& why, bool back_off) {
     won_.reset();
     term_ = Term{};
     hold_noted_ = false;
-    if (back_off) {
-        phase_ = Phase::backoff;
-        backoff_until_ = clock_.now() + milliseconds(backoff_.next_ms());
-    } else {
-        phase_ = Phase::idle;
-    }
+    if (back_off) backoff_until_ = clock_.now() + milliseconds(backoff_.next_ms());
+    enter(back_off ? Event::resign_back_off : Event::resign);
     publish_snapshot(leader_value_, false);
 }
 
@@ -471,13 +605,12 @@ void ElectorDriver::lose(LossReason r) {
         withdraw("the lease is lost (" + std::string(loss_reason_name(r)) + ")", true, r);
         return;
     }
-    ElectorEvent e;
-    e.kind = ElectorEventKind::lost;
-    e.reason = r;
-    e.text = "token " + std::to_string(term_.epoch);
-    // A loss must reach the agent: wait up to a TTL for room.
-    if (!bridge_.post(std::move(e), milliseconds(gopts_.ttl_ms))) last_error_ = "event queue full: loss not delivered";
-    give_up("", true);
+    NVF_INVARIANT(phase_ == Phase::winning || phase_ == Phase::leader);
+    // The agent acts on no win of this term any more.
+    bridge_.set_term(0, {});
+    post_loss(r, "token " + std::to_string(term_.epoch));
+    enter(Event::lose);
+    publish_snapshot(leader_value_, false);
 }
 
 void ElectorDriver::drop_old_answers() {
@@ -501,24 +634,33 @@ void ElectorDriver::drop_old_answers() {
 milliseconds ElectorDriver::step() {
     drop_old_answers();
     const AgentState as = bridge_.agent_state();
-    const bool eligible = as == AgentState::standby || as == AgentState::holder;
+    const bool candidate = bridge_.agent_candidate();
     switch (phase_) {
-    case Phase::idle:
-        if (!eligible) {
-            publish_snapshot("", false);
-            return milliseconds(gopts_.renew_interval_ms);
-        }
-        phase_ = Phase::campaigning;
-        return milliseconds(0);
+    case Phase::idle: return step_idle(candidate);
     case Phase::withdrawing: return step_withdrawing();
-    case Phase::backoff:
-        if (clock_.now() < backoff_until_) return until(backoff_until_);
-        phase_ = eligible ? Phase::campaigning : Phase::idle;
-        return milliseconds(0);
-    case Phase::campaigning: return step_campaigning(as, eligible);
+    case Phase::losing: return step_losing();
+    case Phase::backoff: return step_backoff(candidate);
+    case Phase::campaigning: return step_campaigning(as, candidate);
     case Phase::winning: return step_winning();
-    case Phase::leader: return step_leader(as, eligible);
+    case Phase::leader: return step_leader(as);
     }
+    return milliseconds(0);
+}
+
+milliseconds ElectorDriver::step_idle(bool candidate) {
+    NVF_INVARIANT(phase_ == Phase::idle);
+    if (!candidate) {
+        publish_snapshot("", false);
+        return milliseconds(gopts_.renew_interval_ms);
+    }
+    enter(Event::candidate);
+    return milliseconds(0);
+}
+
+milliseconds ElectorDriver::step_backoff(bool candidate) {
+    NVF_INVARIANT(phase_ == Phase::backoff);
+    if (clock_.now() < backoff_until_) return until(backoff_until_);
+    enter(candidate ? Event::candidate : Event::not_candidate);
     return milliseconds(0);
 }
 
@@ -533,11 +675,11 @@ void ElectorDriver::post_win() {
     else give_up("event queue full: win dropped", true);
 }
 
-milliseconds ElectorDriver::step_campaigning(AgentState as, bool eligible) {
+milliseconds ElectorDriver::step_campaigning(AgentState as, bool candidate) {
     NVF_INVARIANT(phase_ == Phase::campaigning);
     const auto now = clock_.now();
-    if (!eligible) {
-        give_up(std::string("the agent is ") + agent_state_name(as) + ": not campaigning", false);
+    if (!candidate) {
+        give_up(std::string("the agent is ") + agent_state_name(as) + " and no candidate: not campaigning", false);
         return milliseconds(0);
     }
     if (!guard_) guard_.emplace(gopts_, now);
@@ -563,8 +705,8 @@ milliseconds ElectorDriver::step_campaigning(AgentState as, bool eligible) {
     }
     last_error_ = "campaign: " + words(r.error());
     if (r.error() == make_error_code(ElectorErrc::lease_expired)) guard_.reset();
-    phase_ = Phase::backoff;
     backoff_until_ = now + milliseconds(backoff_.next_ms());
+    enter(Event::campaign_failed);
     publish_snapshot(leader_value_, false);
     return milliseconds(0);
 }
@@ -594,7 +736,7 @@ milliseconds ElectorDriver::on_campaign_won(const LeaderInfo& won) {
     leader_value_ = won_->value;
     note("won the election: token " + std::to_string(term_.epoch) + " (leader key " + won_->key + " rev " +
          std::to_string(won_->revision) + (term_.rollback_seen ? "; etcd's counter was behind ours" : "") + ")");
-    phase_ = Phase::winning;
+    enter(Event::won);
     publish_snapshot(leader_value_, true);
     post_win();
     return milliseconds(0);
@@ -623,7 +765,7 @@ milliseconds ElectorDriver::step_winning() {
         publish_snapshot(leader_value_, true);
         return milliseconds(0);
     case WinAnswer::holding:
-        phase_ = Phase::leader;
+        enter(Event::holding);
         backoff_.reset();
         note("leading with token " + std::to_string(term_.epoch) + " (key epoch " + std::to_string(a.key_epoch) + ")");
         publish_snapshot(leader_value_, true);
@@ -657,9 +799,11 @@ milliseconds ElectorDriver::on_reissue(uint32_t floor) {
     return milliseconds(0);
 }
 
-milliseconds ElectorDriver::step_leader(AgentState as, bool eligible) {
+milliseconds ElectorDriver::step_leader(AgentState as) {
     NVF_INVARIANT(phase_ == Phase::leader && guard_ && won_);
-    if (!eligible) {
+    // A leader's agent holds; anything else ends the term (a FENCED agent
+    // that is a candidate again campaigns for a new one).
+    if (as != AgentState::holder && as != AgentState::standby) {
         give_up(std::string("the agent is ") + agent_state_name(as) + ": resigning", false);
         return milliseconds(0);
     }
@@ -714,8 +858,12 @@ GuardVerdict ElectorDriver::renew_leadership() {
 
 void ElectorDriver::shutdown() {
     if (phase_ != Phase::idle) (void)elector_.resign(call_);
-    phase_ = Phase::idle;
+    bridge_.set_term(0, {});
+    awaiting_answer_ = false;
     guard_.reset();
+    won_.reset();
+    term_ = Term{};
+    enter(Event::shutdown);
     ElectorSnapshot s;
     s.phase = "stopped";
     bridge_.set_snapshot(s);

@@ -83,6 +83,14 @@ std::optional<Transition> on_report(const AgentView& v, const Observation& o) {
                         "reservation lost (" + who + "); still registered, and Registrants Only lets registrants write",
                         EventLevel::warning, v.key);
     }
+    // Under an elector a hold needs a lease, and a lease comes only with a
+    // won term (Agent::take_term): a hold found by a check (a command of a
+    // given-up term that completed late; the simulator's seed 5285) has none.
+    if (v.state == S::standby && hold && v.holder_needs_lease)
+        return fence(v,
+                     "the device shows this host holding the reservation with " + k +
+                         " (a command that completed late), but no elector lease backs it",
+                     v.key);
     if (v.state == S::standby && hold)
         return to_state(v, S::holder,
                         "the device shows this host holding the reservation with " + k + " (acquired outside the agent)",
@@ -116,6 +124,11 @@ std::optional<Transition> on_resumed(const AgentView& v, const Observation& o) {
     const Registrant* me = st.find_host(v.self);
     if (!me || me->key != o.found_key) return std::nullopt;
     const std::string k = key_text(me->key);
+    if (holds(v, st, *me) && v.holder_needs_lease)
+        return fence(v,
+                     o.text + ": the device shows this host holding with " + k +
+                         ", but the elector's lease of that leadership ended with the process that held it",
+                     me->key);
     if (holds(v, st, *me))
         return to_state(v, S::holder, o.text + ": the device shows this host holding with " + k, EventLevel::info,
                         me->key);
@@ -139,6 +152,13 @@ std::optional<Transition> on_resumed_fenced(const AgentView& v, const Observatio
     t.fence = FenceEntry::resumed;
     t.persist.reset();  // the file says FENCED already, with the action's progress
     return t;
+}
+
+// The elector's lease ended (or may have): a HOLDER fences itself like on
+// any other fence; the reservation stays for the next leader to preempt.
+std::optional<Transition> on_lease_lost(const AgentView& v, const Observation& o) {
+    if (v.state != S::holder) return std::nullopt;
+    return fence(v, o.text, v.key);
 }
 
 std::optional<Transition> on_stopped(const AgentView& v, const Observation& o) {
@@ -165,7 +185,10 @@ std::optional<Transition> on_request(const AgentView& v, const Observation& o) {
         if (v.state != S::starting) return std::nullopt;
         return to_state(v, S::standby, o.text, EventLevel::info, o.key);
     case K::acquired:
-        if (!registered(v.state)) return std::nullopt;
+        // From FENCED only by a won term (Agent::take_term of a candidate:
+        // its own key still holding after a lease loss, writers stopped,
+        // action done); every other request refuses FENCED before this.
+        if (!registered(v.state) && v.state != S::fenced) return std::nullopt;
         return to_state(v, S::holder, o.text, EventLevel::info, o.key);
     case K::rekeyed:
         if (!registered(v.state)) return std::nullopt;
@@ -201,6 +224,7 @@ std::optional<Transition> decide_transition(const AgentView& v, const Observatio
     case K::resumed: return on_resumed(v, o);
     case K::resumed_fenced: return on_resumed_fenced(v, o);
     case K::stopped: return on_stopped(v, o);
+    case K::lease_lost: return on_lease_lost(v, o);
     default: return on_request(v, o);
     }
 }

@@ -20,7 +20,8 @@ using K = ObservationKind;
 constexpr uint8_t kTag = 7;
 const S kStates[] = {S::starting, S::standby, S::holder, S::fenced, S::stopping};
 const K kKinds[] = {K::report,   K::view_lost, K::resumed_fenced, K::resumed,  K::registered,        K::acquired,
-                    K::rekeyed,  K::released,  K::rejoined,       K::unregister_failed, K::stopped};
+                    K::rekeyed,  K::released,  K::rejoined,       K::unregister_failed, K::stopped,
+                    K::lease_lost};
 const ResvType kTypes[] = {ResvType::write_exclusive, ResvType::write_exclusive_reg_only};
 
 uint64_t key_of(uint8_t node, uint32_t epoch) { return *make_key({kTag, node, epoch}); }
@@ -79,8 +80,9 @@ std::vector<Observation> observations(const std::vector<ReservationStatus>& rs) 
     return out;
 }
 
-AgentView view_of(S state, ResvType type, bool fence_on_view_loss) {
+AgentView view_of(S state, ResvType type, bool fence_on_view_loss, bool holder_needs_lease = false) {
     AgentView v;
+    v.holder_needs_lease = holder_needs_lease;
     v.state = state;
     v.key = state == S::starting ? 0 : key_of(1, 5);
     v.type = type;
@@ -96,9 +98,9 @@ TEST(AgentTransitionTest, EveryDecisionIsInTheTableAndEveryTableEntryIsReachable
         const auto rs = reports(type);
         const auto obs = observations(rs);
         for (S state : kStates)
-            for (bool fov : {true, false})
+            for (int flags = 0; flags < 4; ++flags)
                 for (const auto& o : obs) {
-                    const auto t = decide_transition(view_of(state, type, fov), o);
+                    const auto t = decide_transition(view_of(state, type, flags & 1, flags & 2), o);
                     if (!t) continue;
                     ++decisions;
                     ASSERT_EQ(t->from, state) << "kind " << static_cast<int>(o.kind);
@@ -120,17 +122,71 @@ TEST(AgentTransitionTest, EveryDecisionIsInTheTableAndEveryTableEntryIsReachable
     EXPECT_EQ(produced, allowed);
 }
 
-TEST(AgentTransitionTest, NothingLeavesStoppingOrFencedButRejoinAndStop) {
+// Out of FENCED: a rejoin, a stop, or a won term (acquired: Agent::take_term
+// of a candidate whose own key still holds after a lease loss).
+TEST(AgentTransitionTest, NothingLeavesStoppingOrFencedButRejoinAWonTermAndStop) {
     for (ResvType type : kTypes) {
         const auto rs = reports(type);
         for (const auto& o : observations(rs)) {
             EXPECT_FALSE(decide_transition(view_of(S::stopping, type, true), o)) << static_cast<int>(o.kind);
             const auto t = decide_transition(view_of(S::fenced, type, true), o);
             if (t) {
-                EXPECT_TRUE(o.kind == K::rejoined || o.kind == K::stopped) << static_cast<int>(o.kind);
+                EXPECT_TRUE(o.kind == K::rejoined || o.kind == K::stopped || o.kind == K::acquired)
+                    << static_cast<int>(o.kind);
             }
         }
     }
+}
+
+// Issue 24 defect 4: a lease loss is the agent's own transition, fenced
+// like any other (writers stopped, FENCED persisted with the action
+// pending); only a HOLDER is moved by it.
+TEST(AgentTransitionTest, LeaseLossFencesAHolderAndNothingElse) {
+    Observation o;
+    o.kind = K::lease_lost;
+    o.text = "etcd leadership lost (lease expired): token 7";
+    auto t = decide_transition(view_of(S::holder, ResvType::write_exclusive, true), o);
+    ASSERT_TRUE(t);
+    EXPECT_EQ(t->to, S::fenced);
+    EXPECT_EQ(t->fence, FenceEntry::fresh);
+    EXPECT_EQ(t->persist, PersistedRole::fenced);
+    EXPECT_EQ(t->key, key_of(1, 5)) << "the key stays: the next leader preempts exactly it";
+    EXPECT_EQ(t->why, o.text);
+    for (S s : {S::starting, S::standby, S::fenced, S::stopping})
+        EXPECT_FALSE(decide_transition(view_of(s, ResvType::write_exclusive, true), o)) << agent_state_name(s);
+}
+
+// A restart that finds this host holding: HOLDER without an elector; with
+// one (holder_needs_lease) FENCED, since the lease ended with the process.
+TEST(AgentTransitionTest, ResumedHoldingNeedsALeaseUnderAnElector) {
+    const uint64_t mine = key_of(1, 5);
+    ReservationStatus st;
+    st.generation = 3;
+    st.type = ResvType::write_exclusive;
+    st.registrants = {reg(1, mine, true), reg(2, key_of(2, 4), false)};
+    Observation o;
+    o.kind = K::resumed;
+    o.report = &st;
+    o.persisted = PersistedRole::holder;
+    o.key = mine;
+    o.found_key = mine;
+    o.found_ours = true;
+    o.text = "resumed after a restart";
+    auto t = decide_transition(view_of(S::starting, ResvType::write_exclusive, true), o);
+    ASSERT_TRUE(t);
+    EXPECT_EQ(t->to, S::holder);
+    t = decide_transition(view_of(S::starting, ResvType::write_exclusive, true, true), o);
+    ASSERT_TRUE(t);
+    EXPECT_EQ(t->to, S::fenced);
+    EXPECT_EQ(t->fence, FenceEntry::fresh);
+    EXPECT_EQ(t->key, mine);
+    EXPECT_NE(t->why.find("lease of that leadership ended"), std::string::npos) << t->why;
+    st.registrants[0].holder = false;
+    st.registrants[1].holder = true;
+    o.persisted = PersistedRole::standby;
+    t = decide_transition(view_of(S::starting, ResvType::write_exclusive, true, true), o);
+    ASSERT_TRUE(t);
+    EXPECT_EQ(t->to, S::standby) << "a standby needs no lease";
 }
 
 TEST(AgentTransitionTest, ReportDecisions) {

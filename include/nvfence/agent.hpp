@@ -94,6 +94,12 @@ struct AgentOptions {
     /// again (a candidate, never a holder) once its writers are stopped and
     /// its fence action has completed; off: only `nvfence rejoin` does.
     bool rejoin_auto = false;
+    /// HOLDER only under a live elector lease (elector = etcd with
+    /// lease_loss = fence): a start that finds this host holding goes
+    /// FENCED (the lease ended with the process that held it); the writers
+    /// are stopped and the fence action run, then (rejoin_auto) the host is
+    /// a candidate again and a won term re-keys it.
+    bool holder_needs_lease = false;
     uint32_t max_notification_pages = 16;          ///< Log pages read per check, 1..64.
     /// After this long without a successful check (0: 3 x interval_ms +
     /// device_timeout_ms) the agent has lost its view of the device.
@@ -192,12 +198,26 @@ public:
     /// it with the EpochStore's floor, and acquire/preempt/rekey take the
     /// reservation with the key of epoch @p token exactly
     /// (Fence::takeover_with_token) following that same Report. stale and
-    /// reissue change nothing (reply Errc::lost_race). Only STANDBY and
-    /// HOLDER act: FENCED is left by rejoin alone. Nothing is done when the
+    /// reissue change nothing (reply Errc::lost_race). Only a candidate()
+    /// acts (a FENCED one only by re-keying its own holding key; any other
+    /// FENCED host is left by rejoin alone). Nothing is done when the
     /// check changed this host's state or key, or when it ended at or after
     /// act_before() (the term's lease deadline minus the margin, asked after
     /// the check: the elector may have renewed the lease meanwhile).
     TermResult take_term(uint32_t token, const std::string& who, const std::function<Clock::TimePoint()>& act_before);
+    /// The elector's lease of this host's leadership ended, or may have
+    /// (@p why: the elector's words). A HOLDER goes FENCED like on any fence:
+    /// writers stopped, FENCED persisted with the action pending, the action
+    /// run (and run again by a restart that finds it pending). The
+    /// reservation stays: the next leader preempts-and-aborts exactly this
+    /// key. Any other state: nothing. Fails when persisting did.
+    Status lose_lease(const std::string& why);
+    /// May this host stand in an election now (the elector campaigns only
+    /// then): STANDBY, HOLDER, or (rejoin_auto) FENCED with its fence action
+    /// done while the last Report still shows this host's own key holding:
+    /// fenced by a lease loss (or a lost view) that no takeover followed.
+    /// take_term of such a host re-keys it to the token (FENCED -> HOLDER).
+    bool candidate() const;
     /// Clean stop: releases the reservation if held; unregisters unless
     /// keep_registration; persists; ends STOPPING. A FENCED agent leaves
     /// the device alone. Fails (device error) when the release failed.

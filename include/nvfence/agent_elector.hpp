@@ -29,12 +29,15 @@
 ///     Report of 2: the key's epoch is the token, exactly.
 /// Every answer names its token; the driver takes only its current term's.
 /// Losing (lease expired, leader key gone, another leader, or no renewal
-/// for TTL minus margin): the agent stops its writers and runs the fence
-/// action (with lease_loss = hold only once the lease is surely gone); the
-/// driver resigns (the candidacy ends even if etcd cannot be told). The
-/// reservation stays until the next leader preempts-and-aborts exactly our
-/// key (the agent's device watch then says FENCED): while we hold it nobody
-/// else can write. docs/ETCD.md "Failure behaviour".
+/// for TTL minus margin): the agent goes FENCED through its own transition
+/// (Agent::lose_lease: writers stopped, FENCED persisted with the action
+/// pending, the action run; with lease_loss = hold only once the lease is
+/// surely gone); the driver resigns (the candidacy ends even if etcd cannot
+/// be told). The reservation stays until the next leader preempts-and-aborts
+/// exactly our key: while we hold it nobody else can write. Once the action
+/// is done a host whose own key still holds is a candidate again
+/// (Agent::candidate) and a won term re-keys it. docs/ETCD.md "Failure
+/// behaviour".
 
 #include <algorithm>
 #include <chrono>
@@ -138,6 +141,9 @@ public:
     bool post(ElectorEvent e, std::chrono::milliseconds wait);
     /// Driver: the agent's last published state and device epoch.
     AgentState agent_state() const;
+    /// Driver: whether the agent was a candidate (Agent::candidate()) when
+    /// it last published: the driver campaigns only then.
+    bool agent_candidate() const;
     /// Driver: the highest epoch of our tag the agent last saw on the device.
     uint32_t device_epoch() const;
     /// Driver: waits at most @p wait for the answer to the won event of
@@ -195,7 +201,8 @@ private:
         return cv_.wait_for(lk, wait, pred);
     }
     WinReply carry_out(Agent& agent, AgentHooks& hooks, Clock& clock, const ElectorEvent& e);
-    void step_down(const Agent& agent, AgentHooks& hooks, const ElectorEvent& e);
+    void step_down(Agent& agent, AgentHooks& hooks, const ElectorEvent& e);
+    WinReply left_holding(Agent& agent, Clock& clock, uint32_t token, WinReply r);
 
     uint8_t tag_;
     HostId self_;
@@ -207,6 +214,7 @@ private:
     std::optional<WinReply> answer_;
     std::vector<WinReply> stale_answers_;
     AgentState state_ = AgentState::starting;
+    bool candidate_ = false;
     uint32_t device_epoch_ = 0;
     uint32_t term_ = 0;
     Clock::TimePoint term_act_before_{};
@@ -238,24 +246,50 @@ public:
     void shutdown();
 
     /// The driver's phases.
-    enum class Phase : uint8_t { idle, campaigning, winning, leader, backoff, withdrawing };
+    enum class Phase : uint8_t { idle, campaigning, winning, leader, backoff, withdrawing, losing };
+    /// What moves the driver from one phase to another.
+    enum class Event : uint8_t {
+        candidate,        ///< The agent is a candidate (idle, or a backoff ran out): campaign.
+        not_candidate,    ///< A backoff ran out and the agent is no candidate: idle.
+        campaign_failed,  ///< A campaign call failed (not a timeout): back off.
+        won,              ///< Elected, the token got and the win posted to the agent.
+        holding,          ///< The agent answered: holding with the token.
+        withdraw,         ///< The term was given up while the agent may carry it out.
+        lose,             ///< The lease ended or may have: the agent told to step down first.
+        resign,           ///< Resigned: idle.
+        resign_back_off,  ///< Resigned: back off.
+        shutdown,         ///< The driver ends.
+    };
     /// The current phase.
     Phase phase() const { return phase_; }
     /// Words for a phase.
     static const char* phase_name(Phase p);
+    /// Words for an event.
+    static const char* event_name(Event e);
+    /// The driver's one transition function: the phase @p e leads to from
+    /// @p from, or std::nullopt when @p e cannot happen in @p from (the
+    /// driver aborts on that: a broken invariant). Pure; the table is in
+    /// agent_elector.cpp and tested pair by pair.
+    static std::optional<Phase> next_phase(Phase from, Event e);
 
 private:
+    void enter(Event e);
+    void check_postconditions() const;
     void note(const std::string& text, EventLevel level = EventLevel::info);
     std::string words(std::error_code ec) const;
     void give_up(const std::string& why, bool back_off);
     void resign_now(const std::string& why, bool back_off);
     void withdraw(const std::string& why, bool back_off, LossReason loss);
     std::chrono::milliseconds step_withdrawing();
-    std::chrono::milliseconds step_campaigning(AgentState as, bool eligible);
+    std::chrono::milliseconds step_losing();
+    void post_loss(LossReason r, const std::string& text);
+    std::chrono::milliseconds step_idle(bool candidate);
+    std::chrono::milliseconds step_backoff(bool candidate);
+    std::chrono::milliseconds step_campaigning(AgentState as, bool candidate);
     std::chrono::milliseconds on_campaign_won(const LeaderInfo& won);
     std::chrono::milliseconds step_winning();
     std::chrono::milliseconds on_reissue(uint32_t floor);
-    std::chrono::milliseconds step_leader(AgentState as, bool eligible);
+    std::chrono::milliseconds step_leader(AgentState as);
     GuardVerdict renew_leadership();
     void post_win();
     void drop_old_answers();

@@ -57,6 +57,7 @@ enum class ObservationKind : uint8_t {
     rejoined,        ///< A rejoin registered a fresh key (key, holding, text).
     unregister_failed,  ///< stop(): unregistering failed; still registered (text).
     stopped,         ///< stop() finished (unregistered, text).
+    lease_lost,      ///< The elector's lease of this host's leadership ended or may have (text: why).
 };
 
 /// The input of decide_transition() besides the agent's own state. Fields
@@ -82,6 +83,7 @@ struct AgentView {
     ResvType type = ResvType::write_exclusive; ///< The reservation type the agent keeps.
     HostId self{};                             ///< This host.
     bool fence_on_view_loss = true;            ///< AgentOptions::fence_on_view_loss.
+    bool holder_needs_lease = false;           ///< AgentOptions::holder_needs_lease.
 };
 
 /// How a transition into FENCED treats the self-fence.

@@ -5,7 +5,13 @@
 // behaviour).
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+
 #include <deque>
+#include <optional>
+#include <set>
 
 #include "../agent_sim.hpp"
 #include "nvfence/agent_elector.hpp"
@@ -131,6 +137,14 @@ protected:
         driver = std::make_unique<ElectorDriver>(elector, *bridge, clock, guard_opts(loss), std::chrono::milliseconds(600));
         bridge->publish(*b->agent);
     }
+    // setup(), then b restarted with rejoin = auto (as nvfenced under an elector).
+    void setup_rejoin_auto() {
+        setup();
+        b->opts.rejoin_auto = true;
+        b->boot();
+        b->start_ok();
+        bridge->publish(*b->agent);
+    }
     // Steps the driver and lets b's agent serve the events, n times.
     void run(int n) {
         for (int i = 0; i < n; ++i) {
@@ -220,8 +234,22 @@ TEST_F(AgentElectorTest, KeepaliveFailingPastTtlMinusMarginStepsDown) {
     EXPECT_LE(lost_ms - won_ms, 2000 - 500 + 200) << "by TTL - margin after the last renewal";
     EXPECT_GT(b->hooks->writers_stopped, writers_before) << "writers stopped";
     EXPECT_EQ(b->hooks->fence_actions, 1) << "the fence action ran";
-    EXPECT_TRUE(b->hooks->saw(AgentEventKind::info, "lease-may-expire")) << b->hooks->dump();
-    EXPECT_GE(elector.resigns, 1);
+    // Issue 24 defect 4: the loss is the agent's own transition, persisted;
+    // never HOLDER past the lease.
+    EXPECT_TRUE(b->hooks->saw(AgentEventKind::state_changed, "HOLDER -> FENCED: etcd leadership lost (lease-may-expire)"))
+        << b->hooks->dump();
+    EXPECT_EQ(b->agent->state(), AgentState::fenced);
+    const auto saved = b->statefile.load();
+    ASSERT_TRUE(saved && *saved);
+    EXPECT_EQ((*saved)->role, PersistedRole::fenced);
+    EXPECT_EQ((*saved)->action, FenceActionState::done);
+    // The term is resigned once the agent no longer says HOLDER (its next
+    // step), never before: no HOLDER past the lease.
+    EXPECT_EQ(elector.resigns, 0);
+    EXPECT_EQ(driver->phase(), ElectorDriver::Phase::losing);
+    run(1);
+    EXPECT_EQ(elector.resigns, 1);
+    EXPECT_EQ(driver->phase(), ElectorDriver::Phase::backoff);
     // The reservation stays until the next leader preempts exactly our key.
     EXPECT_TRUE(t.is_holder(b->id));
     EXPECT_TRUE(is_nvme(a->write().error(), NvmeStatus::reservation_conflict)) << "nobody else writes meanwhile";
@@ -239,7 +267,8 @@ TEST_F(AgentElectorTest, AnotherLeaderObservedStepsDown) {
     elector.leader_answer = Result<LeaderInfo>(LeaderInfo{"nvfence/vol/9", "node=3", 99, 9});
     for (int i = 0; i < 20 && b->hooks->fence_actions == 0; ++i) run(1);
     EXPECT_EQ(b->hooks->fence_actions, 1) << b->hooks->dump();
-    EXPECT_TRUE(b->hooks->saw(AgentEventKind::info, "other-leader")) << b->hooks->dump();
+    EXPECT_TRUE(b->hooks->saw(AgentEventKind::state_changed, "other-leader")) << b->hooks->dump();
+    EXPECT_EQ(b->agent->state(), AgentState::fenced);
 }
 
 TEST_F(AgentElectorTest, LeaderKeyGoneStepsDown) {
@@ -248,7 +277,8 @@ TEST_F(AgentElectorTest, LeaderKeyGoneStepsDown) {
     elector.leader_answer = Result<LeaderInfo>(make_error_code(ElectorErrc::no_leader));
     for (int i = 0; i < 20 && b->hooks->fence_actions == 0; ++i) run(1);
     EXPECT_EQ(b->hooks->fence_actions, 1) << b->hooks->dump();
-    EXPECT_TRUE(b->hooks->saw(AgentEventKind::info, "leader-gone")) << b->hooks->dump();
+    EXPECT_TRUE(b->hooks->saw(AgentEventKind::state_changed, "leader-gone")) << b->hooks->dump();
+    EXPECT_EQ(b->agent->state(), AgentState::fenced);
 }
 
 TEST_F(AgentElectorTest, LeaseLossHoldKeepsTheReservationUntilPreempted) {
@@ -265,6 +295,80 @@ TEST_F(AgentElectorTest, LeaseLossHoldKeepsTheReservationUntilPreempted) {
     ASSERT_TRUE(c.fence.takeover(b->agent->key()));
     b->agent->check();
     EXPECT_EQ(b->agent->state(), AgentState::fenced);
+}
+
+// Issue 24 defect 4: a kill during the fence action of a lease loss restarts
+// FENCED with the action pending and runs it again; then, its own key still
+// holding and nobody having taken over, the host is a candidate by itself
+// and a won term re-keys it (FENCED -> HOLDER), the key's epoch the token.
+TEST_F(AgentElectorTest, ALeaseLossSurvivesAKillDuringItsActionAndTheHostLeadsAgain) {
+    setup_rejoin_auto();
+    win();
+    const uint64_t held = b->agent->key();
+    // What the disk holds while the action runs: the kill's state file.
+    std::string at_kill;
+    b->hooks->during = [&](const std::string& what) {
+        if (what != "action") return;
+        auto saved = b->statefile.load();
+        ASSERT_TRUE(saved && *saved);
+        EXPECT_EQ((*saved)->role, PersistedRole::fenced) << "FENCED persisted before the action runs";
+        EXPECT_EQ((*saved)->action, FenceActionState::pending);
+        std::ifstream f(b->statefile.path());
+        at_kill.assign(std::istreambuf_iterator<char>(f), {});
+    };
+    elector.keepalive_error = make_error_code(ElectorErrc::lease_expired);
+    for (int i = 0; i < 40 && b->hooks->fence_actions == 0; ++i) run(1);
+    ASSERT_EQ(b->hooks->fence_actions, 1) << b->hooks->dump();
+    ASSERT_FALSE(at_kill.empty());
+    EXPECT_EQ(b->agent->state(), AgentState::fenced);
+    // kill -9 mid-action: the file as it was then; a new process.
+    std::ofstream(b->statefile.path(), std::ios::trunc) << at_kill;
+    b->boot();
+    b->start_ok();
+    EXPECT_EQ(b->agent->state(), AgentState::fenced) << b->hooks->dump();
+    EXPECT_EQ(b->hooks->fence_actions, 1) << "the pending action ran again\n" << b->hooks->dump();
+    EXPECT_GE(b->hooks->writers_stopped, 1);
+    EXPECT_TRUE(t.is_holder(b->id)) << "the reservation stayed with the old key";
+    EXPECT_TRUE(b->agent->candidate()) << "writers stopped, action done, own key holding";
+    // The new process's elector: campaigns and wins; the win re-keys.
+    elector.keepalive_error = {};
+    bridge = std::make_unique<ElectorBridge>(kTag, b->id, &b->epochs);
+    driver = std::make_unique<ElectorDriver>(elector, *bridge, clock, guard_opts(), std::chrono::milliseconds(600));
+    bridge->publish(*b->agent);
+    win();
+    EXPECT_EQ(epoch(b->agent->key()), elector.counter) << "the key's epoch is the new token";
+    EXPECT_GT(epoch(b->agent->key()), epoch(held));
+    EXPECT_EQ(b->device_key(), b->agent->key());
+    EXPECT_TRUE(b->hooks->saw(AgentEventKind::state_changed, "FENCED -> HOLDER")) << b->hooks->dump();
+}
+
+// Issue 24 defect 4, restart: with holder_needs_lease (elector = etcd,
+// lease_loss = fence) a restart that finds this host holding has no lease:
+// FENCED, writers stopped, the action run once; another restart does not
+// run it again (a reboot action would loop).
+TEST_F(AgentElectorTest, ARestartedHolderHasNoLeaseAndIsFencedOnce) {
+    setup();
+    a->opts.holder_needs_lease = true;
+    a->opts.rejoin_auto = true;
+    a->boot();
+    a->start_ok();
+    EXPECT_EQ(a->agent->state(), AgentState::fenced) << a->hooks->dump();
+    EXPECT_EQ(a->hooks->fence_actions, 1);
+    EXPECT_GE(a->hooks->writers_stopped, 1);
+    EXPECT_TRUE(a->hooks->saw(AgentEventKind::state_changed, "lease of that leadership ended")) << a->hooks->dump();
+    EXPECT_TRUE(t.is_holder(a->id)) << "nothing sent: the next leader preempts exactly this key";
+    EXPECT_TRUE(a->agent->candidate());
+    a->boot();
+    a->start_ok();
+    EXPECT_EQ(a->agent->state(), AgentState::fenced);
+    EXPECT_EQ(a->hooks->fence_actions, 0) << "a done action is not repeated";
+    EXPECT_TRUE(a->agent->candidate());
+    // Without the option (elector = none, or lease_loss = hold) it resumes HOLDER.
+    a->opts.holder_needs_lease = false;
+    std::remove(a->statefile.path().c_str());
+    a->boot();
+    a->start_ok();
+    EXPECT_EQ(a->agent->state(), AgentState::holder) << a->hooks->dump();
 }
 
 TEST_F(AgentElectorTest, AFencedAgentDoesNotCampaign) {
@@ -415,11 +519,7 @@ TEST_F(AgentElectorTest, ATermsDeadlineIsItsOwn) {
 // restart and, with rejoin = auto, registered again with a fresh key that
 // equals the token) ends the term's carrying out: that key is not the term's.
 TEST_F(AgentElectorTest, ARejoinDuringTheChecksReportIsNotTakenForTheTerm) {
-    setup();
-    b->opts.rejoin_auto = true;
-    b->boot();
-    b->start_ok();
-    bridge->publish(*b->agent);
+    setup_rejoin_auto();
     const uint32_t token = epoch(b->agent->key()) + 1;  // the epoch a rejoin takes next
     // The target forgets every key (no PTPL).
     t.regs.clear();
@@ -614,4 +714,83 @@ TEST_F(AgentElectorTest, TheQueueIsBounded) {
 }
 
 }  // namespace
+// The driver's state-by-event table, pair by pair: every phase x event is
+// either the phase written here or impossible (the driver aborts on it).
+TEST(ElectorDriverTable, EveryPhaseAndEventPair) {
+    using P = ElectorDriver::Phase;
+    using E = ElectorDriver::Event;
+    const P phases[] = {P::idle, P::campaigning, P::winning, P::leader, P::backoff, P::withdrawing, P::losing};
+    const E events[] = {E::candidate, E::not_candidate, E::campaign_failed, E::won,      E::holding,
+                        E::withdraw,  E::lose,          E::resign,          E::resign_back_off, E::shutdown};
+    const auto expected = [](P p, E e) -> std::optional<P> {
+        if (e == E::shutdown) return P::idle;
+        const bool in_campaign =
+            p == P::campaigning || p == P::winning || p == P::leader || p == P::withdrawing || p == P::losing;
+        switch (e) {
+        case E::candidate:
+            if (p == P::idle || p == P::backoff) return P::campaigning;
+            return std::nullopt;
+        case E::not_candidate: return p == P::backoff ? std::optional<P>(P::idle) : std::nullopt;
+        case E::campaign_failed: return p == P::campaigning ? std::optional<P>(P::backoff) : std::nullopt;
+        case E::won: return p == P::campaigning ? std::optional<P>(P::winning) : std::nullopt;
+        case E::holding: return p == P::winning ? std::optional<P>(P::leader) : std::nullopt;
+        case E::withdraw: return p == P::winning ? std::optional<P>(P::withdrawing) : std::nullopt;
+        case E::lose:
+            if (p == P::winning || p == P::leader || p == P::withdrawing) return P::losing;
+            return std::nullopt;
+        case E::resign: return in_campaign ? std::optional<P>(P::idle) : std::nullopt;
+        case E::resign_back_off: return in_campaign ? std::optional<P>(P::backoff) : std::nullopt;
+        case E::shutdown: break;
+        }
+        return std::nullopt;
+    };
+    std::set<P> reached;
+    int allowed = 0;
+    for (P p : phases)
+        for (E e : events) {
+            const auto got = ElectorDriver::next_phase(p, e);
+            EXPECT_EQ(got, expected(p, e)) << ElectorDriver::phase_name(p) << " x " << ElectorDriver::event_name(e);
+            if (got) {
+                ++allowed;
+                reached.insert(*got);
+            }
+            EXPECT_STRNE(ElectorDriver::event_name(e), "?");
+        }
+    EXPECT_EQ(allowed, 27);
+    for (P p : phases) EXPECT_TRUE(reached.count(p) || p == P::idle) << ElectorDriver::phase_name(p) << " unreachable";
+    EXPECT_TRUE(reached.count(P::idle));
+    // Nothing leads into leading but the agent's answer, nor into winning
+    // but a won campaign.
+    for (P p : phases)
+        for (E e : events) {
+            if (ElectorDriver::next_phase(p, e) == P::leader) {
+                EXPECT_TRUE(p == P::winning && e == E::holding);
+            }
+            if (ElectorDriver::next_phase(p, e) == P::winning) {
+                EXPECT_TRUE(p == P::campaigning && e == E::won);
+            }
+        }
+}
+
+// A FENCED agent that is a candidate again (own key holding, action done)
+// campaigns; one whose key is gone and that is no candidate does not
+// (AFencedAgentDoesNotCampaign); a leader whose agent went FENCED resigns.
+TEST_F(AgentElectorTest, ALeaderWhoseAgentIsFencedResignsAndCampaignsAgainOnceACandidate) {
+    setup_rejoin_auto();
+    win();
+    // The agent self-fences (a lost view, say) while etcd still has us lead.
+    ASSERT_TRUE(b->agent->lose_lease("test: fenced while leading").ok());
+    ASSERT_EQ(b->agent->state(), AgentState::fenced);
+    const int resigns = elector.resigns;
+    const int campaigns = elector.campaigns;
+    bridge->publish(*b->agent);
+    run(1);
+    EXPECT_EQ(elector.resigns, resigns + 1) << "a leader's agent must hold";
+    EXPECT_NE(driver->phase(), ElectorDriver::Phase::leader);
+    for (int i = 0; i < 20 && driver->phase() != ElectorDriver::Phase::leader; ++i) run(1);
+    EXPECT_GT(elector.campaigns, campaigns);
+    EXPECT_EQ(driver->phase(), ElectorDriver::Phase::leader) << b->hooks->dump();
+    EXPECT_EQ(b->agent->state(), AgentState::holder);
+}
+
 }  // namespace nvfence::test

@@ -23,11 +23,14 @@
 ///    older than one already used on the device;
 ///  - acked_write_lost: a write acknowledged ok landed, and no landed write
 ///    is overwritten by one of an older epoch;
-///  - holder_past_lease: a host whose lease ran out by its own clock does
-///    not report HOLDER;
+///  - holder_past_lease: an idle agent (it had its turn: not inside a call,
+///    frozen, due or with elector events queued) whose lease ran out by its
+///    own clock does not report HOLDER (judged while its driver is not inside
+///    a call: one nested in a later wait ends only after it);
 ///  - liveness: after the world healed, within a bounded simulated time,
 ///    exactly one live host holds (on the device and in its agent) and
-///    every live host is STANDBY or HOLDER;
+///    every live host is a candidate (STANDBY, HOLDER, or FENCED with its
+///    own key still holding and its fence action done: Agent::candidate);
 ///  - holder_without_view (safety rule 8, unknown is not owned): an idle
 ///    agent does not report HOLDER when its last successful Report is older
 ///    than its view timeout plus one check (interval + device timeouts);
@@ -80,7 +83,9 @@ struct HostView {
     AgentState state = AgentState::starting;   ///< The agent's state.
     int64_t local_ms = 0;                      ///< Its own clock.
     int64_t lease_deadline_ms = INT64_MIN;     ///< Its lease may live until this (own clock).
-    bool idle = true;                          ///< Its agent had its turn: not in a call, frozen or due.
+    bool idle = true;                          ///< Its agent had its turn: not in a call, frozen, due or with events queued.
+    bool driver_in_call = false;               ///< Its elector driver is inside an elector call.
+    bool candidate = false;                    ///< Its agent may stand in an election (Agent::candidate()).
     int64_t last_view_ms = 0;                  ///< Its last successful Report (own clock).
     int64_t view_bound_ms = INT64_MAX;         ///< How stale a HOLDER's view may get (own clock).
     bool action_pending = false;               ///< Its state file says the fence action is pending.

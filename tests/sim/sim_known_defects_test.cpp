@@ -5,16 +5,16 @@
 // Fixed (regression tests: no violation): defect 1 (a stale winner preempted
 // the leader elected after it, and held with an epoch derived from the
 // device), defect 3 (an answer applied to the wrong term; a term carried out
-// after the elector resigned it) and defect 5 (the first takeover preempted
-// every standby; a host fenced while holding never campaigned again without
-// `nvfence rejoin`). The seeds that found them replay the same schedules up
-// to the takeover, which now goes the other way.
+// after the elector resigned it), defect 4 (lease loss handled outside the
+// agent: HOLDER past the lease, also after a restart) and defect 5 (the
+// first takeover preempted every standby; a host fenced while holding never
+// campaigned again without `nvfence rejoin`). The seeds that found them
+// replay the same schedules up to the takeover, which now goes the other way.
 //
 // Still known (these tests EXPECT the violation, so CI stays green while
 // the defects are known; when they are fixed the tests fail, on purpose:
 // then turn each into a regression test and drop the defect from
-// known_defect(), sim_invariants.cpp): defect 4 (lease loss handled outside
-// the agent: HOLDER past the lease) and finding 11 of the simulator (no
+// known_defect(), sim_invariants.cpp): finding 11 of the simulator (no
 // leader while etcd answers at about the call bound).
 //
 // A seed replays bit for bit on the same code; a product change that moves
@@ -30,9 +30,7 @@ namespace {
 constexpr uint32_t bit(Inv i) { return 1u << static_cast<unsigned>(i); }
 
 // The defects still known, tolerated so a run reaches the others.
-constexpr uint32_t kKnown = bit(Inv::holder_past_lease) | bit(Inv::liveness);
-// Defect 4 alone: where the liveness invariant is checked too.
-constexpr uint32_t kDefect4 = bit(Inv::holder_past_lease);
+constexpr uint32_t kKnown = bit(Inv::liveness);
 
 ScheduleResult replay(uint64_t seed, uint32_t tolerate) {
     SimOptions o;
@@ -111,28 +109,43 @@ TEST(SimRegressions, FaultFreeSchedulesLeaveNoFencedStandby) {
     }
 }
 
-// Issue 24 defect 4 (still known): a restarted agent resumes HOLDER after
-// its lease ran out by its own clock.
-TEST(SimKnownDefects, Seed6HolderPastItsLease) {
-    const ScheduleResult r = replay(6, bit(Inv::liveness));
-    ASSERT_TRUE(r.violation) << "issue 24 defect 4 no longer shows with seed 6 (fixed? see the header)";
-    EXPECT_EQ(r.violation->inv, Inv::holder_past_lease) << r.violation->what;
+// Issue 24 defect 4: a restarted agent resumed HOLDER after its lease ran
+// out by its own clock (seed 6). Now a restart under an elector finds no
+// lease and resumes FENCED (holder_needs_lease); a lease loss is the agent's
+// own transition, and the term is resigned once the agent stepped down.
+TEST(SimRegressions, Seed6NoHolderPastItsLeaseAfterARestart) {
+    const ScheduleResult r = replay(6, kKnown);
+    EXPECT_FALSE(r.violation) << what(r);
+}
+
+// Defect 4's other ways to HOLDER past the lease, found while fixing it: a
+// leader's keepalive allowed past the step-down point (14), a failed
+// takeover whose command was done (49), a takeover whose commands ended
+// after the lease (427), a term given up while the agent carried it out
+// (2351), a hold found by a check with no term (5285), and a loss queued
+// behind 16 log lines while the agent was stuck in a device command (11563).
+TEST(SimRegressions, DefectFourSeedsKeepNoHolderPastTheLease) {
+    for (uint64_t seed : {14ull, 49ull, 427ull, 2351ull, 5285ull, 11563ull}) {
+        const ScheduleResult r = replay(seed, kKnown);
+        EXPECT_FALSE(r.violation) << "seed " << seed << ": " << what(r);
+    }
 }
 
 // Issue 24 defect 5, second half: the host fenced while holding (seed 2:
 // host 0) is a candidate again by itself (rejoin = auto), and the schedule
 // ends live.
 TEST(SimRegressions, Seed2AFencedHolderCampaignsAgainWithoutRejoin) {
-    const ScheduleResult r = replay(2, kDefect4);
+    const ScheduleResult r = replay(2, 0);
     EXPECT_FALSE(r.violation) << what(r);
 }
 
 // Finding 11 (still known): with etcd answering at about each call's bound,
-// nobody is elected for 12 s after the world healed; also on the code before
-// issue 24's fixes.
-TEST(SimKnownDefects, Seed62NoLeaderWhileEtcdAnswersAtTheBound) {
-    const ScheduleResult r = replay(62, kDefect4);
-    ASSERT_TRUE(r.violation) << "finding 11 no longer shows with seed 62 (fixed? see the header)";
+// nobody is elected for 15 s after the world healed; also on the code before
+// issue 24's fixes (seed 62 showed it until the simulator served the
+// elector's events in nvfenced's order; the schedules moved).
+TEST(SimKnownDefects, Seed165NoLeaderWhileEtcdAnswersAtTheBound) {
+    const ScheduleResult r = replay(165, 0);
+    ASSERT_TRUE(r.violation) << "finding 11 no longer shows with seed 165 (fixed? see the header)";
     EXPECT_EQ(r.violation->inv, Inv::liveness) << r.violation->what;
     EXPECT_NE(r.violation->what.find("0 agents report HOLDER"), std::string::npos) << r.violation->what;
 }

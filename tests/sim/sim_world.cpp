@@ -558,6 +558,7 @@ void World::setup() {
     agent_opts_.type = ResvType::write_exclusive;
     agent_opts_.role = StartRole::standby;
     agent_opts_.rejoin_auto = true;  // as nvfenced with elector = etcd (rejoin = auto)
+    agent_opts_.holder_needs_lease = true;  // as nvfenced with lease_loss = fence
     agent_opts_.interval_ms = static_cast<uint32_t>(rng_.range(100, 1000));
     agent_opts_.device_timeout_ms = static_cast<uint32_t>(rng_.range(500, 3000));
     agent_opts_.volume = "vol-sim";
@@ -753,11 +754,15 @@ void World::agent_step(Host& H) {
         H.next[kApp] = now_ + rng_.range(0, 50);
     } else {
         const AgentState before = p.agent.state();
+        // In nvfenced's order: a due check, then the elector's events (its
+        // loop drains them after every poll, before it serves a status), so
+        // an event posted while a check blocked is served before anyone can
+        // ask the agent anything.
+        if (p.agent.until_next_check().count() == 0) p.agent.check();
         if (H.bridge_dirty) {
             H.bridge_dirty = false;
             p.bridge.drain(p.agent, p.hooks, H.clock);
         }
-        if (p.agent.until_next_check().count() == 0) p.agent.check();
         p.bridge.publish(p.agent);
         if (p.agent.state() != before) H.next[kDriver] = std::min(H.next[kDriver], now_ + 1);
     }
@@ -1117,11 +1122,18 @@ HostView World::view(Host& H) {
     HostView v;
     v.alive = H.live();
     v.state = v.alive ? H.proc->agent.state() : AgentState::starting;
+    v.candidate = v.alive && H.proc->agent.candidate();
     v.local_ms = H.clock.local_ms();
     v.lease_deadline_ms = H.lease_deadline_local;
     // Judged only when its agent had its turn: not inside a call, not
     // frozen, not due (a thawed VM's clock may have jumped: it checks next).
-    v.idle = !H.blocked[kAgent] && H.frozen_until <= now_ && H.next[kAgent] > now_;
+    // Nor with elector events queued: nvfenced's loop serves them (the
+    // eventfd ends its poll at once) before it answers anyone.
+    v.idle = !H.blocked[kAgent] && H.frozen_until <= now_ && H.next[kAgent] > now_ && !H.bridge_dirty;
+    // The driver's call can outlive its bound here only because a wait
+    // nested in it must end first (the agent's, say): its loss is late by
+    // the simulator's one stack, not by the product.
+    v.driver_in_call = H.blocked[kDriver];
     v.last_view_ms = H.last_view_local;
     // check_view() runs once per check: its bound, then one more interval
     // and a check's worth of device timeouts (log page and Report).

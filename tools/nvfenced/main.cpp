@@ -551,6 +551,9 @@ int run(const nvfence::AgentSettings& s, spdlog::logger& log, const nvfence::Set
     // Under an elector, failover after failover needs the fenced hosts back
     // as candidates; without one, the operator's rejoin stays the way back.
     opts.rejoin_auto = s.rejoin_auto.value_or(elector != nullptr);
+    // HOLDER only under a live lease: a restart finds no lease (it ended
+    // with the process), so a holding host resumes FENCED (issue 24).
+    opts.holder_needs_lease = elector && elector->settings().lease_loss == nvfence::LeaseLossAction::fence;
     opts.volume = d.volume;
     opts.device = d.info.paths.block;
     nvfence::Fd sigfd = signal_fd();
