@@ -108,7 +108,7 @@ struct WinReply {
 
 /// What the driver shows in `nvfence status`.
 struct ElectorSnapshot {
-    std::string phase = "starting";  ///< idle, campaigning, winning, leader, backoff, stopped.
+    std::string phase = "starting";  ///< idle, campaigning, winning, leader, backoff, withdrawing, losing, stopped.
     std::string leader;              ///< The current leader's identity ("" unknown / none).
     bool self_leads = false;         ///< This host leads.
     uint32_t term = 0;               ///< The token of our leadership (0: none).
