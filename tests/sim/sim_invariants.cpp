@@ -27,7 +27,7 @@ const char* inv_name(Inv i) {
 
 int known_defect(Inv i) {
     switch (i) {
-    case Inv::liveness: return 11;               // no leader while etcd answers at about the call bound (seed 165)
+    case Inv::liveness: return 11;               // no leader while calls outlive their bounds (seed 640)
     default: return 0;
     }
 }

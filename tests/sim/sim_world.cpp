@@ -409,6 +409,12 @@ Result<LeaderInfo> SimElector::campaign(Ms timeout) {
         auto r = w_.etcd_call<int64_t>(host_, left(), [&]() -> Result<int64_t> {
             auto& e = w_.etcd();
             if (!e.lease(lease_)) return make_error_code(ElectorErrc::lease_expired);
+            // One key per lease (<election>/<lease>), as EtcdElector's
+            // candidacy transaction: a put whose answer was lost is found
+            // again, not queued twice. Two keys on one lease had the host
+            // wait behind its own older key for ever (finding 11).
+            for (const EtcdCandidate& c : e.queue)
+                if (c.lease == lease_) return c.rev;
             const int64_t rev = ++e.revision;
             e.queue.push_back({host_, lease_, rev, 0});
             return rev;
