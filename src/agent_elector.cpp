@@ -98,6 +98,11 @@ bool ElectorBridge::agent_candidate() const {
     return candidate_;
 }
 
+uint64_t ElectorBridge::agent_key() const {
+    std::lock_guard lk(mu_);
+    return agent_key_;
+}
+
 uint32_t ElectorBridge::device_epoch() const {
     std::lock_guard lk(mu_);
     return device_epoch_;
@@ -193,6 +198,7 @@ void ElectorBridge::publish(const Agent& agent) {
         std::lock_guard lk(mu_);
         state_ = agent.state();
         candidate_ = agent.candidate();
+        agent_key_ = agent.key();
         device_epoch_ = std::max(device_epoch_, epoch);
         ++publishes_;
     }
@@ -265,6 +271,16 @@ WinReply ElectorBridge::carry_out(Agent& agent, AgentHooks&, Clock& clock, const
     if (clock.now() >= act_before(token)) {
         r.why = "the lease may have expired before the win reached the agent: not acting on token " +
                 std::to_string(token);
+        return r;
+    }
+    // The win was decided for the host as it was then. A key made since (a
+    // rejoin after a fence) belongs to another story, and its epoch may even
+    // equal the token, which the token rule would take for the term's own
+    // key (the simulator's seed 393135: a win delivered 8.6 s late, after a
+    // frozen VM, a target restart and a rejoin to the token's epoch).
+    if (e.agent_key != agent.key()) {
+        r.why = "this host's key changed since the win was posted (" + format_key(e.agent_key) + " -> " +
+                format_key(agent.key()) + "): not acting on token " + std::to_string(token);
         return r;
     }
     // Read again after the device was: the driver renews the lease meanwhile.
@@ -670,6 +686,7 @@ void ElectorDriver::post_win() {
     ElectorEvent e;
     e.kind = ElectorEventKind::won;
     e.term = term_;
+    e.agent_key = bridge_.agent_key();
     bridge_.set_term(term_.epoch, guard_->lease_deadline() - milliseconds(gopts_.margin_ms));
     if (bridge_.post(std::move(e), call_)) awaiting_answer_ = true;
     else give_up("event queue full: win dropped", true);

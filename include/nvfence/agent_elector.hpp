@@ -80,6 +80,7 @@ enum class ElectorEventKind : uint8_t {
 struct ElectorEvent {
     ElectorEventKind kind = ElectorEventKind::note;  ///< What.
     Term term;                                 ///< won: the token and leadership.
+    uint64_t agent_key = 0;                    ///< won: the agent's key as last published when the win was posted.
     LossReason reason = LossReason::none;      ///< lost: why.
     std::string text;                          ///< note/lost: in words.
     EventLevel level = EventLevel::info;       ///< note: how loud.
@@ -146,6 +147,8 @@ public:
     bool agent_candidate() const;
     /// Driver: the highest epoch of our tag the agent last saw on the device.
     uint32_t device_epoch() const;
+    /// Driver: the agent's key when it last published (0: none).
+    uint64_t agent_key() const;
     /// Driver: waits at most @p wait for the answer to the won event of
     /// @p token and takes it (WinAnswer::none when none came). Answers for
     /// other terms are dropped (take_dropped_answers() hands them over).
@@ -215,6 +218,7 @@ private:
     std::vector<WinReply> stale_answers_;
     AgentState state_ = AgentState::starting;
     bool candidate_ = false;
+    uint64_t agent_key_ = 0;
     uint32_t device_epoch_ = 0;
     uint32_t term_ = 0;
     Clock::TimePoint term_act_before_{};

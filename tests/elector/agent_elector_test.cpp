@@ -158,6 +158,7 @@ protected:
         ElectorEvent e;
         e.kind = ElectorEventKind::won;
         e.term.epoch = token;
+        e.agent_key = b->agent->key();
         bridge->set_term(token, clock.now() + std::chrono::seconds(10));
         ASSERT_TRUE(bridge->post(e, std::chrono::milliseconds(0)));
     }
@@ -533,6 +534,30 @@ TEST_F(AgentElectorTest, ARejoinDuringTheChecksReportIsNotTakenForTheTerm) {
     EXPECT_NE(r.why.find("while reading the device"), std::string::npos) << r.why;
     EXPECT_FALSE(t.is_holder(b->id)) << b->hooks->dump();
     EXPECT_EQ(b->agent->state(), AgentState::standby) << "rejoined, a candidate";
+}
+
+// The same when the rejoin comes before the agent gets to the win (a win
+// delivered late: the simulator's seed 393135, after a frozen VM with a
+// stopped clock and a target restart): the key the win was posted for is
+// gone, and the rejoin's key, whose epoch equals the token, is not the term's.
+TEST_F(AgentElectorTest, ARejoinBeforeTheWinIsCarriedOutIsNotTakenForTheTerm) {
+    setup_rejoin_auto();
+    const uint32_t token = epoch(b->agent->key()) + 1;  // the epoch a rejoin takes next
+    post_win(token);
+    t.regs.clear();  // the target forgets every key (no PTPL)
+    t.type = ResvType::none;
+    t.holder.reset();
+    t.generation = 0;
+    b->agent->check();  // fenced by the restart, rejoined at once (action done)
+    ASSERT_EQ(b->agent->state(), AgentState::standby) << b->hooks->dump();
+    ASSERT_EQ(epoch(b->agent->key()), token);
+    const size_t acquires = b->sent(opcode::kResvAcquire);
+    bridge->drain(*b->agent, *b->hooks, clock);
+    const WinReply r = bridge->take_answer(token, std::chrono::milliseconds(0));
+    EXPECT_EQ(r.answer, WinAnswer::failed) << r.why;
+    EXPECT_NE(r.why.find("key changed since the win was posted"), std::string::npos) << r.why;
+    EXPECT_EQ(b->sent(opcode::kResvAcquire), acquires);
+    EXPECT_FALSE(t.is_holder(b->id)) << b->hooks->dump();
 }
 
 // The agent never answers a win (blocked in a command) and the lease runs

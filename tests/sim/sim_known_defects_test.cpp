@@ -139,6 +139,17 @@ TEST(SimRegressions, Seed2AFencedHolderCampaignsAgainWithoutRejoin) {
     EXPECT_FALSE(r.violation) << what(r);
 }
 
+// A win delivered 8.6 s late (host 1 frozen with its clock stopped) after
+// two target restarts (no PTPL) had wiped the newer leader's epoch 9 and a
+// rejoin had given host 1 a key whose epoch equalled the stale token 7: taken
+// for the term's own key, it acquired and wrote over epoch 9's writes
+// (acked_write_lost, the hour run of 2026-12-03). A win is now carried out
+// only for the key it was posted for.
+TEST(SimRegressions, Seed393135AWinIsNotCarriedOutOnAKeyMadeSince) {
+    const ScheduleResult r = replay(393135, kKnown);
+    EXPECT_FALSE(r.violation) << what(r);
+}
+
 // Finding 11, first cause (a defect of the simulator's etcd): a candidate
 // whose put's answer was lost put again on the same lease and queued twice,
 // then waited for ever behind its own older key, which its renewals kept
