@@ -205,11 +205,33 @@ void ElectorBridge::publish(const Agent& agent) {
     cv_.notify_all();
 }
 
+bool ElectorBridge::watch_lease(Agent& agent, Clock& clock) {
+    if (!agent.options().holder_needs_lease || agent.state() != AgentState::holder) return false;
+    const uint32_t token = term();
+    if (clock.now() < act_before(token)) return false;
+    const std::string why = token == 0 ? std::string("the elector holds no term for this host")
+                                       : "the lease of term " + std::to_string(token) +
+                                             " may run out: its act-before point passed by this host's clock "
+                                             "without a renewal from the elector";
+    (void)agent.lose_lease(why);
+    NVF_INVARIANT(agent.state() != AgentState::holder);
+    publish(agent);
+    return true;
+}
+
+std::chrono::milliseconds ElectorBridge::until_lease_watch(const Agent& agent, Clock& clock) const {
+    if (!agent.options().holder_needs_lease || agent.state() != AgentState::holder)
+        return std::chrono::milliseconds::max();
+    const auto left = act_before(term()) - clock.now();
+    return std::max(std::chrono::milliseconds(0), std::chrono::ceil<std::chrono::milliseconds>(left));
+}
+
 size_t ElectorBridge::drain(Agent& agent, AgentHooks& hooks, Clock& clock) {
     if (wake_) {
         uint64_t n = 0;
         (void)!::read(wake_.get(), &n, sizeof n);
     }
+    (void)watch_lease(agent, clock);
     publish(agent);
     size_t served = 0;
     for (; served < kElectorQueueCap; ++served) {

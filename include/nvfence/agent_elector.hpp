@@ -193,6 +193,17 @@ public:
     size_t drain(Agent& agent, AgentHooks& hooks, Clock& clock);
     /// Agent's thread: publishes the Agent's state and device epoch.
     void publish(const Agent& agent);
+    /// Agent's thread, the lease's watchdog (drain() runs it first): with
+    /// AgentOptions::holder_needs_lease, a HOLDER whose term's act-before
+    /// point (its lease deadline minus the margin, by this host's clock) has
+    /// passed steps down by itself (Agent::lose_lease), whether or not the
+    /// driver has posted the loss yet: a driver stalled in a call or behind
+    /// a frozen VM never keeps the agent saying HOLDER past its lease.
+    /// True when it stepped the agent down.
+    bool watch_lease(Agent& agent, Clock& clock);
+    /// Agent's thread: how long the agent may sleep before watch_lease()
+    /// has to run (its poll's bound; max() when nothing is to watch).
+    std::chrono::milliseconds until_lease_watch(const Agent& agent, Clock& clock) const;
 
 private:
     // cv_.wait_for bounded by wait_cap_; a bound of 0 only tests @p pred

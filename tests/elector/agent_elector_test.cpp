@@ -372,6 +372,53 @@ TEST_F(AgentElectorTest, ARestartedHolderHasNoLeaseAndIsFencedOnce) {
     EXPECT_EQ(a->agent->state(), AgentState::holder) << a->hooks->dump();
 }
 
+// The lease's watchdog on the agent's side (nvfence-sim seed 178952): the
+// VM froze while the driver was inside a call; at the thaw the agent got
+// its turn first and said HOLDER 1.5 s past its lease, the driver's loss
+// still to come. Now the agent steps down by itself once its term's
+// act-before point passed, and its poll is bounded by that point.
+TEST_F(AgentElectorTest, AHolderPastItsTermsActBeforeStepsDownWithoutTheDriversLoss) {
+    setup();
+    b->opts.holder_needs_lease = true;
+    b->opts.rejoin_auto = true;
+    b->boot();
+    b->start_ok();
+    bridge->publish(*b->agent);
+    win();
+    const auto bound = bridge->until_lease_watch(*b->agent, clock);
+    EXPECT_GT(bound.count(), 0);
+    EXPECT_LE(bound.count(), 2000 - 500) << "at most the lease minus the margin";
+    EXPECT_FALSE(bridge->watch_lease(*b->agent, clock)) << "inside the lease nothing happens";
+    EXPECT_EQ(b->agent->state(), AgentState::holder);
+    // The driver stalls (no step): only the agent's thread runs.
+    clock.advance(bound - std::chrono::milliseconds(1));
+    EXPECT_EQ(bridge->drain(*b->agent, *b->hooks, clock), 0u);
+    EXPECT_EQ(b->agent->state(), AgentState::holder) << "1 ms before the point it still holds";
+    const int writers_before = b->hooks->writers_stopped;
+    clock.advance(std::chrono::milliseconds(1));
+    EXPECT_EQ(bridge->drain(*b->agent, *b->hooks, clock), 0u) << "no event served: the watchdog acted";
+    EXPECT_EQ(b->agent->state(), AgentState::fenced) << b->hooks->dump();
+    EXPECT_GT(b->hooks->writers_stopped, writers_before);
+    EXPECT_EQ(b->hooks->fence_actions, 1);
+    EXPECT_TRUE(b->hooks->saw(AgentEventKind::state_changed, "act-before point passed")) << b->hooks->dump();
+    EXPECT_EQ(bridge->agent_state(), AgentState::fenced) << "published for the driver";
+    EXPECT_EQ(bridge->until_lease_watch(*b->agent, clock), std::chrono::milliseconds::max());
+    // The driver then resigns (the agent no longer says HOLDER).
+    run(2);
+    EXPECT_EQ(elector.resigns, 1);
+}
+
+// With lease_loss = hold (no holder_needs_lease) the watchdog leaves a
+// HOLDER alone: it holds until preempted.
+TEST_F(AgentElectorTest, TheLeasesWatchdogIsOffWithLeaseLossHold) {
+    setup(LeaseLossAction::hold);
+    win();
+    EXPECT_EQ(bridge->until_lease_watch(*b->agent, clock), std::chrono::milliseconds::max());
+    clock.advance(std::chrono::seconds(5));
+    EXPECT_FALSE(bridge->watch_lease(*b->agent, clock));
+    EXPECT_EQ(b->agent->state(), AgentState::holder);
+}
+
 TEST_F(AgentElectorTest, AFencedAgentDoesNotCampaign) {
     setup();
     Peer c(t, 3, kTag, 3);

@@ -6,6 +6,7 @@
 /// elector's thread, the takeover refusal and the status line. main.cpp
 /// calls these few functions; without `elector = etcd` they do nothing.
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
@@ -46,6 +47,12 @@ public:
     /// On every wake of the agent's thread: serves the elector's events.
     void on_wake(nvfence::Agent& agent, nvfence::AgentHooks& hooks, nvfence::Clock& clock) {
         bridge_.drain(agent, hooks, clock);
+    }
+    /// The agent's poll wakes by then at the latest (ms), so a HOLDER whose
+    /// lease may run out steps down on time (ElectorBridge::watch_lease).
+    int64_t until_lease_watch_ms(const nvfence::Agent& agent, nvfence::Clock& clock) const {
+        const auto w = bridge_.until_lease_watch(agent, clock);
+        return w == std::chrono::milliseconds::max() ? INT64_MAX : w.count() + 1;
     }
     /// A request the elector owns (takeover) gets its refusal in @p out;
     /// true when refused.

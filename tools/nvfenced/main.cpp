@@ -488,6 +488,9 @@ void serve(nvfence::Agent& agent, nvfence::FollowingDevice& device, const Served
         control.poll_fds(fds);
         int timeout_ms = static_cast<int>(wait.count());
         if (const int d = control.next_deadline_ms(); d >= 0) timeout_ms = std::min(timeout_ms, d);
+        if (elector && sv.clock)
+            timeout_ms = static_cast<int>(
+                std::min<int64_t>(timeout_ms, elector->until_lease_watch_ms(agent, *sv.clock)));
         const int rc = ::poll(fds.data(), fds.size(), timeout_ms);
         if (rc > 0 && (fds[1].revents & (POLLIN | POLLERR))) on_uevents(aen, agent, device, log);
         if (sv.elector) sv.elector->on_wake(agent, *sv.hooks, *sv.clock);
