@@ -23,11 +23,15 @@ check 2 "unknown fault kind" "$SIM" --schedules 1 --faults nosuchfault
 check 2 "unknown invariant" "$SIM" --schedules 1 --tolerate nosuchinvariant
 check 0 "a clean seed in known-defect mode" "$SIM" --seed 1 --known-defects
 check 0 "a few schedules in known-defect mode" "$SIM" --schedules 20 --jobs 2 --known-defects --progress-ms 0
-# finding 11 (tests/sim/sim_known_defects_test.cpp): a violation exits 1
-check 1 "a known-defect seed" "$SIM" --seed 640
-out=$("$SIM" --seed 640 2>&1)
-grep -q '^VIOLATION of liveness at step [0-9]* (seed 640)' <<<"$out" || { echo "FAIL: no violation line"; fail=1; }
+# A violation exits 1 with its seed, step, trace and replay line (no seed
+# breaks an invariant on today's code: --fail-at-step asks for one).
+check 1 "a violation" "$SIM" --seed 640 --fail-at-step 30
+out=$("$SIM" --seed 640 --fail-at-step 30 2>&1)
+grep -q '^VIOLATION of self_test at step 30 (seed 640)' <<<"$out" || { echo "FAIL: no violation line"; fail=1; }
 grep -q '^replay: nvfence-sim --seed 640' <<<"$out" || { echo "FAIL: no replay line"; fail=1; }
+grep -q 'step    30  VIOLATION: self_test' <<<"$out" || { echo "FAIL: no trace"; fail=1; }
+check 1 "a violation among schedules" "$SIM" --schedules 4 --jobs 2 --fail-at-step 5 --progress-ms 0
+check 2 "a step of 0" "$SIM" --seed 1 --fail-at-step 0
 h1=$("$SIM" --seed 77 --known-defects | grep -o 'trace hash [0-9a-f]*')
 h2=$("$SIM" --seed 77 --known-defects | grep -o 'trace hash [0-9a-f]*')
 [ -n "$h1" ] && [ "$h1" = "$h2" ] || { echo "FAIL: seed 77 replayed with '$h1' then '$h2'"; fail=1; }

@@ -61,9 +61,12 @@ enum class Inv : uint8_t {
     liveness,
     holder_without_view,
     fence_action_pending,
+    /// Not a property of the product: the violation SimOptions::fail_at_step
+    /// asks for, so the reporting path (seed, trace, exit code) is tested.
+    self_test,
 };
 /// Number of Inv values.
-inline constexpr size_t kInvCount = 11;
+inline constexpr size_t kInvCount = 12;
 /// Words for an invariant ("epoch_not_token", ...).
 const char* inv_name(Inv i);
 /// The issue-24 defect that breaks @p i on the code this simulator was
@@ -84,7 +87,6 @@ struct HostView {
     int64_t local_ms = 0;                      ///< Its own clock.
     int64_t lease_deadline_ms = INT64_MIN;     ///< Its lease may live until this (own clock).
     bool idle = true;                          ///< Its agent had its turn: not in a call, frozen, due or with events queued.
-    bool driver_in_call = false;               ///< Its elector driver is inside an elector call.
     bool candidate = false;                    ///< Its agent may stand in an election (Agent::candidate()).
     int64_t last_view_ms = 0;                  ///< Its last successful Report (own clock).
     int64_t view_bound_ms = INT64_MAX;         ///< How stale a HOLDER's view may get (own clock).

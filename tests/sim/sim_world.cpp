@@ -8,12 +8,13 @@
 // ring). Besides them the device executes queued commands and the fault
 // injector acts. Each has a next wake time; one step runs the earliest
 // (ties broken by the PRNG). A call that waits (a device command, an
-// elector call) blocks its thread: the world runs every other thread's
-// steps up to the call's end (nested, on the same stack), then the call
-// returns. A host whose process dies inside a call unwinds with SimCrash;
-// its objects are destroyed once no frame of it is left on the stack.
-// Limitation: nested waits complete last-in first-out, so a call that began
-// inside another host's wait and ends after it delays that wait's end.
+// elector call) blocks its thread: the agent's loop and the driver run on
+// fibers of their own (sim_fiber.hpp), so a wait suspends the thread and the
+// scheduler resumes it when the world's time reaches the wait's end, while
+// every other thread goes on. Waits end in the order of their ends, as real
+// bounded calls do. A host whose process dies inside a call unwinds its
+// fibers with SimCrash; its objects are destroyed once no fiber of it is
+// left.
 #include "sim_world.hpp"
 
 #include <algorithm>
@@ -32,6 +33,7 @@
 #include "nvfence/epoch_store.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/key.hpp"
+#include "sim_fiber.hpp"
 #include "sim_host.hpp"
 #include "sim_rng.hpp"
 
@@ -71,6 +73,7 @@ constexpr uint32_t kBlocks = 16;  // the media the writers write (InvariantCheck
 constexpr uint32_t kBlockBytes = 512;
 constexpr int kThreads = 3;
 enum Thr : int { kAgent = 0, kDriver = 1, kApp = 2 };
+constexpr int kFiberThreads = 2;  // kAgent and kDriver wait; the application never does
 
 uint32_t epoch_of(uint64_t key) {
     auto f = decode_key(key);
@@ -227,7 +230,17 @@ struct Host {
     bool dying = false;
     int frames = 0;
     std::array<int64_t, kThreads> next{};
-    std::array<bool, kThreads> blocked{};
+    std::array<bool, kThreads> blocked{};  // suspended in World::block
+    std::array<int64_t, kThreads> wake{};  // a blocked thread's wait ends
+    std::array<int64_t, kThreads> call_end{};  // the bound of the call it waits in
+    // The agent's loop and the elector driver wait on fibers of their own.
+    struct FiberArg {
+        World* world;
+        int host;
+        int thr;
+    };
+    std::array<std::unique_ptr<Fiber>, kFiberThreads> fibers;
+    std::array<FiberArg, kFiberThreads> fiber_args{};
     int64_t frozen_until = 0;
     int64_t etcd_cut_until = 0;
     int64_t dev_cut_until = 0;
@@ -278,6 +291,8 @@ public:
     EtcdModel& etcd() { return etcd_; }
     Host& host(int h) { return *hosts_[static_cast<size_t>(h)]; }
     void block(int h, int thr, int64_t until);
+    /// A call of @p h's thread @p thr that ends by @p end_ms at the latest.
+    void call_started(int h, int thr, int64_t end_ms) { host(h).call_end[static_cast<size_t>(thr)] = end_ms; }
     void token_issued(uint32_t token, int h) {
         checker_.token_issued(token, h);
         trace(Rec::token, h, token, 0);
@@ -311,6 +326,8 @@ private:
     int64_t device_time() const;
     bool run_one(int64_t limit);
     void run_thread(Host& H, int thr);
+    static void thread_main(void* arg);
+    void unwind_fibers();
     void agent_step(Host& H);
     void driver_step(Host& H);
     void app_step(Host& H);
@@ -341,7 +358,7 @@ private:
     Rng rng_;
     int64_t now_ = 0;
     uint64_t steps_ = 0;
-    int depth_ = 0;
+    bool unwinding_ = false;  // the schedule ended: suspended fibers unwind
     test::FakeTarget target_;
     EtcdModel etcd_;
     std::vector<std::unique_ptr<Host>> hosts_;
@@ -357,7 +374,6 @@ private:
     bool healed_ = false;
     int64_t heal_at_ = 0;
     int64_t live_deadline_ = kNever;
-    static constexpr int64_t kInCallGraceMs = 60000;
     bool done_ = false;
     uint64_t writer_ids_ = 0;
     AlignedBuffer buf_{kBlockBytes, kBlockBytes};
@@ -441,7 +457,9 @@ Result<LeaderInfo> SimElector::campaign(Ms timeout) {
             return r.error();
         }
         if (r.error() != make_error_code(ElectorErrc::not_leader)) return r.error();
-        w_.block(host_, kDriver, std::min(deadline, w_.now() + w_.rng().range(20, 120)));
+        const int64_t until = std::min(deadline, w_.now() + w_.rng().range(20, 120));
+        w_.call_started(host_, kDriver, until);
+        w_.block(host_, kDriver, until);
     }
 }
 
@@ -547,6 +565,7 @@ World::World(const SimOptions& o) : opts_(o), rng_(o.seed) {
 }
 
 World::~World() {
+    unwind_fibers();
     for (auto& H : hosts_)
         if (H->proc) drop_writer(H->proc->app);
 }
@@ -655,6 +674,7 @@ void World::writers_stopped(int h) {
     // and a process leaves only when its I/O has ended: the stop waits for
     // the writes in flight (at most the longest device delay, then a bound).
     const int64_t deadline = now_ + 2000;
+    call_started(h, kAgent, deadline + 1);
     for (;;) {
         int64_t next = kNever;
         for (const auto& op : ops_)
@@ -667,7 +687,11 @@ void World::writers_stopped(int h) {
 // ---------------------------------------------------------------- world: scheduling
 
 int64_t World::thread_time(const Host& H, int thr) const {
-    if (H.blocked[static_cast<size_t>(thr)] || H.dying) return kNever;
+    const auto i = static_cast<size_t>(thr);
+    // A waiting thread goes on at its wait's end, at once when its process
+    // died (it unwinds).
+    if (H.blocked[i]) return H.dying ? now_ : std::max(H.wake[i], H.frozen_until);
+    if (H.dying) return kNever;
     if (!H.proc && thr != kAgent) return kNever;  // the agent slot restarts a dead process
     return std::max(H.next[static_cast<size_t>(thr)], H.frozen_until);
 }
@@ -708,42 +732,78 @@ bool World::run_one(int64_t limit) {
 }
 
 void World::run_thread(Host& H, int thr) {
-    ++H.frames;
-    ++depth_;
-    assert(depth_ < 64);
-    try {
-        if (!H.proc) boot(H);
-        else if (thr == kAgent) agent_step(H);
-        else if (thr == kDriver) driver_step(H);
-        else app_step(H);
-    } catch (const SimCrash&) {
-        // H.dying was set by whoever crashed it; its frames unwind to here.
-        assert(H.dying);
-    } catch (...) {
-        --depth_;
-        --H.frames;
-        throw;
+    if (thr == kApp) {
+        assert(H.proc && !H.dying);
+        app_step(H);  // never waits: on the scheduler's stack
+        return;
     }
-    --depth_;
+    const auto i = static_cast<size_t>(thr);
+    auto& f = H.fibers[i];
+    if (!f) f = std::make_unique<Fiber>();
+    if (!f->active()) {
+        assert(!H.blocked[i]);
+        ++H.frames;
+        H.fiber_args[i] = {this, H.idx, thr};
+        f->start(&World::thread_main, &H.fiber_args[i]);
+    }
+    f->resume();  // until its step ends or waits; a violation's SimStop comes through
+    if (f->active()) {
+        assert(H.blocked[i]);
+        return;
+    }
+    assert(!H.blocked[i] && H.frames > 0);
     --H.frames;
     if (H.dying && H.frames == 0) finalize_kill(H);
 }
 
+void World::thread_main(void* arg) {
+    const auto& a = *static_cast<const Host::FiberArg*>(arg);
+    World& w = *a.world;
+    Host& H = w.host(a.host);
+    try {
+        if (!H.proc) w.boot(H);
+        else if (a.thr == kAgent) w.agent_step(H);
+        else w.driver_step(H);
+    } catch (const SimCrash&) {
+        // H.dying was set by whoever crashed it (or the schedule ended).
+        assert(H.dying || w.unwinding_);
+    }
+}
+
 void World::block(int h, int thr, int64_t until) {
     Host& H = host(h);
-    auto& b = H.blocked[static_cast<size_t>(thr)];
-    assert(!b);
-    b = true;
-    for (;;) {
-        const int64_t target = std::max(until, H.frozen_until);
-        while (!H.dying && run_one(target)) {
-        }
-        if (H.dying) break;
-        now_ = std::max(now_, target);
-        if (H.frozen_until <= now_) break;
+    const auto i = static_cast<size_t>(thr);
+    Fiber* f = H.fibers[i].get();
+    if (!f || Fiber::current() != f) {
+        std::fprintf(stderr, "nvfence-sim: host %d thread %d waits outside its own fiber\n", h, thr);
+        std::abort();
     }
-    b = false;
-    if (H.dying) throw SimCrash{};
+    if (unwinding_) throw SimCrash{};
+    assert(!H.blocked[i]);
+    H.blocked[i] = true;
+    H.wake[i] = until;
+    f->suspend();
+    H.blocked[i] = false;
+    if (H.dying || unwinding_) throw SimCrash{};
+    assert(now_ >= until && now_ >= H.frozen_until);
+}
+
+// The schedule ended (passed or stopped): every fiber still waiting unwinds
+// its frames (SimCrash from its wait), so nothing on its stack is left.
+void World::unwind_fibers() {
+    unwinding_ = true;
+    for (auto& H : hosts_)
+        for (auto& f : H->fibers)
+            if (f && f->active()) {
+                try {
+                    f->resume();
+                } catch (const SimStop&) {
+                }
+                if (f->active()) {
+                    std::fprintf(stderr, "nvfence-sim: host %d: a fiber did not unwind\n", H->idx);
+                    std::abort();
+                }
+            }
 }
 
 void World::agent_step(Host& H) {
@@ -764,15 +824,21 @@ void World::agent_step(Host& H) {
         // loop drains them after every poll, before it serves a status), so
         // an event posted while a check blocked is served before anyone can
         // ask the agent anything.
+        // nvfenced drains on every wake, the lease's watchdog first; events
+        // wait only when the driver posted some.
         if (p.agent.until_next_check().count() == 0) p.agent.check();
         if (H.bridge_dirty) {
             H.bridge_dirty = false;
             p.bridge.drain(p.agent, p.hooks, H.clock);
+        } else {
+            (void)p.bridge.watch_lease(p.agent, H.clock);
         }
         p.bridge.publish(p.agent);
         if (p.agent.state() != before) H.next[kDriver] = std::min(H.next[kDriver], now_ + 1);
     }
-    const int64_t wait = std::max<int64_t>(1, p.agent.until_next_check().count());
+    // As nvfenced's poll: the next check, or the lease's watchdog if sooner.
+    const int64_t watch = std::min<int64_t>(p.bridge.until_lease_watch(p.agent, H.clock).count(), INT32_MAX);
+    const int64_t wait = std::max<int64_t>(1, std::min<int64_t>(p.agent.until_next_check().count(), watch + 1));
     H.next[kAgent] = now_ + (H.bridge_dirty ? 1 : wait);
 }
 
@@ -962,6 +1028,7 @@ Result<uint32_t> World::device_command(int h, const Command& cmd, std::span<uint
     const int64_t sent = now_;
     const int64_t bound = cmd.timeout_ms ? cmd.timeout_ms : 30000;
     const std::error_code timed_out(ETIMEDOUT, std::system_category());
+    call_started(h, kAgent, sent + bound);
     int64_t delay = rng_.range(0, 3);
     if (draw(Fault::device_delay)) delay = rng_.range(50, 2 * bound);
     if (now_ < H.dev_cut_until) {
@@ -1006,6 +1073,7 @@ Result<T> World::etcd_call(int h, Ms timeout, F&& effect) {
     Host& H = host(h);
     const int64_t sent = now_;
     const int64_t bound = std::max<int64_t>(1, timeout.count());
+    call_started(h, kDriver, sent + bound);
     if (now_ < etcd_down_until_) {
         block(h, kDriver, std::min(sent + bound, now_ + rng_.range(1, 5)));
         return make_error_code(ElectorErrc::unreachable);
@@ -1090,7 +1158,13 @@ void World::inject(Fault f, Host& H) {
 void World::heal() {
     healed_ = true;
     heal_at_ = now_;
-    live_deadline_ = now_ + 3 * guard_.ttl_ms + 6000;
+    // Liveness is judged from when the last call in flight ends (by its
+    // bound: a Preempt and Abort's is 30 s), three leases and six seconds on.
+    int64_t calm = now_;
+    for (const auto& H : hosts_)
+        for (size_t i = 0; i < kThreads; ++i)
+            if (H->blocked[i]) calm = std::max(calm, H->call_end[i]);
+    live_deadline_ = calm + 3 * guard_.ttl_ms + 6000;
     for (auto& H : hosts_) {
         H->frozen_until = std::min(H->frozen_until, now_);
         H->clock.thaw(now_);
@@ -1136,10 +1210,6 @@ HostView World::view(Host& H) {
     // Nor with elector events queued: nvfenced's loop serves them (the
     // eventfd ends its poll at once) before it answers anyone.
     v.idle = !H.blocked[kAgent] && H.frozen_until <= now_ && H.next[kAgent] > now_ && !H.bridge_dirty;
-    // The driver's call can outlive its bound here only because a wait
-    // nested in it must end first (the agent's, say): its loss is late by
-    // the simulator's one stack, not by the product.
-    v.driver_in_call = H.blocked[kDriver];
     v.last_view_ms = H.last_view_local;
     // check_view() runs once per check: its bound, then one more interval
     // and a check's worth of device timeouts (log page and Report).
@@ -1167,6 +1237,8 @@ void World::after_step() {
         check(checker_.lease(H.idx, v));
         check(checker_.view(H.idx, v));
     }
+    if (opts_.fail_at_step != 0 && steps_ == opts_.fail_at_step)
+        fail(Violation{Inv::self_test, "the violation --fail-at-step asked for"});
     const uint64_t hk = holder_key();
     check(checker_.holder_now(hk ? std::optional<uint32_t>(epoch_of(hk)) : std::nullopt));
     if (healed_) check_liveness();
@@ -1186,11 +1258,6 @@ void World::check_liveness() {
         return;
     }
     if (now_ < live_deadline_) return;
-    // An agent inside a call is not judged yet: nested waits end last in,
-    // first out here (a call can last longer than its own delay, see
-    // docs/RELIABILITY.md), which no bounded real call does. Bounded too.
-    const bool in_call = std::any_of(hosts_.begin(), hosts_.end(), [](const auto& H) { return H->blocked[kAgent]; });
-    if (in_call && now_ < live_deadline_ + kInCallGraceMs) return;
     done_ = true;
     if (!v) v = Violation{Inv::liveness, "a host's agent did not start again after the world healed"};
     v->what += " (" + std::to_string(now_ - heal_at_) + " ms after healing)";
@@ -1275,6 +1342,7 @@ ScheduleResult World::run() {
     for (size_t i = 0; i < kInvCount; ++i)
         if (res_.tolerated[i] && res_.tolerated_what[i].empty()) res_.tolerated_what[i] = tolerated_text_[i];
     if (res_.violation || opts_.keep_trace) res_.trace = format_trace();
+    unwind_fibers();
     return res_;
 }
 

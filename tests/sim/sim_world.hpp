@@ -68,6 +68,9 @@ struct SimOptions {
     /// Also trace every agent event (state changes, elector notes, device
     /// findings) in the agent's words: slower, for reading one seed.
     bool events = false;
+    /// Report a self_test violation at this step (0: never): tests the
+    /// reporting path, not the product.
+    uint64_t fail_at_step = 0;
 };
 
 /// The outcome of one schedule.

@@ -8,8 +8,10 @@
 //   nvfence-sim --seconds S [--jobs J]       run seeds until S seconds passed
 // Options: --first-seed S, --steps N (steps with faults per schedule),
 // --faults a,b (fault kinds; default all; none: no fault), --known-defects (count the
-// invariants issue 24's defects break instead of failing), --tolerate
-// inv,inv, --progress-ms N.
+// invariants the open defects of known_defect() break instead of failing;
+// none are open today), --tolerate
+// inv,inv, --progress-ms N, --fail-at-step N (a self_test violation at step N:
+// tests the reporting, not the product).
 // Exit: 0 no violation, 1 a violation (seed and trace printed), 2 usage.
 #include <atomic>
 #include <chrono>
@@ -48,6 +50,7 @@ struct Args {
 const char kUsage[] =
     "usage: nvfence-sim --seed N [--trace] [--events] | (--schedules N | --seconds S) [--jobs J] [--first-seed S]\n"
     "       [--steps N] [--faults kind,...] [--known-defects] [--tolerate invariant,...] [--progress-ms N]\n"
+    "       [--fail-at-step N]\n"
     "Runs the product's agent, elector driver and writer against a simulated device, etcd and hosts.\n"
     "Exit: 0 no violation, 1 an invariant broke (seed and trace printed), 2 usage.\n";
 
@@ -124,6 +127,7 @@ int parse_args(int argc, char** argv, Args& a) {
         else if (k == "--jobs" && num(n) && n >= 1 && n <= 256) a.jobs = static_cast<unsigned>(n);
         else if (k == "--steps" && num(n) && n >= 1 && n <= 1000000) a.sim.steps = static_cast<uint32_t>(n);
         else if (k == "--progress-ms" && num(n)) a.progress_ms = static_cast<int64_t>(n);
+        else if (k == "--fail-at-step" && num(n) && n >= 1) a.sim.fail_at_step = n;
         else if (k == "--seconds" && num(n) && n > 0) a.seconds = static_cast<double>(n);
         else if (k == "--faults" && v && parse_faults(v)) a.sim.fault_mask = *parse_faults(argv[++i]);
         else if (k == "--tolerate" && v && parse_invariants(v)) a.sim.tolerate = *parse_invariants(argv[++i]);
@@ -147,7 +151,7 @@ void print_result(const ScheduleResult& r, bool with_trace) {
     std::printf("faults:%s\n", faults.empty() ? " none" : faults.c_str());
     for (size_t i = 0; i < kInvCount; ++i)
         if (r.tolerated[i])
-            std::printf("tolerated %s (issue 24 defect %d): %s\n", nvfence::sim::inv_name(static_cast<Inv>(i)),
+            std::printf("tolerated %s (known defect %d): %s\n", nvfence::sim::inv_name(static_cast<Inv>(i)),
                         nvfence::sim::known_defect(static_cast<Inv>(i)), r.tolerated_what[i].c_str());
     if (with_trace || r.violation) std::printf("trace:\n%s", r.trace.c_str());
     if (r.violation)
