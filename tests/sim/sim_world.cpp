@@ -1140,7 +1140,14 @@ void World::inject(Fault f, Host& H) {
     case Fault::crash: kill(H, Rec::crash, static_cast<uint32_t>(f)); return;
     case Fault::etcd_partition: H.etcd_cut_until = until = now_ + rng_.range(200, 3 * ttl); break;
     case Fault::etcd_down: etcd_down_until_ = until = now_ + rng_.range(200, 2 * ttl); break;
-    case Fault::device_partition: H.dev_cut_until = until = now_ + rng_.range(200, 3000); break;
+    case Fault::device_partition:
+        // Mostly a path that comes back within seconds; one in five stays
+        // down for up to 20 s (an NVMe-oF controller reconnecting), long
+        // enough for a holder to lose its view of the device while its
+        // lease lives on.
+        until = now_ + (rng_.chance(200) ? rng_.range(3000, 20000) : rng_.range(200, 3000));
+        H.dev_cut_until = until;
+        break;
     case Fault::target_restart:
         // No PTPL: every registration and the reservation are gone.
         target_.regs.clear();
