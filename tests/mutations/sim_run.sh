@@ -1,0 +1,80 @@
+#!/bin/bash
+# Mutation check against the simulator (issue 25; manual, not part of CI:
+# it rebuilds nvfence-sim once per patch). For each tests/mutations/*.patch
+# (default: every one) it applies the patch to a separate work tree of HEAD
+# (never the shared one), rebuilds nvfence-sim there and runs it the way
+# CI's slice does (every fault kind, --jobs 2) for SIM_SECONDS from
+# SIM_FIRST_SEED, stopping at the first violation. HEAD runs first and must
+# show none. One table row per patch: the first violation (invariant, seed)
+# and the schedules run until it (seed - first seed + 1: seeds are handed
+# out in order), or "none" with the schedules run.
+#
+# Usage: tests/mutations/sim_run.sh [PATCH...]
+# Environment: SIM_SECONDS (default 60, CI's slice), SIM_FIRST_SEED
+# (default 1), MUT_SIM_TREE (default /tmp/nvfence-sim-mut: the work tree,
+# made with `git worktree add` and reused).
+# Exit codes: 0 every patch caught, 1 one was not (or HEAD broke an
+# invariant), 2 setup error.
+set -u
+cd "$(git rev-parse --show-toplevel)" || exit 2
+HERE=$PWD/tests/mutations
+W=${MUT_SIM_TREE:-/tmp/nvfence-sim-mut}
+SECS=${SIM_SECONDS:-60}
+FIRST=${SIM_FIRST_SEED:-1}
+if [ $# -gt 0 ]; then PATCHES=("$@"); else PATCHES=("$HERE"/*.patch); fi
+for i in "${!PATCHES[@]}"; do PATCHES[$i]=$(realpath "${PATCHES[$i]}") || exit 2; done
+head=$(git rev-parse HEAD) || exit 2
+if [ -e "$W/.git" ]; then
+    git -C "$W" checkout -q --detach "$head" && git -C "$W" reset -q --hard && git -C "$W" clean -qfd -e build ||
+        { echo "sim_run.sh: cannot reset $W" >&2; exit 2; }
+else
+    git worktree add -q --detach "$W" "$head" || { echo "sim_run.sh: cannot make the work tree $W" >&2; exit 2; }
+fi
+if [ ! -e "$W/build/CMakeCache.txt" ]; then
+    cmake -S "$W" -B "$W/build" -G Ninja -DNVFENCE_WERROR=OFF >"$W/configure.log" 2>&1 ||
+        { echo "sim_run.sh: configure failed: $W/configure.log" >&2; exit 2; }
+fi
+build() { nice -n 10 cmake --build "$W/build" -j2 --target nvfence-sim >"$W/build-$1.log" 2>&1; }
+faults=freeze,crash,crash_in_command,crash_in_write,etcd_partition,etcd_down,device_partition,device_delay,lost_done,lost_not_done,late_answer,target_restart
+# Prints "<invariant> <seed> <schedules>" or "none - <schedules>".
+sim() {
+    local out v
+    out=$("$W/build/bin/nvfence-sim" --seconds "$SECS" --jobs 2 --first-seed "$FIRST" --faults "$faults" \
+        --progress-ms 0 2>&1)
+    v=$(sed -n 's/^VIOLATION of \([a-z_]*\) at step [0-9]* (seed \([0-9]*\)).*/\1 \2/p' <<<"$out" | head -n1)
+    if [ -n "$v" ]; then
+        set -- $v
+        echo "$1 $2 $(( $2 - FIRST + 1 ))"
+    else
+        echo "none - $(sed -n 's/^done: \([0-9]*\) schedules.*/\1/p' <<<"$out")"
+    fi
+}
+field() { sed -n "s/^$1: //p" "$2" | head -n1; }
+
+echo "nvfence-sim mutation check: HEAD $(git rev-parse --short HEAD), ${SECS}s per patch from seed $FIRST," \
+     "load $(cut -d' ' -f1-3 /proc/loadavg) at start"
+printf '%-40s %-26s %-24s %-16s %-10s %s\n' patch defect "first violation" seed schedules verdict
+build head || { echo "sim_run.sh: HEAD does not build: $W/build-head.log" >&2; exit 2; }
+read -r inv seed n <<<"$(sim)"
+rc=0
+verdict=ok
+[ "$inv" = none ] || { verdict="HEAD BREAKS"; rc=1; }
+printf '%-40s %-26s %-24s %-16s %-10s %s\n' "(HEAD)" - "$inv" "$seed" "$n" "$verdict"
+for p in "${PATCHES[@]}"; do
+    name=$(basename "$p" .patch)
+    if ! git -C "$W" apply "$p"; then
+        printf '%-40s %s\n' "$name" "does not apply"
+        rc=1
+        continue
+    fi
+    if build "$name"; then
+        read -r inv seed n <<<"$(sim)"
+        if [ "$inv" = none ]; then verdict="NOT CAUGHT"; rc=1; else verdict=caught; fi
+    else
+        inv="build failed: $W/build-$name.log" seed=- n=- verdict=ERROR rc=1
+    fi
+    git -C "$W" apply -R "$p" || { echo "sim_run.sh: cannot revert $p" >&2; exit 2; }
+    printf '%-40s %-26s %-24s %-16s %-10s %s\n' "$name" "$(field Defect "$p")" "$inv" "$seed" "$n" "$verdict"
+done
+echo "load $(cut -d' ' -f1-3 /proc/loadavg) at the end"
+exit $rc
