@@ -138,7 +138,7 @@ int parse_args(int argc, char** argv, Args& a) {
     return 0;
 }
 
-void print_result(const ScheduleResult& r, bool with_trace) {
+void print_result(const ScheduleResult& r, bool with_trace, uint32_t steps) {
     std::printf("seed %llu: %llu steps, %.1f s simulated, %llu invariant checks, trace hash %016llx\n",
                 static_cast<unsigned long long>(r.seed), static_cast<unsigned long long>(r.steps),
                 static_cast<double>(r.sim_ms) / 1000.0, static_cast<unsigned long long>(r.checks),
@@ -155,10 +155,11 @@ void print_result(const ScheduleResult& r, bool with_trace) {
                         nvfence::sim::known_defect(static_cast<Inv>(i)), r.tolerated_what[i].c_str());
     if (with_trace || r.violation) std::printf("trace:\n%s", r.trace.c_str());
     if (r.violation)
-        std::printf("VIOLATION of %s at step %llu (seed %llu): %s\nreplay: nvfence-sim --seed %llu\n",
+        std::printf("VIOLATION of %s at step %llu (seed %llu): %s\nreplay: nvfence-sim --seed %llu%s\n",
                     nvfence::sim::inv_name(r.violation->inv), static_cast<unsigned long long>(r.violation_step),
                     static_cast<unsigned long long>(r.seed), r.violation->what.c_str(),
-                    static_cast<unsigned long long>(r.seed));
+                    static_cast<unsigned long long>(r.seed),
+                    steps == SimOptions{}.steps ? "" : (" --steps " + std::to_string(steps)).c_str());
 }
 
 int replay(const Args& a) {
@@ -166,7 +167,7 @@ int replay(const Args& a) {
     o.seed = *a.seed;
     o.keep_trace = a.trace;
     const ScheduleResult r = nvfence::sim::run_schedule(o);
-    print_result(r, a.trace);
+    print_result(r, a.trace, a.sim.steps);
     return r.violation ? 1 : 0;
 }
 
@@ -249,7 +250,7 @@ int run_many(const Args& a) {
     progress(totals, elapsed(), true);
     if (totals.violation) {
         // The full trace of the violating seed, replayed for the print.
-        print_result(*totals.violation, true);
+        print_result(*totals.violation, true, a.sim.steps);
         return 1;
     }
     return 0;
