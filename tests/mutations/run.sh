@@ -1,12 +1,12 @@
 #!/bin/bash
-# Mutation check of issue 13's fixes (manual, not part of CI: it rebuilds
+# Mutation check of issue 13's and issue 24's fixes (manual, not part of CI: it rebuilds
 # once per patch). Each *.patch here takes one fix out again (it applies with
 # `git apply` to HEAD) and names, in its header, the defect and the unit
 # tests that must catch it:
 #   Defect: N
 #   Reverts: what the patch takes out
 #   Tests: Suite.Test[:Suite.Test...]
-# For every patch: build unit_tests in a separate build directory with the
+# For every patch: build unit_tests and elector_unit_tests in a separate build directory with the
 # patch applied, run each named test on its own (it must FAIL), revert the
 # patch; the same tests first run on HEAD (they must PASS). Prints one table
 # row per test and exits 1 when a fix is not caught (or a test fails on HEAD).
@@ -24,7 +24,7 @@ cd "$(git rev-parse --show-toplevel)" || exit 2
 HERE=tests/mutations
 B=${MUT_BUILD_DIR:-build-mut}
 BIN=${MUT_TEST_BIN:-$B/bin/unit_tests}
-HEAD_TARGET=unit_tests
+HEAD_TARGET="unit_tests elector_unit_tests"
 [ -n "${MUT_TEST_BIN:-}" ] && HEAD_TARGET=nvfence
 if ! git diff --quiet HEAD -- src include tools tests; then
     echo "run.sh: uncommitted changes under src/ include/ tools/ tests/: commit or stash them first" >&2
@@ -46,25 +46,38 @@ trap 'cleanup; exit 2' INT TERM
 
 build() {  # $1: label for the log, $2: target (default unit_tests)
     local log="$B/mut-build-$1.log"
-    nice -n 10 cmake --build "$B" -j2 --target "${2:-unit_tests}" >"$log" 2>&1 || { echo "build failed: $log"; return 1; }
+    # shellcheck disable=SC2086  # $2 may name several targets
+    nice -n 10 cmake --build "$B" -j2 --target ${2:-unit_tests elector_unit_tests} >"$log" 2>&1 ||
+        { echo "build failed: $log"; return 1; }
 }
 # A patch that only touches the library's sources needs only the shared
 # library rebuilt: unit_tests loads it at run time (no relink per patch).
 target_for() {
     if [ -e "$B/lib/libnvfence.so" ] && ! git apply --numstat "$1" | awk '{print $3}' | grep -qv '^src/'; then
-        echo nvfence
+        # The elector's wiring is a static library: its tests relink.
+        if git apply --numstat "$1" | awk '{print $3}' | grep -q '^src/\(agent_elector\|elector_\|etcd_\)' &&
+            [ -z "${MUT_TEST_BIN:-}" ]; then
+            echo "nvfence elector_unit_tests"
+        else
+            echo nvfence
+        fi
     elif [ -n "${MUT_TEST_BIN:-}" ]; then
         echo "run.sh: $1 touches more than the library: MUT_TEST_BIN cannot test it" >&2
         echo none
     else
-        echo unit_tests
+        echo "unit_tests elector_unit_tests"
     fi
 }
 field() { sed -n "s/^$1: //p" "$2" | head -n1; }
 # PASS or FAIL for one gtest name (a test that is not found counts as an error).
 one() {
     local out
-    out=$(timeout 300 "$BIN" --gtest_filter="$1" 2>&1)
+    local bin=$BIN
+    # The elector's tests live in their own binary.
+    case $1 in AgentElectorTest.* | ElectorDriver*.* | ElectorPolicy.* | Elector*.*)
+        [ -z "${MUT_TEST_BIN:-}" ] && bin=$B/bin/elector_unit_tests ;;
+    esac
+    out=$(timeout 300 "$bin" --gtest_filter="$1" 2>&1)
     if ! grep -q "^\[==========\] 1 test from" <<<"$out"; then echo "NOT-FOUND"; return; fi
     if grep -q "^\[  PASSED  \] 1 test" <<<"$out"; then echo "PASS"; else echo "FAIL"; fi
 }

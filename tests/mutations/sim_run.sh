@@ -9,9 +9,15 @@
 # and the schedules run until it (seed - first seed + 1: seeds are handed
 # out in order), or "none" with the schedules run.
 #
-# Usage: tests/mutations/sim_run.sh [PATCH...]
+# A fix made of several layers (a check in the agent and another in the
+# library, say) is taken out whole by joining its patches with "+": the
+# simulator judges the product, so one layer alone may be covered by the
+# next (each layer has its unit tests: run.sh).
+#
+# Usage: tests/mutations/sim_run.sh [PATCH[+PATCH...]...]
 # Environment: SIM_SECONDS (default 60, CI's slice), SIM_FIRST_SEED
-# (default 1), MUT_SIM_TREE (default /tmp/nvfence-sim-mut: the work tree,
+# (default 1), SIM_ARGS (more nvfence-sim options, e.g. --steps 600),
+# MUT_SIM_TREE (default /tmp/nvfence-sim-mut: the work tree,
 # made with `git worktree add` and reused).
 # Exit codes: 0 every patch caught, 1 one was not (or HEAD broke an
 # invariant), 2 setup error.
@@ -22,7 +28,34 @@ W=${MUT_SIM_TREE:-/tmp/nvfence-sim-mut}
 SECS=${SIM_SECONDS:-60}
 FIRST=${SIM_FIRST_SEED:-1}
 if [ $# -gt 0 ]; then PATCHES=("$@"); else PATCHES=("$HERE"/*.patch); fi
-for i in "${!PATCHES[@]}"; do PATCHES[$i]=$(realpath "${PATCHES[$i]}") || exit 2; done
+abs() {  # a+b+c -> absolute paths joined by +
+    local out="" part
+    IFS=+ read -ra parts <<<"$1"
+    for part in "${parts[@]}"; do out+=${out:++}$(realpath "$part") || return 1; done
+    echo "$out"
+}
+for i in "${!PATCHES[@]}"; do PATCHES[$i]=$(abs "${PATCHES[$i]}") || exit 2; done
+apply() {  # $1: a+b+c; $2: -R to revert (in reverse order)
+    local parts i
+    IFS=+ read -ra parts <<<"$1"
+    if [ "${2:-}" = -R ]; then
+        for ((i = ${#parts[@]} - 1; i >= 0; i--)); do git -C "$W" apply -R "${parts[$i]}" || return 1; done
+    else
+        for i in "${!parts[@]}"; do
+            git -C "$W" apply "${parts[$i]}" || {
+                for ((i = i - 1; i >= 0; i--)); do git -C "$W" apply -R "${parts[$i]}"; done
+                return 1
+            }
+        done
+    fi
+}
+name_of() {  # a+b -> "a+b" without directories and .patch
+    local parts n="" part
+    IFS=+ read -ra parts <<<"$1"
+    for part in "${parts[@]}"; do n+=${n:++}$(basename "$part" .patch); done
+    echo "$n"
+}
+defect_of() { field Defect "${1%%+*}"; }
 head=$(git rev-parse HEAD) || exit 2
 if [ -e "$W/.git" ]; then
     git -C "$W" checkout -q --detach "$head" && git -C "$W" reset -q --hard && git -C "$W" clean -qfd -e build ||
@@ -40,7 +73,7 @@ faults=freeze,crash,crash_in_command,crash_in_write,etcd_partition,etcd_down,dev
 sim() {
     local out v
     out=$("$W/build/bin/nvfence-sim" --seconds "$SECS" --jobs 2 --first-seed "$FIRST" --faults "$faults" \
-        --progress-ms 0 2>&1)
+        --progress-ms 0 ${SIM_ARGS:-} 2>&1)
     v=$(sed -n 's/^VIOLATION of \([a-z_]*\) at step [0-9]* (seed \([0-9]*\)).*/\1 \2/p' <<<"$out" | head -n1)
     if [ -n "$v" ]; then
         set -- $v
@@ -51,7 +84,7 @@ sim() {
 }
 field() { sed -n "s/^$1: //p" "$2" | head -n1; }
 
-echo "nvfence-sim mutation check: HEAD $(git rev-parse --short HEAD), ${SECS}s per patch from seed $FIRST," \
+echo "nvfence-sim mutation check: HEAD $(git rev-parse --short HEAD), ${SECS}s per patch from seed $FIRST${SIM_ARGS:+ ($SIM_ARGS)}," \
      "load $(cut -d' ' -f1-3 /proc/loadavg) at start"
 printf '%-40s %-26s %-24s %-16s %-10s %s\n' patch defect "first violation" seed schedules verdict
 build head || { echo "sim_run.sh: HEAD does not build: $W/build-head.log" >&2; exit 2; }
@@ -61,8 +94,8 @@ verdict=ok
 [ "$inv" = none ] || { verdict="HEAD BREAKS"; rc=1; }
 printf '%-40s %-26s %-24s %-16s %-10s %s\n' "(HEAD)" - "$inv" "$seed" "$n" "$verdict"
 for p in "${PATCHES[@]}"; do
-    name=$(basename "$p" .patch)
-    if ! git -C "$W" apply "$p"; then
+    name=$(name_of "$p")
+    if ! apply "$p"; then
         printf '%-40s %s\n' "$name" "does not apply"
         rc=1
         continue
@@ -73,8 +106,8 @@ for p in "${PATCHES[@]}"; do
     else
         inv="build failed: $W/build-$name.log" seed=- n=- verdict=ERROR rc=1
     fi
-    git -C "$W" apply -R "$p" || { echo "sim_run.sh: cannot revert $p" >&2; exit 2; }
-    printf '%-40s %-26s %-24s %-16s %-10s %s\n' "$name" "$(field Defect "$p")" "$inv" "$seed" "$n" "$verdict"
+    apply "$p" -R || { echo "sim_run.sh: cannot revert $p" >&2; exit 2; }
+    printf '%-40s %-26s %-24s %-16s %-10s %s\n' "$name" "$(defect_of "$p")" "$inv" "$seed" "$n" "$verdict"
 done
 echo "load $(cut -d' ' -f1-3 /proc/loadavg) at the end"
 exit $rc
