@@ -528,6 +528,50 @@ TEST_F(AgentElectorTest, ALeaseThatRunsOutBetweenTheTakeoversCommandsStopsIt) {
     EXPECT_NE(b->agent->state(), AgentState::holder);
 }
 
+// Every command of the takeover was sent inside the term, but the last
+// ones ended after it (3 s each: the check's two end at 6 s, the Register
+// at 9 s, the Acquire, sent at 9 s, at 12 s and its verifying Report at
+// 15 s; the term's deadline is 10 s): the host holds with no lease behind
+// it and steps down at once (the simulator's seed 427).
+TEST_F(AgentElectorTest, ATakeoverThatEndsAfterTheLeaseLeavesTheHostFencedNotHolding) {
+    setup();
+    post_win(500);  // valid for 10 s
+    b->slow.delay = std::chrono::seconds(3);
+    bridge->drain(*b->agent, *b->hooks, clock);
+    b->slow.delay = std::chrono::milliseconds(0);
+    const WinReply r = bridge->take_answer(500, std::chrono::milliseconds(0));
+    EXPECT_EQ(r.answer, WinAnswer::failed) << r.why;
+    EXPECT_NE(r.why.find("without a lease: stepped down"), std::string::npos) << r.why;
+    EXPECT_EQ(b->agent->state(), AgentState::fenced) << b->hooks->dump();
+    EXPECT_TRUE(b->hooks->saw(AgentEventKind::state_changed, "which no live lease backs")) << b->hooks->dump();
+}
+
+// A win or a loss never waits behind log notes: with the queue full of
+// them, the oldest note makes room (the simulator's seed 11563: a loss
+// dropped behind 16 keepalive notes while the agent was stuck in a device
+// command).
+TEST_F(AgentElectorTest, ALossIsNeverDroppedBehindLogNotes) {
+    setup();
+    win();
+    for (size_t i = 0; i < kElectorQueueCap; ++i) {
+        ElectorEvent n;
+        n.kind = ElectorEventKind::note;
+        n.text = "note " + std::to_string(i);
+        ASSERT_TRUE(bridge->post(n, std::chrono::milliseconds(0)));
+    }
+    ElectorEvent lost;
+    lost.kind = ElectorEventKind::lost;
+    lost.reason = LossReason::leader_gone;
+    EXPECT_TRUE(bridge->post(lost, std::chrono::milliseconds(0))) << "a full queue of notes makes room";
+    ElectorEvent note;
+    note.kind = ElectorEventKind::note;
+    EXPECT_FALSE(bridge->post(note, std::chrono::milliseconds(0))) << "a note still waits for room";
+    bridge->drain(*b->agent, *b->hooks, clock);
+    EXPECT_EQ(b->agent->state(), AgentState::fenced) << b->hooks->dump();
+    EXPECT_FALSE(b->hooks->saw(AgentEventKind::info, "elector: note 0")) << "the oldest note made room";
+    EXPECT_TRUE(b->hooks->saw(AgentEventKind::info, "elector: note 1")) << b->hooks->dump();
+}
+
 // The driver renews the lease while the agent reads the device: the term
 // acts until the renewed deadline (seed 2 of the simulator lost its only
 // candidate's term to the deadline of the win's time).
