@@ -316,8 +316,10 @@ public:
     const std::string& volume() const override { return volume_; }
     const HostId& host_id() const override { return id_; }
     bool supports(ResvType t) const override { return t != ResvType::exclusive_access || ea; }
+    bool ptpl_capable() const override { return ptpl; }
     Reservations& resv() override { return resv_; }
     bool ea = false;
+    bool ptpl = false;  // RESCAP bit 0 as nvmet reports it: no PTPL
 
 private:
     std::string path_;
@@ -340,6 +342,7 @@ struct Cluster {
     std::function<ControlReply(const ControlRequest&)> agent;  // set: an nvfenced runs on the local node
     std::map<std::string, std::string> links;  // symbolic links: path -> canonical path
     std::vector<std::string> opened;           // every path given to Host::open
+    bool ptpl_capable = false;                 // the devices' RESCAP PTPL bit (nvmet: clear)
 
     static HostId host(const std::string& name) { return make_host(static_cast<uint8_t>(name.back() - '0')); }
 
@@ -364,7 +367,9 @@ struct Cluster {
                 why = "no such device";
                 return make_error_code(Errc::not_found);
             }
-            return std::unique_ptr<Device>(std::make_unique<FakeDevice>(t, host(local), path));
+            auto d = std::make_unique<FakeDevice>(t, host(local), path);
+            d->ptpl = ptpl_capable;
+            return std::unique_ptr<Device>(std::move(d));
         };
         h.cmapctl = [&](const std::string&, const std::vector<std::string>& args) -> Result<std::string> {
             const std::string& text = args.front() == "nodelist" ? cmap_nodelist : cmap_this;
@@ -879,6 +884,75 @@ TEST(FenceAgentActions, ThroughTheLocalAgent) {
     EXPECT_EQ(c.agent_requests[1].op, ControlOp::rejoin);
     EXPECT_EQ(c.run("n2", kMap + "action=on\nplug=n2"), kExitError);
     EXPECT_TRUE(c.logged("nvfenced on this host is node 1"));
+}
+
+TEST(FenceAgentOptions, Aptpl) {
+    EXPECT_FALSE(argv({"-o", "on"}).opts.aptpl);
+    EXPECT_TRUE(argv({"-o", "on", "-a"}).opts.aptpl);
+    EXPECT_TRUE(argv({"--aptpl", "-o", "on"}).opts.aptpl);
+    EXPECT_TRUE(parse_stdin("action=on\naptpl=1\n").opts.aptpl);
+    EXPECT_FALSE(parse_stdin("action=on\naptpl=1\naptpl=off\n").opts.aptpl);
+}
+
+TEST(FenceAgentActions, AptplOnANamespaceWithoutPtplChangesNothing) {
+    Cluster c;  // RESCAP without PTPL, as nvmet reports it
+    EXPECT_EQ(c.run("n1", kMap + "action=on\nplug=n1\naptpl=1"), kExitError);
+    EXPECT_TRUE(c.logged("/dev/nvme1n1: aptpl: the namespace does not support Persist Through Power Loss"))
+        << c.all_logs();
+    EXPECT_TRUE(c.t.regs.empty());
+    EXPECT_EQ(c.t.state_commands(), 0u);
+}
+
+TEST(FenceAgentActions, AptplRegistersWithCptplAndVerifiesPtpls) {
+    Cluster c;
+    c.ptpl_capable = true;  // a device that implements PTPL (not nvmet)
+    c.t.deviations.cptpl_ignored = false;
+    ASSERT_EQ(c.run("n1", kMap + "action=on\nplug=n1\naptpl=1"), kExitOk) << c.all_logs();
+    EXPECT_TRUE(c.t.ptpl);
+    EXPECT_EQ(c.t.regs.size(), 1u);
+    // Without aptpl nothing asks for PTPL.
+    Cluster plain;
+    plain.ptpl_capable = true;
+    ASSERT_EQ(plain.run("n1", kMap + "action=on\nplug=n1"), kExitOk);
+    EXPECT_FALSE(plain.t.ptpl);
+}
+
+TEST(FenceAgentActions, AptplOnARegisteredNodeKeepsItsKey) {
+    Cluster c;
+    c.ptpl_capable = true;  // a device that implements PTPL (not nvmet)
+    c.t.deviations.cptpl_ignored = false;
+    ASSERT_EQ(c.run("n1", kMap + "action=on\nplug=n1"), kExitOk);
+    ASSERT_FALSE(c.t.ptpl);
+    const uint64_t k = c.t.find(make_host(1))->key;
+    ASSERT_EQ(c.run("n1", kMap + "action=on\nplug=n1\naptpl=1"), kExitOk) << c.all_logs();
+    EXPECT_TRUE(c.t.ptpl);
+    EXPECT_EQ(c.t.find(make_host(1))->key, k);
+    EXPECT_TRUE(c.t.is_holder(make_host(1)));
+}
+
+TEST(FenceAgentActions, AptplFailsWhenTheDeviceDoesNotPersist) {
+    Cluster c;
+    c.ptpl_capable = true;              // claims PTPL in RESCAP
+    c.t.deviations.cptpl_ignored = true;  // but ignores CPTPL, as nvmet does
+    EXPECT_EQ(c.run("n1", kMap + "action=on\nplug=n1\naptpl=1"), kExitError);
+    EXPECT_TRUE(c.logged("Persist Through Power Loss off after 'on'")) << c.all_logs();
+    EXPECT_TRUE(c.logged("ignores CPTPL")) << c.all_logs();
+}
+
+TEST(FenceAgentActions, AptplThroughNvfencedNamesItsPtplKey) {
+    Cluster c;
+    c.ptpl_capable = true;
+    unfence_all(c);  // n1 registered (as its nvfenced would be), PTPL off
+    c.agent = [&](const ControlRequest& r) {
+        ControlReply rep;
+        rep.op = r.op;
+        rep.node = 1;
+        rep.state = AgentState::standby;
+        return rep;
+    };
+    EXPECT_EQ(c.run("n1", kMap + "action=on\nplug=n1\naptpl=1"), kExitError);
+    EXPECT_TRUE(c.logged("set ptpl = true in its configuration")) << c.all_logs();
+    EXPECT_FALSE(c.t.ptpl);  // fence_nvfence changed nothing behind the agent's back
 }
 
 TEST(FenceAgentMetadata, MatchesTheGoldenFile) {

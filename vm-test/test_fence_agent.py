@@ -220,3 +220,21 @@ def test_through_the_local_nvfenced(lab):
         assert a.run("test -e /tmp/fenced.a").rc != 0, "the agent fenced itself"
     finally:
         a.run("pkill -9 -x nvfenced; true")
+
+
+def test_aptpl_on_nvmet(lab):
+    """aptpl=1 needs a namespace that persists reservations through power
+    loss: nvmet reports no PTPL in RESCAP, so 'on' fails and registers
+    nothing; a device that claims PTPL but leaves PTPLS off fails too."""
+    reset(lab)
+    a = lab.hosts[0]
+    info = nvf(a, "info")
+    assert info.rc == OK, info
+    r = fa(a, "action=on", "nodename=a", "aptpl=1")
+    assert r.rc == 1 and "aptpl" in r.err and "Persist Through Power Loss" in r.err, r
+    st = report(a)
+    if not info.json["ptpl"]:
+        assert "does not support Persist Through Power Loss" in r.err, r
+        assert st["registrants"] == [], st
+    # Without aptpl the same node is unfenced.
+    assert fa(a, "action=on", "nodename=a").rc == 0

@@ -46,6 +46,12 @@ const std::vector<ParamDoc> kParams = {
     {.name = "cluster_tag", .getopt = "--cluster-tag=[tag]", .type = "integer", .def = "0",
      .shortdesc = "Cluster tag of the keys (0-255), as nvfence and nvfenced use it; keys of other tags are never "
                   "touched."},
+    {.name = "aptpl", .getopt = "-a, --aptpl", .type = "boolean", .def = "0",
+     .shortdesc = "Make the registrations and the reservation persist through power loss (NVMe PTPL, fence_scsi's "
+                  "APTPL). Used by 'on' only: it registers with CPTPL set (or sets it with the node's key when the "
+                  "node is registered already) and verifies that the device reports PTPL on. Fails on a namespace "
+                  "whose RESCAP has no PTPL, and on a device that accepts the command but does not persist (the "
+                  "Linux NVMe target). Where nvfenced holds the registration, its configuration's ptpl key sets it."},
     {.name = "plug", .getopt = "-n, --plug=[nodename]", .type = "string", .shortdesc = kPlugDesc,
      .obsoletes = "port"},
     {.name = "port", .getopt = "-n, --plug=[nodename]", .type = "string", .shortdesc = kPlugDesc,

@@ -198,58 +198,81 @@ Result<ControlReply> ask_agent(const Ctx& c, const std::string& sock, ControlOp 
 
 // ---- on --------------------------------------------------------------------
 
-bool on_device(const Ctx& c, Device& d, uint8_t node) {
-    const ResvType type = resv_type_for(c.o.mode);
-    if (auto sock = agent_for(c, d)) {
-        // nvfenced holds this host's registration: re-keying behind its
-        // back would look to it like another host using this host's id.
-        auto st = ask_agent(c, *sock, ControlOp::status);
-        if (!st) {
-            c.error(d.path() + ": nvfenced at " + *sock + " does not answer: " + st.error().message());
-            return false;
-        }
-        if (st->node != node || st->tag != c.o.tag) {
-            c.error(d.path() + ": nvfenced on this host is node " + std::to_string(st->node) + " (cluster tag " +
-                    std::to_string(st->tag) + ") but this node is node " + std::to_string(node) + " (cluster tag " +
-                    std::to_string(c.o.tag) + "): fix node_ids/cluster_tag or the agent's configuration");
-            return false;
-        }
-        if (st->state == AgentState::fenced) {
-            auto r = ask_agent(c, *sock, ControlOp::rejoin);
-            if (!r || r->exit_code != 0) {
-                c.error(d.path() + ": nvfenced could not rejoin: " + (r ? r->message : r.error().message()));
-                return false;
-            }
-            c.info(d.path() + ": unfenced through nvfenced: " + r->message);
-        }
-    } else {
-        EpochStore store(c.o.state_dir, d.volume());
-        FenceOptions fo;
-        fo.tag = c.o.tag;
-        fo.node = node;
-        fo.type = type;
-        Fence f(d.resv(), d.host_id(), fo, &store);
-        auto j = f.join(std::nullopt, false);
-        if (!j) {
-            if (j.error() == Errc::host_id_conflict && f.last_report()) {
-                const Registrant* me = f.mine(*f.last_report());
-                c.error(d.path() + ": this host is registered with " + (me ? key_words(me->key) : "another key") +
-                        ", not node " + std::to_string(node) + "'s: another host shares this host id, or the "
-                        "node map changed (unregister it with 'nvfence unregister')");
-            } else {
-                c.error(d.path() + ": registering node " + std::to_string(node) + " failed: " + j.error().message());
-            }
-            return false;
-        }
-        if (j->changed) c.info(d.path() + ": registered " + key_words(j->key));
-        else c.debug(d.path() + ": already registered with " + key_words(j->key));
-        if (j->after.type == ResvType::none) {
-            auto a = f.acquire();
-            if (a) c.info(d.path() + ": took the " + resv_type_name(type) + " reservation");
-            else if (a.error() != Errc::held_by_other)
-                c.log(Level::warning, d.path() + ": acquiring the reservation failed: " + a.error().message());
-        }
+// nvfenced holds this host's registration: re-keying behind its back would
+// look to it like another host using this host's id, so 'on' asks it.
+bool on_through_agent(const Ctx& c, Device& d, const std::string& sock, uint8_t node) {
+    auto st = ask_agent(c, sock, ControlOp::status);
+    if (!st) {
+        c.error(d.path() + ": nvfenced at " + sock + " does not answer: " + st.error().message());
+        return false;
     }
+    if (st->node != node || st->tag != c.o.tag) {
+        c.error(d.path() + ": nvfenced on this host is node " + std::to_string(st->node) + " (cluster tag " +
+                std::to_string(st->tag) + ") but this node is node " + std::to_string(node) + " (cluster tag " +
+                std::to_string(c.o.tag) + "): fix node_ids/cluster_tag or the agent's configuration");
+        return false;
+    }
+    if (st->state == AgentState::fenced) {
+        auto r = ask_agent(c, sock, ControlOp::rejoin);
+        if (!r || r->exit_code != 0) {
+            c.error(d.path() + ": nvfenced could not rejoin: " + (r ? r->message : r.error().message()));
+            return false;
+        }
+        c.info(d.path() + ": unfenced through nvfenced: " + r->message);
+    }
+    return true;
+}
+
+// aptpl on a registration made without it: Register (replace) with the same
+// key and CPTPL set turns PTPL on without changing the key.
+void set_ptpl_with(const Ctx& c, Device& d, uint64_t key) {
+    RegisterArgs a;
+    a.action = RegisterAction::replace_key;
+    a.cptpl = Cptpl::set;
+    a.crkey = key;
+    a.nrkey = key;
+    if (auto s = d.resv().reg(a); !s)
+        c.log(Level::warning, d.path() + ": setting PTPL with " + key_words(key) + " failed: " + s.error().message());
+    else
+        c.info(d.path() + ": asked the device to persist the reservation through power loss (CPTPL set)");
+}
+
+bool on_direct(const Ctx& c, Device& d, uint8_t node) {
+    const ResvType type = resv_type_for(c.o.mode);
+    EpochStore store(c.o.state_dir, d.volume());
+    FenceOptions fo;
+    fo.tag = c.o.tag;
+    fo.node = node;
+    fo.type = type;
+    fo.cptpl = c.o.aptpl ? Cptpl::set : Cptpl::no_change;
+    Fence f(d.resv(), d.host_id(), fo, &store);
+    auto j = f.join(std::nullopt, false);
+    if (!j) {
+        if (j.error() == Errc::host_id_conflict && f.last_report()) {
+            const Registrant* me = f.mine(*f.last_report());
+            c.error(d.path() + ": this host is registered with " + (me ? key_words(me->key) : "another key") +
+                    ", not node " + std::to_string(node) + "'s: another host shares this host id, or the "
+                    "node map changed (unregister it with 'nvfence unregister')");
+        } else {
+            c.error(d.path() + ": registering node " + std::to_string(node) + " failed: " + j.error().message());
+        }
+        return false;
+    }
+    if (j->changed) c.info(d.path() + ": registered " + key_words(j->key));
+    else c.debug(d.path() + ": already registered with " + key_words(j->key));
+    if (c.o.aptpl && !j->after.ptpl) set_ptpl_with(c, d, j->key);
+    if (j->after.type == ResvType::none) {
+        auto a = f.acquire();
+        if (a) c.info(d.path() + ": took the " + resv_type_name(type) + " reservation");
+        else if (a.error() != Errc::held_by_other)
+            c.log(Level::warning, d.path() + ": acquiring the reservation failed: " + a.error().message());
+    }
+    return true;
+}
+
+// The Report after 'on': this host registered as @p node, and with aptpl
+// the device persisting through power loss (PTPLS).
+bool verify_on(const Ctx& c, Device& d, uint8_t node, bool through_agent) {
     auto st = read_reservation(c, d, d.path());
     if (!st) return false;
     const Registrant* me = st->find_host(d.host_id());
@@ -258,9 +281,28 @@ bool on_device(const Ctx& c, Device& d, uint8_t node) {
         c.error(d.path() + ": verification failed: this host is not registered as node " + std::to_string(node));
         return false;
     }
+    if (c.o.aptpl && !st->ptpl) {
+        c.error(d.path() + ": aptpl: the device reports Persist Through Power Loss off after 'on'" +
+                (through_agent ? std::string(" (nvfenced holds this host's registration: set ptpl = true in its "
+                                             "configuration)")
+                               : std::string(" although the Register asked for it (CPTPL set): this target does "
+                                             "not persist reservations (the Linux NVMe target ignores CPTPL)")));
+        return false;
+    }
     if (st->type == ResvType::none)
         c.log(Level::warning, d.path() + ": registered, but no reservation is held: unregistered hosts can still write");
     return true;
+}
+
+bool on_device(const Ctx& c, Device& d, uint8_t node) {
+    if (c.o.aptpl && !d.ptpl_capable()) {
+        c.error(d.path() + ": aptpl: the namespace does not support Persist Through Power Loss (RESCAP bit 0 "
+                "clear); nothing was changed");
+        return false;
+    }
+    const auto sock = agent_for(c, d);
+    if (!(sock ? on_through_agent(c, d, *sock, node) : on_direct(c, d, node))) return false;
+    return verify_on(c, d, node, sock.has_value());
 }
 
 int action_on(const Ctx& c) {

@@ -49,6 +49,9 @@ public:
     virtual const HostId& host_id() const = 0;
     /// True when the namespace supports reservation type @p t.
     virtual bool supports(ResvType t) const = 0;
+    /// True when the namespace can persist reservations through power
+    /// loss (Identify Namespace RESCAP bit 0, PTPL).
+    virtual bool ptpl_capable() const = 0;
     /// Reservation commands to the namespace.
     virtual Reservations& resv() = 0;
 };

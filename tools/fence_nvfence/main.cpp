@@ -47,6 +47,7 @@ public:
     const std::string& volume() const override { return volume_; }
     const HostId& host_id() const override { return *ns_->info().host_id; }
     bool supports(ResvType t) const override { return ns_->info().ns.rescap.supports(t); }
+    bool ptpl_capable() const override { return ns_->info().ns.rescap.ptpl; }
     Reservations& resv() override { return resv_; }
     const Namespace& ns() const { return *ns_; }
 
