@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "fake_passthru.hpp"
+#include "docs_table.hpp"
 #include "fence_agent.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/fence.hpp"
@@ -1057,6 +1058,16 @@ TEST(FenceAgentDevices, DiscoverLinksKeepsBlockDevicesInNameOrder) {
     std::filesystem::create_symlink(block, dir.path() + "/vol-a");
     std::filesystem::create_symlink(block, dir.path() + "/.hidden");
     EXPECT_EQ(discover_links(dir.path()), (std::vector<std::string>{dir.path() + "/vol-a", dir.path() + "/vol-b"}));
+}
+
+// -h lists every option the metadata documents, in the metadata's own
+// command line form (stdin-only options and port, plug's old name, aside).
+TEST(FenceAgentMetadata, UsageListsEveryOption) {
+    const std::string usage = usage_text();
+    for (const auto& p : parameter_docs()) {
+        if (p.stdin_only || p.deprecated_for) continue;
+        EXPECT_NE(usage.find(std::string("   ") + p.getopt), std::string::npos) << p.name << ": " << p.getopt;
+    }
 }
 
 TEST(FenceAgentMetadata, MatchesTheGoldenFile) {
