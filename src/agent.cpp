@@ -50,6 +50,7 @@ FenceOptions fence_options(const AgentOptions& o) {
     f.node = o.node;
     f.type = o.type;
     f.abort = true;
+    f.cptpl = o.ptpl ? Cptpl::set : Cptpl::no_change;
     return f;
 }
 

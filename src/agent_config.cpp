@@ -121,7 +121,7 @@ const std::vector<std::string>& agent_setting_keys() {
         "reboot_method",    "fence_timeout_ms", "writer_units", "control_socket", "socket_group",
         "socket_mode",      "state_dir",      "keep_registration", "name",      "log_level",
         "view_timeout_ms",  "fence_on_view_loss",
-        "aen_wakeup",       "rejoin",
+        "aen_wakeup",       "rejoin",         "ptpl",
     };
     return keys;
 }
@@ -260,6 +260,11 @@ Result<AgentSettings> parse_agent_settings(const SettingsMap& kv, std::string& w
         else if (*v == "false" || *v == "no" || *v == "0" || *v == "off") s.keep_registration = false;
         else return fail("keep_registration", "must be true or false");
     }
+    if (const std::string* v = get("ptpl")) {
+        if (*v == "true" || *v == "yes" || *v == "1" || *v == "on") s.ptpl = true;
+        else if (*v == "false" || *v == "no" || *v == "0" || *v == "off") s.ptpl = false;
+        else return fail("ptpl", "must be true or false");
+    }
     if (const std::string* v = get("rejoin")) {
         if (*v == "auto") s.rejoin_auto = true;
         else if (*v == "manual") s.rejoin_auto = false;
@@ -300,6 +305,7 @@ AgentOptions agent_options(const AgentSettings& s, uint8_t node) {
     o.interval_ms = s.interval_ms;
     o.device_timeout_ms = s.device_timeout_ms;
     o.keep_registration = s.keep_registration;
+    o.ptpl = s.ptpl;
     o.rejoin_auto = s.rejoin_auto.value_or(false);
     o.view_timeout_ms = s.view_timeout_ms;
     o.fence_on_view_loss = s.fence_on_view_loss;

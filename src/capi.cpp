@@ -365,6 +365,16 @@ int nvf_fence_leave(nvf_fence* f, nvf_outcome* out) {
     return fence_op(f, out, [](Fence& fe, void*) { return fe.leave(); }, nullptr);
 }
 
+int nvf_fence_set_cptpl(nvf_fence* f, nvf_cptpl cptpl) {
+    if (!f) return -NVF_ERRC_INVALID_ARGUMENT;
+    switch (cptpl) {
+    case NVF_CPTPL_NO_CHANGE: f->fence.set_cptpl(Cptpl::no_change); return NVF_OK;
+    case NVF_CPTPL_CLEAR: f->fence.set_cptpl(Cptpl::clear); return NVF_OK;
+    case NVF_CPTPL_SET: f->fence.set_cptpl(Cptpl::set); return NVF_OK;
+    }
+    return -NVF_ERRC_INVALID_ARGUMENT;
+}
+
 int nvf_fence_verify(nvf_fence* f, nvf_resv_status* out) {
     if (!f || !out) return -NVF_ERRC_INVALID_ARGUMENT;
     *out = nvf_resv_status{};

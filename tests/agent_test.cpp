@@ -1195,6 +1195,24 @@ TEST_F(AgentTest, CleanStopCanKeepTheRegistration) {
     EXPECT_EQ(a->grabs(), grabs);
 }
 
+TEST_F(AgentTest, PtplSetsCptplOnTheRegister) {
+    auto cptpl_of_registers = [&](HostId id) {
+        std::vector<uint32_t> bits;
+        for (const auto& s : t.log)
+            if (s.host == id && s.cmd.opcode == opcode::kResvRegister) bits.push_back(s.cmd.cdw[0] >> 30);
+        return bits;
+    };
+    a = host(1, StartRole::acquire);
+    a->opts.ptpl = true;
+    a->boot();
+    a->start_ok();
+    EXPECT_EQ(cptpl_of_registers(a->id), std::vector<uint32_t>{3u}) << "CPTPL 11b: persist through power loss";
+    b = host(2, StartRole::standby);
+    b->boot();
+    b->start_ok();
+    EXPECT_EQ(cptpl_of_registers(b->id), std::vector<uint32_t>{0u}) << "ptpl = false leaves PTPL as it is";
+}
+
 TEST_F(AgentTest, StopWhileFencedLeavesTheDeviceAlone) {
     holder_and_standby();
     ASSERT_EQ(b->request(ControlOp::takeover).exit_code, 0);
@@ -1387,6 +1405,7 @@ TEST(AgentSettingsTest, DefaultsAndFullConfiguration) {
                                    {"socket_group", "nvfence"},
                                    {"state_dir", "/srv/state"},
                                    {"keep_registration", "yes"},
+                                   {"ptpl", "on"},
                                    {"name", "db1"},
                                    {"log_level", "warn"}},
                                   why);
@@ -1406,6 +1425,8 @@ TEST(AgentSettingsTest, DefaultsAndFullConfiguration) {
     EXPECT_EQ(o.type, ResvType::write_exclusive_reg_only);
     EXPECT_EQ(o.interval_ms, 250u);
     EXPECT_TRUE(o.keep_registration);
+    EXPECT_TRUE(o.ptpl);
+    EXPECT_FALSE(agent_options(*d, 1).ptpl);
 }
 
 TEST(AgentSettingsTest, EveryInvalidValueNamesItsKey) {
@@ -1436,6 +1457,7 @@ TEST(AgentSettingsTest, EveryInvalidValueNamesItsKey) {
         {"socket_mode", "0660", "socket_mode = \"0660\": 0660 needs socket_group"},
         {"state_dir", "var/lib", "state_dir"},
         {"keep_registration", "maybe", "keep_registration"},
+        {"ptpl", "aptpl", "ptpl = \"aptpl\": must be true or false"},
         {"name", "../etc", "name"},
         {"log_level", "loud", "log_level"},
         {"bogus", "1", "unknown key 'bogus'"},
@@ -1497,7 +1519,7 @@ TEST(AgentTransitionsTest, TheTableAllowsNoWayOutOfFencedButRejoinAndStop) {
 
 TEST(AgentSettingsTest, KeysAreDocumentedOnce) {
     const auto& keys = agent_setting_keys();
-    EXPECT_EQ(keys.size(), 24u);
+    EXPECT_EQ(keys.size(), 25u);
     std::set<std::string> unique(keys.begin(), keys.end());
     EXPECT_EQ(unique.size(), keys.size());
 }

@@ -5,11 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
 
 #include "fake_passthru.hpp"
+#include "docs_table.hpp"
 #include "fence_agent.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/fence.hpp"
@@ -310,27 +312,33 @@ TEST(FenceAgentTarget, NodeidCountsOnlyForCorosyncIds) {
 
 class FakeDevice final : public Device {
 public:
-    FakeDevice(FakeTarget& t, HostId id, std::string path)
-        : path_(std::move(path)), id_(id), port_(t, id), resv_(port_, 1) {}
+    FakeDevice(FakeTarget& t, HostId id, std::string path, std::string volume = "vol-test")
+        : path_(std::move(path)), volume_(std::move(volume)), id_(id), port_(t, id), resv_(port_, 1) {}
     const std::string& path() const override { return path_; }
     const std::string& volume() const override { return volume_; }
     const HostId& host_id() const override { return id_; }
     bool supports(ResvType t) const override { return t != ResvType::exclusive_access || ea; }
+    bool ptpl_capable() const override { return ptpl; }
+    uint32_t nsid() const override { return 1; }
     Reservations& resv() override { return resv_; }
     bool ea = false;
+    bool ptpl = false;  // RESCAP bit 0 as nvmet reports it: no PTPL
 
 private:
     std::string path_;
-    std::string volume_ = "vol-test";
+    std::string volume_;
     HostId id_;
     HostPort port_;
     Reservations resv_;
 };
 
-// Three nodes n1, n2, n3 (host ids 1, 2, 3) sharing one namespace; each
-// run() is fence_nvfence on one of them.
+// Three nodes n1, n2, n3 (host ids 1, 2, 3) sharing one namespace
+// (/dev/nvme1n1, volume vol-test) and a second one (/dev/nvme2n1, volume
+// vol-two); each run() is fence_nvfence on one of them.
 struct Cluster {
     FakeTarget t;
+    FakeTarget t2;
+    std::vector<std::string> discovered;  // what Host::discover finds under /dev/nvfence
     TempDir state;
     std::vector<std::pair<Level, std::string>> logs;
     std::vector<uint32_t> slept;
@@ -340,6 +348,7 @@ struct Cluster {
     std::function<ControlReply(const ControlRequest&)> agent;  // set: an nvfenced runs on the local node
     std::map<std::string, std::string> links;  // symbolic links: path -> canonical path
     std::vector<std::string> opened;           // every path given to Host::open
+    bool ptpl_capable = false;                 // the devices' RESCAP PTPL bit (nvmet: clear)
 
     static HostId host(const std::string& name) { return make_host(static_cast<uint8_t>(name.back() - '0')); }
 
@@ -360,11 +369,14 @@ struct Cluster {
                 why = "the namespace has no reservation support";
                 return make_error_code(Errc::no_reservations);
             }
-            if (path != "/dev/nvme1n1") {
+            if (path != "/dev/nvme1n1" && path != "/dev/nvme2n1") {
                 why = "no such device";
                 return make_error_code(Errc::not_found);
             }
-            return std::unique_ptr<Device>(std::make_unique<FakeDevice>(t, host(local), path));
+            auto d = path == "/dev/nvme2n1" ? std::make_unique<FakeDevice>(t2, host(local), path, "vol-two")
+                                            : std::make_unique<FakeDevice>(t, host(local), path);
+            d->ptpl = ptpl_capable;
+            return std::unique_ptr<Device>(std::move(d));
         };
         h.cmapctl = [&](const std::string&, const std::vector<std::string>& args) -> Result<std::string> {
             const std::string& text = args.front() == "nodelist" ? cmap_nodelist : cmap_this;
@@ -379,6 +391,7 @@ struct Cluster {
             agent_requests.push_back(r);
             return agent(r);
         };
+        h.discover = [&] { return discovered; };
         h.sleep = [&](uint32_t s) { slept.push_back(s); };
         h.log = [&](Level l, const std::string& s) { logs.emplace_back(l, s); };
         std::string out;
@@ -879,6 +892,182 @@ TEST(FenceAgentActions, ThroughTheLocalAgent) {
     EXPECT_EQ(c.agent_requests[1].op, ControlOp::rejoin);
     EXPECT_EQ(c.run("n2", kMap + "action=on\nplug=n2"), kExitError);
     EXPECT_TRUE(c.logged("nvfenced on this host is node 1"));
+}
+
+TEST(FenceAgentOptions, Aptpl) {
+    EXPECT_FALSE(argv({"-o", "on"}).opts.aptpl);
+    EXPECT_TRUE(argv({"-o", "on", "-a"}).opts.aptpl);
+    EXPECT_TRUE(argv({"--aptpl", "-o", "on"}).opts.aptpl);
+    EXPECT_TRUE(parse_stdin("action=on\naptpl=1\n").opts.aptpl);
+    EXPECT_FALSE(parse_stdin("action=on\naptpl=1\naptpl=off\n").opts.aptpl);
+}
+
+TEST(FenceAgentActions, AptplOnANamespaceWithoutPtplChangesNothing) {
+    Cluster c;  // RESCAP without PTPL, as nvmet reports it
+    EXPECT_EQ(c.run("n1", kMap + "action=on\nplug=n1\naptpl=1"), kExitError);
+    EXPECT_TRUE(c.logged("/dev/nvme1n1: aptpl: the namespace does not support Persist Through Power Loss"))
+        << c.all_logs();
+    EXPECT_TRUE(c.t.regs.empty());
+    EXPECT_EQ(c.t.state_commands(), 0u);
+}
+
+TEST(FenceAgentActions, AptplRegistersWithCptplAndVerifiesPtpls) {
+    Cluster c;
+    c.ptpl_capable = true;  // a device that implements PTPL (not nvmet)
+    c.t.deviations.cptpl_ignored = false;
+    ASSERT_EQ(c.run("n1", kMap + "action=on\nplug=n1\naptpl=1"), kExitOk) << c.all_logs();
+    EXPECT_TRUE(c.t.ptpl);
+    EXPECT_EQ(c.t.regs.size(), 1u);
+    // Without aptpl nothing asks for PTPL.
+    Cluster plain;
+    plain.ptpl_capable = true;
+    ASSERT_EQ(plain.run("n1", kMap + "action=on\nplug=n1"), kExitOk);
+    EXPECT_FALSE(plain.t.ptpl);
+}
+
+TEST(FenceAgentActions, AptplOnARegisteredNodeKeepsItsKey) {
+    Cluster c;
+    c.ptpl_capable = true;  // a device that implements PTPL (not nvmet)
+    c.t.deviations.cptpl_ignored = false;
+    ASSERT_EQ(c.run("n1", kMap + "action=on\nplug=n1"), kExitOk);
+    ASSERT_FALSE(c.t.ptpl);
+    const uint64_t k = c.t.find(make_host(1))->key;
+    ASSERT_EQ(c.run("n1", kMap + "action=on\nplug=n1\naptpl=1"), kExitOk) << c.all_logs();
+    EXPECT_TRUE(c.t.ptpl);
+    EXPECT_EQ(c.t.find(make_host(1))->key, k);
+    EXPECT_TRUE(c.t.is_holder(make_host(1)));
+}
+
+TEST(FenceAgentActions, AptplFailsWhenTheDeviceDoesNotPersist) {
+    Cluster c;
+    c.ptpl_capable = true;              // claims PTPL in RESCAP
+    c.t.deviations.cptpl_ignored = true;  // but ignores CPTPL, as nvmet does
+    EXPECT_EQ(c.run("n1", kMap + "action=on\nplug=n1\naptpl=1"), kExitError);
+    EXPECT_TRUE(c.logged("Persist Through Power Loss off after 'on'")) << c.all_logs();
+    EXPECT_TRUE(c.logged("ignores CPTPL")) << c.all_logs();
+}
+
+TEST(FenceAgentActions, AptplThroughNvfencedNamesItsPtplKey) {
+    Cluster c;
+    c.ptpl_capable = true;
+    unfence_all(c);  // n1 registered (as its nvfenced would be), PTPL off
+    c.agent = [&](const ControlRequest& r) {
+        ControlReply rep;
+        rep.op = r.op;
+        rep.node = 1;
+        rep.state = AgentState::standby;
+        return rep;
+    };
+    EXPECT_EQ(c.run("n1", kMap + "action=on\nplug=n1\naptpl=1"), kExitError);
+    EXPECT_TRUE(c.logged("set ptpl = true in its configuration")) << c.all_logs();
+    EXPECT_FALSE(c.t.ptpl);  // fence_nvfence changed nothing behind the agent's back
+}
+
+// ---- several devices -----------------------------------------------------------
+
+const std::string kMap2 = "devices=/dev/nvme1n1,/dev/nvme2n1\nnode_ids=n1:1;n2:2;n3:3\n";
+
+bool registered_on(const FakeTarget& t, uint8_t node) {
+    for (const auto& r : t.regs)
+        if (auto f = decode_key(r.key); f && f->node == node) return true;
+    return false;
+}
+
+TEST(FenceAgentDevices, OffOnTwoDevicesFencesTheNodeOnBoth) {
+    Cluster c;
+    for (const char* n : {"n1", "n2", "n3"})
+        ASSERT_EQ(c.run(n, kMap2 + "action=on\nnodename=" + n), kExitOk) << c.all_logs();
+    std::string out;
+    ASSERT_EQ(c.run("n1", kMap2 + "action=off\nplug=n2", &out), kExitOk) << c.all_logs();
+    EXPECT_EQ(out, "Success: Powered OFF\n");
+    for (const FakeTarget* t : {&c.t, &c.t2}) {
+        EXPECT_FALSE(registered_on(*t, 2));
+        EXPECT_TRUE(registered_on(*t, 1));
+        EXPECT_TRUE(registered_on(*t, 3));
+    }
+}
+
+// fence-agents issue 278: two nodes fencing each other must not end with
+// each owning one device. Both visit the devices in volume order, whatever
+// order devices= lists them in, and a fencer that fails on one device
+// touches none after it.
+TEST(FenceAgentDevices, AFencerThatLostTheFirstVolumeLeavesTheOthersAlone) {
+    Cluster c;
+    for (const char* n : {"n1", "n2"})
+        ASSERT_EQ(c.run(n, kMap2 + "action=on\nnodename=" + n), kExitOk) << c.all_logs();
+    // n2 fenced n1 on vol-test (the first volume) ...
+    ASSERT_EQ(c.run("n2", "devices=/dev/nvme1n1\nnode_ids=n1:1;n2:2;n3:3\naction=off\nplug=n1"), kExitOk);
+    // ... when n1, listing vol-two first, tries to fence n2.
+    c.logs.clear();
+    const size_t t2_changes = c.t2.state_commands();
+    EXPECT_EQ(c.run("n1", "devices=/dev/nvme2n1,/dev/nvme1n1\nnode_ids=n1:1;n2:2;n3:3\naction=off\nplug=n2"),
+              kExitError);
+    EXPECT_TRUE(c.logged("/dev/nvme1n1: this host is not registered")) << c.all_logs();
+    EXPECT_TRUE(c.logged("not fencing on the devices after /dev/nvme1n1")) << c.all_logs();
+    EXPECT_TRUE(registered_on(c.t2, 2)) << "n1 must not take vol-two from n2";
+    EXPECT_EQ(c.t2.state_commands(), t2_changes) << "nothing sent to vol-two";
+}
+
+TEST(FenceAgentDevices, OffFailsNamingADeviceLeftWithOtherNodes) {
+    Cluster c;
+    for (const char* n : {"n1", "n2"})
+        ASSERT_EQ(c.run(n, kMap2 + "action=on\nnodename=" + n), kExitOk) << c.all_logs();
+    // n3 was unfenced on vol-test only.
+    ASSERT_EQ(c.run("n3", kMap + "action=on\nnodename=n3"), kExitOk);
+    EXPECT_EQ(c.run("n1", kMap2 + "action=off\nplug=n2"), kExitError);
+    EXPECT_FALSE(registered_on(c.t, 2));
+    EXPECT_FALSE(registered_on(c.t2, 2));
+    EXPECT_TRUE(c.logged("/dev/nvme1n1 (vol-test): nodes 1,3; /dev/nvme2n1 (vol-two): nodes 1")) << c.all_logs();
+}
+
+TEST(FenceAgentDevices, WithoutDevicesTheLinksUnderDevNvfenceAreUsed) {
+    Cluster c;
+    const std::string map = "node_ids=n1:1;n2:2;n3:3\n";
+    EXPECT_EQ(c.run("n1", map + "action=on\nplug=n1"), kExitError);
+    EXPECT_TRUE(c.logged("none found under /dev/nvfence")) << c.all_logs();
+    c.discovered = {"/dev/nvme1n1", "/dev/nvme2n1"};
+    for (const char* n : {"n1", "n2"})
+        ASSERT_EQ(c.run(n, map + "action=on\nnodename=" + n), kExitOk) << c.all_logs();
+    EXPECT_TRUE(registered_on(c.t, 2) && registered_on(c.t2, 2));
+    ASSERT_EQ(c.run("n1", map + "action=off\nplug=n2"), kExitOk) << c.all_logs();
+    EXPECT_FALSE(registered_on(c.t, 2));
+    EXPECT_FALSE(registered_on(c.t2, 2));
+    // Given devices win over discovery.
+    c.opened.clear();
+    EXPECT_EQ(c.run("n1", kMap + "action=status\nplug=n1"), kExitOk);
+    EXPECT_EQ(c.opened, std::vector<std::string>{"/dev/nvme1n1"});
+}
+
+TEST(FenceAgentDevices, DiscoverLinksKeepsBlockDevicesInNameOrder) {
+    TempDir dir;
+    EXPECT_TRUE(discover_links(dir.path() + "/missing").empty());
+    std::string block;  // any block device of this machine
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/dev", ec))
+        if (e.is_block_file(ec)) {
+            block = e.path().string();
+            break;
+        }
+    std::ofstream(dir.path() + "/plain-file") << "x";
+    std::filesystem::create_symlink("/dev/null", dir.path() + "/char-device");
+    if (block.empty()) {
+        EXPECT_TRUE(discover_links(dir.path()).empty());
+        GTEST_SKIP() << "no block device under /dev to link to";
+    }
+    std::filesystem::create_symlink(block, dir.path() + "/vol-b");
+    std::filesystem::create_symlink(block, dir.path() + "/vol-a");
+    std::filesystem::create_symlink(block, dir.path() + "/.hidden");
+    EXPECT_EQ(discover_links(dir.path()), (std::vector<std::string>{dir.path() + "/vol-a", dir.path() + "/vol-b"}));
+}
+
+// -h lists every option the metadata documents, in the metadata's own
+// command line form (stdin-only options and port, plug's old name, aside).
+TEST(FenceAgentMetadata, UsageListsEveryOption) {
+    const std::string usage = usage_text();
+    for (const auto& p : parameter_docs()) {
+        if (p.stdin_only || p.deprecated_for) continue;
+        EXPECT_NE(usage.find(std::string("   ") + p.getopt), std::string::npos) << p.name << ": " << p.getopt;
+    }
 }
 
 TEST(FenceAgentMetadata, MatchesTheGoldenFile) {

@@ -34,7 +34,8 @@ diff -u "$golden" "$work/argv.xml" || { echo "FAIL: metadata differs from the go
 
 # The schema check must be able to fail: a parameter without its required
 # attribute is refused.
-sed 's/<parameter name="devices" unique="0" required="1">/<parameter name="devices" unique="0">/' "$work/argv.xml" > "$work/bad.xml"
+sed 's/<parameter name="action" unique="0" required="1">/<parameter name="action" unique="0">/' "$work/argv.xml" > "$work/bad.xml"
+cmp -s "$work/argv.xml" "$work/bad.xml" && { echo "FAIL: the check's edit did not apply (action is no longer required?)"; exit 1; }
 if xmllint --noout --relaxng "$rng" "$work/bad.xml" 2>/dev/null; then
   echo "FAIL: the schema accepted metadata without a required attribute"; exit 1
 fi

@@ -373,6 +373,17 @@ TEST_F(FenceTest, CptplOptionReachesRegister) {
     EXPECT_TRUE(target.ptpl);
 }
 
+TEST_F(FenceTest, SetCptplChangesTheNextRegister) {
+    auto a = node(1);
+    a->fence.set_cptpl(Cptpl::set);
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    EXPECT_EQ(last(opcode::kResvRegister)->cdw[0] >> 30, 3u);
+    EXPECT_EQ(a->fence.options().cptpl, Cptpl::set);
+    a->fence.set_cptpl(Cptpl::clear);
+    ASSERT_TRUE(a->fence.join(std::nullopt, true));  // re-key: Register (replace)
+    EXPECT_EQ(last(opcode::kResvRegister)->cdw[0] >> 30, 2u);
+}
+
 // ---------------------------------------------------------------- acquire
 
 TEST_F(FenceTest, AcquireNeedsARegistration) {

@@ -39,7 +39,7 @@ def writer_loop():
     slow = loop.replace("*) usleep 200000; continue;;", "*) usleep 1000000; continue;;")
     # 50 writes/s instead of 500: each NVMe/TCP write costs the TCG guest
     # CPU that its etcd member needs (at 500/s a guest was 0 % idle and
-    # etcd answered in up to 5.8 s; docs/ETCD.md "What the lab showed").
+    # etcd answered in up to 5.8 s; docs/RELIABILITY.md "etcd lab: what the lab showed").
     slower = slow.replace("--interval-us 2000 ", "--interval-us 20000 ")
     assert slow != loop and slower != slow, "campaign.WRITER_LOOP changed: update etcdlab.writer_loop"
     return slower

@@ -220,3 +220,105 @@ def test_through_the_local_nvfenced(lab):
         assert a.run("test -e /tmp/fenced.a").rc != 0, "the agent fenced itself"
     finally:
         a.run("pkill -9 -x nvfenced; true")
+
+
+NS2 = f"/sys/kernel/config/nvmet/subsystems/{nvlab.NQN}/namespaces/2"
+
+
+def add_second_namespace(lab):
+    """Exports a second namespace (nsid 2: a 16 MiB file on the target's RAM
+    disk, buffered I/O, reservations on) in the same subsystem and waits
+    until every host sees it. Returns {host name: its block device}."""
+    lab.target.run(f"dd if=/dev/zero of=/tmp/ns2.img bs=1M count=16 2>/dev/null && mkdir {NS2} && "
+                   f"echo /tmp/ns2.img > {NS2}/device_path && echo 1 > {NS2}/buffered_io && "
+                   f"echo 1 > {NS2}/resv_enable && echo 1 > {NS2}/enable", check=True, timeout_s=60)
+    devs = {}
+    for h in lab.hosts:
+        c = f"/sys/class/nvme/{h.ctrl}"
+        script = (f"end=$(( $(cut -d. -f1 /proc/uptime) + 60 )); "
+                  f"while :; do for n in {c}/nvme*n*; do b=${{n##*/}}; "
+                  f"[ \"$(cat $n/nsid 2>/dev/null)\" = 2 ] && [ -b /dev/$b ] && {{ echo /dev/$b; exit 0; }}; done; "
+                  f"[ $(cut -d. -f1 /proc/uptime) -ge $end ] && exit 1; "
+                  f"echo 1 > {c}/rescan_controller 2>/dev/null; usleep 500000; done")
+        r = h.run(script, timeout_s=80)
+        assert r.rc == 0 and r.out.strip(), (h.name, r)
+        devs[h.name] = r.out.strip().splitlines()[0]
+    return devs
+
+
+def remove_second_namespace(lab):
+    lab.target.run(f"echo 0 > {NS2}/enable; rmdir {NS2}; rm -f /tmp/ns2.img", timeout_s=60)
+
+
+def test_two_namespaces_one_fence(lab):
+    """fence_nvfence with two namespaces: 'off' fences the node on both and
+    verifies that both have the same nodes left; two nodes fencing each
+    other cannot each keep one namespace (fence-agents issue 278): both go
+    through the namespaces in one order (volume name, then namespace id,
+    whatever order devices lists them in) and a fencer stops at the first
+    one it lost; 'off' fails naming the namespace whose nodes differ."""
+    reset(lab)
+    a, b, c = lab.hosts
+    dev2 = add_second_namespace(lab)
+    try:
+        both = {h.name: f"$NVFENCE_DEV,{dev2[h.name]}" for h in lab.hosts}
+
+        def nodes(h, dev=None):
+            return sorted(node_keys(nvf(h, "report", dev=dev).json))
+
+        for h in (a, b, c):
+            r = fa(h, "action=on", f"nodename={h.name}", devices=both[h.name])
+            assert r.rc == 0, r
+        assert nodes(a) == [1, 2, 3] and nodes(a, dev2["a"]) == [1, 2, 3]
+
+        # One fence, both namespaces: b's key gone from each, its writes refused on each.
+        r = fa(a, "action=off", "plug=b", devices=both["a"])
+        assert r.rc == 0 and "Success: Powered OFF" in r.out, r
+        assert nodes(a) == [1, 3] and nodes(a, dev2["a"]) == [1, 3]
+        assert nvf(b, "write", "--lba", "40").rc == CONFLICT
+        assert nvf(b, "write", "--lba", "40", dev=dev2["b"]).rc == CONFLICT
+
+        # c fences a on namespace 1 only; then a, listing namespace 2 first,
+        # tries to fence c: it lost namespace 1 (first in order) and leaves
+        # namespace 2 alone, so c keeps both.
+        r = fa(c, "action=off", "plug=a")
+        assert r.rc == 0, r
+        gen2 = nvf(c, "report", dev=dev2["c"]).json["generation"]
+        r = fa(a, "action=off", "plug=c", devices=f"{dev2['a']},$NVFENCE_DEV")
+        assert r.rc == 1 and "this host is not registered" in r.err, r
+        assert "not fencing on the devices after" in r.err, r
+        st2 = nvf(c, "report", dev=dev2["c"]).json
+        assert st2["generation"] == gen2 and sorted(node_keys(st2)) == [1, 3], st2
+        # The cluster finishes fencing a on both.
+        r = fa(c, "action=off", "plug=a", devices=both["c"])
+        assert r.rc == 0, r
+        assert nodes(c) == [3] and nodes(c, dev2["c"]) == [3]
+
+        # b unfenced on namespace 1 only: fencing a again leaves {2,3} on
+        # one and {3} on the other, and 'off' says so.
+        assert fa(b, "action=on", "nodename=b").rc == 0
+        assert fa(a, "action=on", "nodename=a", devices=both["a"]).rc == 0
+        r = fa(c, "action=off", "plug=a", devices=both["c"])
+        assert r.rc == 1, r
+        assert "different nodes registered" in r.err and f"{dev2['c']} (" in r.err and "nodes 3" in r.err, r
+        assert nodes(c) == [2, 3] and nodes(c, dev2["c"]) == [3]
+    finally:
+        remove_second_namespace(lab)
+
+
+def test_aptpl_on_nvmet(lab):
+    """aptpl=1 needs a namespace that persists reservations through power
+    loss: nvmet reports no PTPL in RESCAP, so 'on' fails and registers
+    nothing; a device that claims PTPL but leaves PTPLS off fails too."""
+    reset(lab)
+    a = lab.hosts[0]
+    info = nvf(a, "info")
+    assert info.rc == OK, info
+    r = fa(a, "action=on", "nodename=a", "aptpl=1")
+    assert r.rc == 1 and "aptpl" in r.err and "Persist Through Power Loss" in r.err, r
+    st = report(a)
+    if not info.json["ptpl"]:
+        assert "does not support Persist Through Power Loss" in r.err, r
+        assert st["registrants"] == [], st
+    # Without aptpl the same node is unfenced.
+    assert fa(a, "action=on", "nodename=a").rc == 0

@@ -12,6 +12,7 @@ for how udev gets there (fetched once with apt-get download, cached).
   the same volume id) gets no link and no NVFENCE_* property, configured or not.
 - Removing and re-adding the namespace (target disables and re-enables it;
   `nvme disconnect` and `nvme connect`) removes and recreates the link.
+- fence_nvfence without `devices` uses the link (status read from it).
 - `nvfence udev-probe` prints nothing and exits 0 on a non-NVMe block device
   (/dev/vda, virtio-blk) and on /dev/null.
 - systemd is not run: PID 1 of a lab guest is the lab's agent, and running
@@ -150,6 +151,17 @@ def test_ebs_namespace_link_and_properties(lab):
     r = a.run(f"nvfence info {LINK} --json", timeout_s=30)
     assert r.rc == 0, r
     assert json.loads(r.out.strip().splitlines()[-1])["device"] == a.dev
+
+
+def test_fence_nvfence_finds_the_link_without_devices(lab):
+    """fence_nvfence given no devices uses every link under /dev/nvfence:
+    here the EBS namespace's, so status of a node that never registered is
+    OFF (exit 2) read from that device, not a missing-devices error (1)."""
+    a = lab.hosts[0]
+    assert a.run(f"[ -L {LINK} ]").rc == 0
+    r = a.run("printf 'action=status\\nplug=b\\nnode_ids=a:1;b:2\\nverbose=1\\n' | fence_nvfence", timeout_s=60)
+    assert r.rc == 2 and "Status: OFF" in r.out, r
+    assert f"no devices given: using {LINK}" in r.err, r
 
 
 def test_unit_wanted_only_for_configured_volume(lab):

@@ -90,6 +90,9 @@ struct AgentOptions {
     uint32_t interval_ms = 1000;                   ///< Watch period.
     uint32_t device_timeout_ms = 5000;             ///< Bound on each device command.
     bool keep_registration = false;                ///< stop(): stay registered.
+    /// Every Register the agent sends sets CPTPL (11b): the device keeps
+    /// the registrations and the reservation through power loss.
+    bool ptpl = false;
     /// rejoin = auto: a FENCED host whose registration is gone registers
     /// again (a candidate, never a holder) once its writers are stopped and
     /// its fence action has completed; off: only `nvfence rejoin` does.

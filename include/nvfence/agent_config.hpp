@@ -29,6 +29,7 @@
 /// | socket_mode       | 0600 \| 0660 (needs socket_group)      | 0600 (0660 with socket_group) |
 /// | state_dir         | absolute path                           | /var/lib/nvfence |
 /// | keep_registration | true \| false                           | false   |
+/// | ptpl              | true \| false (CPTPL set on each Register) | false   |
 /// | rejoin            | auto \| manual (auto: Agent rejoin_auto) | auto with elector = etcd, else manual |
 /// | name              | instance name [A-Za-z0-9._-]            | volume  |
 /// | log_level         | debug \| info \| warning \| error       | info    |
@@ -86,6 +87,7 @@ struct AgentSettings {
     uint32_t socket_mode = 0600;               ///< socket_mode.
     std::string state_dir = "/var/lib/nvfence";///< state_dir.
     bool keep_registration = false;            ///< keep_registration.
+    bool ptpl = false;                         ///< ptpl: Persist Through Power Loss.
     std::optional<bool> rejoin_auto;           ///< rejoin (unset: the daemon decides from the elector).
     std::string name;                          ///< name ("": the volume name).
     std::string log_level = "info";            ///< log_level.

@@ -155,6 +155,8 @@ public:
     const std::optional<ReservationStatus>& last_report() const { return last_; }
     /// The options in force.
     const FenceOptions& options() const { return opts_; }
+    /// CPTPL of the Registers sent from now on (FenceOptions::cptpl).
+    void set_cptpl(Cptpl c) { opts_.cptpl = c; }
 
 private:
     // Register with the fresh key a.nrkey; an error completion that the

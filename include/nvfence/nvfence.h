@@ -283,6 +283,19 @@ int nvf_fence_leave(nvf_fence *f, nvf_outcome *out);
 /** Reads the reservation (Report); as nvf_ns_report(). */
 int nvf_fence_verify(nvf_fence *f, nvf_resv_status *out);
 
+/** Change Persist Through Power Loss state (CPTPL) carried by a Register. */
+typedef enum nvf_cptpl {
+    NVF_CPTPL_NO_CHANGE = 0, /**< Leave PTPL as it is (the default). */
+    NVF_CPTPL_CLEAR = 2,     /**< Reservations are released and registrants cleared on power loss. */
+    NVF_CPTPL_SET = 3        /**< Reservations and registrants persist through power loss. */
+} nvf_cptpl;
+
+/** CPTPL of every Register @p f sends from now on (join, takeover's
+ *  re-key). -NVF_ERRC_INVALID_ARGUMENT for NULL or another value. Whether
+ *  the device persists shows in nvf_resv_status.ptpl (PTPLS) and
+ *  nvf_ns_info.ptpl (RESCAP); the Linux NVMe target ignores CPTPL. */
+int nvf_fence_set_cptpl(nvf_fence *f, nvf_cptpl cptpl);
+
 /* ------------------------------------------------------------ writer */
 
 /** io_uring I/O whose every completion is ok, fenced or an error (opaque). */

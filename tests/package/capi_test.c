@@ -120,6 +120,8 @@ static void test_open_errors(const char *dir) {
     CHECK(nvf_fence_new(NULL, NULL, NULL) == -NVF_ERRC_INVALID_ARGUMENT);
     CHECK(nvf_fence_takeover(NULL, 0, NULL) == -NVF_ERRC_INVALID_ARGUMENT);
     CHECK(nvf_fence_verify(NULL, NULL) == -NVF_ERRC_INVALID_ARGUMENT);
+    CHECK(nvf_fence_set_cptpl(NULL, NVF_CPTPL_SET) == -NVF_ERRC_INVALID_ARGUMENT);
+    CHECK(NVF_CPTPL_NO_CHANGE == 0 && NVF_CPTPL_CLEAR == 2 && NVF_CPTPL_SET == 3); /* the CPTPL field values */
     CHECK(nvf_writer_queue_write(NULL, 0, NULL, 0, 0) == -NVF_ERRC_INVALID_ARGUMENT);
     CHECK(nvf_writer_submit(NULL) == -NVF_ERRC_INVALID_ARGUMENT);
     CHECK(nvf_writer_reap(NULL, NULL, 0, 0) == -NVF_ERRC_INVALID_ARGUMENT);

@@ -27,11 +27,12 @@ constexpr const char* kPlugDesc =
 const std::vector<ParamDoc> kParams = {
     {.name = "action", .getopt = "-o, --action=[action]", .type = "string", .def = "off", .required = true,
      .shortdesc = "Fencing action"},
-    {.name = "devices", .getopt = "-d, --devices=[devices]", .type = "string", .required = true,
+    {.name = "devices", .getopt = "-d, --devices=[devices]", .type = "string",
      .shortdesc = "Shared NVMe namespaces to fence on, comma or space separated: /dev/nvmeXnY, /dev/ngXnY or a "
                   "link to one (/dev/disk/by-id/..., /dev/nvfence/VOLUME). Each must support NVMe reservations. "
-                  "Device-mapper devices (/dev/mapper/*, /dev/dm-*: dm-multipath) are refused: give the namespace "
-                  "of native NVMe multipath."},
+                  "Without it, every link under /dev/nvfence (nvfence's udev rules name each shared namespace "
+                  "there by its volume id) is used. Device-mapper devices (/dev/mapper/*, /dev/dm-*: "
+                  "dm-multipath) are refused: give the namespace of native NVMe multipath."},
     {.name = "key", .getopt = "-k, --key=[node id]", .type = "string",
      .shortdesc = "Node id of the node to act on (1-255, or an nvfence key nf:TAG:NODE:EPOCH whose node is used), "
                   "instead of looking it up in node_ids or corosync."},
@@ -46,6 +47,12 @@ const std::vector<ParamDoc> kParams = {
     {.name = "cluster_tag", .getopt = "--cluster-tag=[tag]", .type = "integer", .def = "0",
      .shortdesc = "Cluster tag of the keys (0-255), as nvfence and nvfenced use it; keys of other tags are never "
                   "touched."},
+    {.name = "aptpl", .getopt = "-a, --aptpl", .type = "boolean", .def = "0",
+     .shortdesc = "Make the registrations and the reservation persist through power loss (NVMe PTPL, fence_scsi's "
+                  "APTPL). Used by 'on' only: it registers with CPTPL set (or sets it with the node's key when the "
+                  "node is registered already) and verifies that the device reports PTPL on. Fails on a namespace "
+                  "whose RESCAP has no PTPL, and on a device that accepts the command but does not persist (the "
+                  "Linux NVMe target). Where nvfenced holds the registration, its configuration's ptpl key sets it."},
     {.name = "plug", .getopt = "-n, --plug=[nodename]", .type = "string", .shortdesc = kPlugDesc,
      .obsoletes = "port"},
     {.name = "port", .getopt = "-n, --plug=[nodename]", .type = "string", .shortdesc = kPlugDesc,
@@ -97,7 +104,10 @@ const std::vector<ActionDoc> kActions = {
      "key being the node's key). A fencer that is not registered itself (it was fenced, or never unfenced) fails "
      "and sends nothing: only 'on' registers a node, so a fenced node that rejoins with a stale cluster stack "
      "cannot fence the others; Pacemaker's fencer asks another node. A fencer that loses the race to another "
-     "fencer of the same node succeeds: the Report decides."},
+     "fencer of the same node succeeds: the Report decides. With several devices, every node fences them in "
+     "the order of their volume names, then namespace ids (whatever order devices lists them in), and stops at the first device it fails on, so two "
+     "nodes fencing each other cannot each end up owning some of the devices; afterwards every device must have "
+     "the same nodes registered, or 'off' fails naming each device that differs."},
     {"status", false,
      "Prints Status: ON and exits 0 when the target has a key on any device; prints Status: OFF and exits 2 when "
      "on none; exits 1 on any error (an unknown plug included)."},

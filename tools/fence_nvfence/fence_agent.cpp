@@ -2,8 +2,10 @@
 #include "fence_agent.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <set>
+#include <utility>
 
 #include "nvfence/epoch_store.hpp"
 #include "nvfence/error.hpp"
@@ -18,6 +20,7 @@ struct Ctx {
     const Options& o;
     Host& host;
     std::string& out;
+    std::vector<std::string> devices;  ///< o.devices, or the links found under /dev/nvfence
     void log(Level l, const std::string& s) const {
         if (host.log) host.log(l, s);
     }
@@ -161,11 +164,25 @@ std::unique_ptr<Device> open_device(const Ctx& c, const std::string& path) {
 }
 
 bool need_devices(const Ctx& c) {
-    if (c.o.devices.empty()) {
-        c.error("no devices given (devices=/dev/nvme1n1,... or -d)");
+    if (c.devices.empty()) {
+        c.error("no devices given (devices=/dev/nvme1n1,... or -d) and none found under " + std::string(kNvfenceLinkDir) +
+                " (the udev rules' links to shared namespaces)");
         return false;
     }
     return true;
+}
+
+// devices when given; otherwise every link under /dev/nvfence, in the
+// volume order discover gives (the same on every node).
+std::vector<std::string> devices_of(const Ctx& c) {
+    if (!c.o.devices.empty() || !c.host.discover) return c.o.devices;
+    auto found = c.host.discover();
+    if (!found.empty()) {
+        std::string list;
+        for (const auto& p : found) list += (list.empty() ? "" : ", ") + p;
+        c.debug("no devices given: using " + list);
+    }
+    return found;
 }
 
 bool need_target(const Ctx& c) {
@@ -198,58 +215,81 @@ Result<ControlReply> ask_agent(const Ctx& c, const std::string& sock, ControlOp 
 
 // ---- on --------------------------------------------------------------------
 
-bool on_device(const Ctx& c, Device& d, uint8_t node) {
-    const ResvType type = resv_type_for(c.o.mode);
-    if (auto sock = agent_for(c, d)) {
-        // nvfenced holds this host's registration: re-keying behind its
-        // back would look to it like another host using this host's id.
-        auto st = ask_agent(c, *sock, ControlOp::status);
-        if (!st) {
-            c.error(d.path() + ": nvfenced at " + *sock + " does not answer: " + st.error().message());
-            return false;
-        }
-        if (st->node != node || st->tag != c.o.tag) {
-            c.error(d.path() + ": nvfenced on this host is node " + std::to_string(st->node) + " (cluster tag " +
-                    std::to_string(st->tag) + ") but this node is node " + std::to_string(node) + " (cluster tag " +
-                    std::to_string(c.o.tag) + "): fix node_ids/cluster_tag or the agent's configuration");
-            return false;
-        }
-        if (st->state == AgentState::fenced) {
-            auto r = ask_agent(c, *sock, ControlOp::rejoin);
-            if (!r || r->exit_code != 0) {
-                c.error(d.path() + ": nvfenced could not rejoin: " + (r ? r->message : r.error().message()));
-                return false;
-            }
-            c.info(d.path() + ": unfenced through nvfenced: " + r->message);
-        }
-    } else {
-        EpochStore store(c.o.state_dir, d.volume());
-        FenceOptions fo;
-        fo.tag = c.o.tag;
-        fo.node = node;
-        fo.type = type;
-        Fence f(d.resv(), d.host_id(), fo, &store);
-        auto j = f.join(std::nullopt, false);
-        if (!j) {
-            if (j.error() == Errc::host_id_conflict && f.last_report()) {
-                const Registrant* me = f.mine(*f.last_report());
-                c.error(d.path() + ": this host is registered with " + (me ? key_words(me->key) : "another key") +
-                        ", not node " + std::to_string(node) + "'s: another host shares this host id, or the "
-                        "node map changed (unregister it with 'nvfence unregister')");
-            } else {
-                c.error(d.path() + ": registering node " + std::to_string(node) + " failed: " + j.error().message());
-            }
-            return false;
-        }
-        if (j->changed) c.info(d.path() + ": registered " + key_words(j->key));
-        else c.debug(d.path() + ": already registered with " + key_words(j->key));
-        if (j->after.type == ResvType::none) {
-            auto a = f.acquire();
-            if (a) c.info(d.path() + ": took the " + resv_type_name(type) + " reservation");
-            else if (a.error() != Errc::held_by_other)
-                c.log(Level::warning, d.path() + ": acquiring the reservation failed: " + a.error().message());
-        }
+// nvfenced holds this host's registration: re-keying behind its back would
+// look to it like another host using this host's id, so 'on' asks it.
+bool on_through_agent(const Ctx& c, Device& d, const std::string& sock, uint8_t node) {
+    auto st = ask_agent(c, sock, ControlOp::status);
+    if (!st) {
+        c.error(d.path() + ": nvfenced at " + sock + " does not answer: " + st.error().message());
+        return false;
     }
+    if (st->node != node || st->tag != c.o.tag) {
+        c.error(d.path() + ": nvfenced on this host is node " + std::to_string(st->node) + " (cluster tag " +
+                std::to_string(st->tag) + ") but this node is node " + std::to_string(node) + " (cluster tag " +
+                std::to_string(c.o.tag) + "): fix node_ids/cluster_tag or the agent's configuration");
+        return false;
+    }
+    if (st->state == AgentState::fenced) {
+        auto r = ask_agent(c, sock, ControlOp::rejoin);
+        if (!r || r->exit_code != 0) {
+            c.error(d.path() + ": nvfenced could not rejoin: " + (r ? r->message : r.error().message()));
+            return false;
+        }
+        c.info(d.path() + ": unfenced through nvfenced: " + r->message);
+    }
+    return true;
+}
+
+// aptpl on a registration made without it: Register (replace) with the same
+// key and CPTPL set turns PTPL on without changing the key.
+void set_ptpl_with(const Ctx& c, Device& d, uint64_t key) {
+    RegisterArgs a;
+    a.action = RegisterAction::replace_key;
+    a.cptpl = Cptpl::set;
+    a.crkey = key;
+    a.nrkey = key;
+    if (auto s = d.resv().reg(a); !s)
+        c.log(Level::warning, d.path() + ": setting PTPL with " + key_words(key) + " failed: " + s.error().message());
+    else
+        c.info(d.path() + ": asked the device to persist the reservation through power loss (CPTPL set)");
+}
+
+bool on_direct(const Ctx& c, Device& d, uint8_t node) {
+    const ResvType type = resv_type_for(c.o.mode);
+    EpochStore store(c.o.state_dir, d.volume());
+    FenceOptions fo;
+    fo.tag = c.o.tag;
+    fo.node = node;
+    fo.type = type;
+    fo.cptpl = c.o.aptpl ? Cptpl::set : Cptpl::no_change;
+    Fence f(d.resv(), d.host_id(), fo, &store);
+    auto j = f.join(std::nullopt, false);
+    if (!j) {
+        if (j.error() == Errc::host_id_conflict && f.last_report()) {
+            const Registrant* me = f.mine(*f.last_report());
+            c.error(d.path() + ": this host is registered with " + (me ? key_words(me->key) : "another key") +
+                    ", not node " + std::to_string(node) + "'s: another host shares this host id, or the "
+                    "node map changed (unregister it with 'nvfence unregister')");
+        } else {
+            c.error(d.path() + ": registering node " + std::to_string(node) + " failed: " + j.error().message());
+        }
+        return false;
+    }
+    if (j->changed) c.info(d.path() + ": registered " + key_words(j->key));
+    else c.debug(d.path() + ": already registered with " + key_words(j->key));
+    if (c.o.aptpl && !j->after.ptpl) set_ptpl_with(c, d, j->key);
+    if (j->after.type == ResvType::none) {
+        auto a = f.acquire();
+        if (a) c.info(d.path() + ": took the " + resv_type_name(type) + " reservation");
+        else if (a.error() != Errc::held_by_other)
+            c.log(Level::warning, d.path() + ": acquiring the reservation failed: " + a.error().message());
+    }
+    return true;
+}
+
+// The Report after 'on': this host registered as @p node, and with aptpl
+// the device persisting through power loss (PTPLS).
+bool verify_on(const Ctx& c, Device& d, uint8_t node, bool through_agent) {
     auto st = read_reservation(c, d, d.path());
     if (!st) return false;
     const Registrant* me = st->find_host(d.host_id());
@@ -258,9 +298,28 @@ bool on_device(const Ctx& c, Device& d, uint8_t node) {
         c.error(d.path() + ": verification failed: this host is not registered as node " + std::to_string(node));
         return false;
     }
+    if (c.o.aptpl && !st->ptpl) {
+        c.error(d.path() + ": aptpl: the device reports Persist Through Power Loss off after 'on'" +
+                (through_agent ? std::string(" (nvfenced holds this host's registration: set ptpl = true in its "
+                                             "configuration)")
+                               : std::string(" although the Register asked for it (CPTPL set): this target does "
+                                             "not persist reservations (the Linux NVMe target ignores CPTPL)")));
+        return false;
+    }
     if (st->type == ResvType::none)
         c.log(Level::warning, d.path() + ": registered, but no reservation is held: unregistered hosts can still write");
     return true;
+}
+
+bool on_device(const Ctx& c, Device& d, uint8_t node) {
+    if (c.o.aptpl && !d.ptpl_capable()) {
+        c.error(d.path() + ": aptpl: the namespace does not support Persist Through Power Loss (RESCAP bit 0 "
+                "clear); nothing was changed");
+        return false;
+    }
+    const auto sock = agent_for(c, d);
+    if (!(sock ? on_through_agent(c, d, *sock, node) : on_direct(c, d, node))) return false;
+    return verify_on(c, d, node, sock.has_value());
 }
 
 int action_on(const Ctx& c) {
@@ -274,12 +333,12 @@ int action_on(const Ctx& c) {
         return kExitError;
     }
     int failed = 0;
-    for (const auto& path : c.o.devices) {
+    for (const auto& path : c.devices) {
         auto d = open_device(c, path);
         if (!d || !on_device(c, *d, target->id)) ++failed;
     }
     if (failed) {
-        c.error("failed on " + std::to_string(failed) + " of " + std::to_string(c.o.devices.size()) + " device(s)");
+        c.error("failed on " + std::to_string(failed) + " of " + std::to_string(c.devices.size()) + " device(s)");
         return kExitError;
     }
     c.out += "Success: Powered ON\n";
@@ -397,44 +456,89 @@ OffResult off_device(const Ctx& c, Device& d, uint8_t victim) {
     return OffResult::failed;
 }
 
+// The nodes of tag c.o.tag registered on @p st, as "1,3" (none: "none").
+std::string node_set_text(const std::set<uint8_t>& nodes) {
+    std::string t;
+    for (uint8_t n : nodes) t += (t.empty() ? "" : ",") + std::to_string(n);
+    return t.empty() ? "none" : t;
+}
+
+// After 'off' on several devices: the same surviving nodes on each, or a
+// failure naming every device whose nodes differ from the first's (split
+// ownership: fence-agents issue 278).
+bool same_survivors(const Ctx& c, std::vector<std::unique_ptr<Device>>& devs) {
+    std::vector<std::set<uint8_t>> sets;
+    for (auto& d : devs) {
+        auto st = read_reservation(c, *d, d->path());
+        if (!st) return false;
+        std::set<uint8_t> nodes;
+        for (const auto& r : st->registrants)
+            if (auto f = decode_key(r.key); f && f->tag == c.o.tag) nodes.insert(f->node);
+        sets.push_back(std::move(nodes));
+    }
+    std::string differ;
+    for (size_t i = 1; i < devs.size(); ++i)
+        if (sets[i] != sets[0])
+            differ += "; " + devs[i]->path() + " (" + devs[i]->volume() + "): nodes " + node_set_text(sets[i]);
+    if (differ.empty()) return true;
+    c.error("the devices are left with different nodes registered, " + devs[0]->path() + " (" + devs[0]->volume() +
+            "): nodes " + node_set_text(sets[0]) + differ +
+            ": a node missing on a device must be unfenced there ('on' on that node), a node present only on some "
+            "must be fenced again");
+    return false;
+}
+
+// Every device opened, in volume order (the order every node fences in, so
+// that of two nodes fencing each other the one that loses the first device
+// stops there). Devices that fail to open are counted in @p failed.
+std::vector<std::unique_ptr<Device>> open_in_volume_order(const Ctx& c, int& failed) {
+    std::vector<std::unique_ptr<Device>> devs;
+    for (const auto& path : c.devices) {
+        if (auto d = open_device(c, path)) devs.push_back(std::move(d));
+        else ++failed;
+    }
+    std::stable_sort(devs.begin(), devs.end(), [](const auto& a, const auto& b) {
+        return std::pair(a->volume(), a->nsid()) < std::pair(b->volume(), b->nsid());
+    });
+    return devs;
+}
+
 int action_off(const Ctx& c) {
     if (!need_target(c) || !need_devices(c)) return kExitError;
     auto target = need_target_id(c);
     if (!target) return kExitError;
-    const std::optional<uint8_t> victim = target->id;
+    const uint8_t victim = target->id;
     std::string lwhy;
-    auto local_r = local_node_id(c, lwhy);
-    std::optional<uint8_t> local;
-    if (local_r) local = *local_r;
-    else c.debug("this node's id is unknown: " + lwhy);
-    if (local && *local == *victim) {
+    if (auto local = local_node_id(c, lwhy); local && *local == victim) {
         c.error("refusing to fence the local node " + target->label);
         return kExitError;
+    } else if (!local) {
+        c.debug("this node's id is unknown: " + lwhy);
     }
     if (c.o.delay_s > 0) {
         c.info("delay " + std::to_string(c.o.delay_s) + " s before fencing");
         if (c.host.sleep) c.host.sleep(c.o.delay_s);
     }
-    int failed = 0;
+    int failed = 0;  // a device that does not open is reported; the others are still fenced
+    auto devs = open_in_volume_order(c, failed);
     bool any_change = false;
-    for (const auto& path : c.o.devices) {
-        auto d = open_device(c, path);
-        if (!d) {
-            ++failed;
-            continue;
-        }
-        switch (off_device(c, *d, *victim)) {
-        case OffResult::already_off: break;
-        case OffResult::fenced: any_change = true; break;
-        case OffResult::refused: return kExitError;
-        case OffResult::failed: ++failed; break;
-        }
+    for (size_t i = 0; i < devs.size(); ++i) {
+        const OffResult r = off_device(c, *devs[i], victim);
+        if (r == OffResult::refused) return kExitError;
+        any_change = any_change || r == OffResult::fenced;
+        if (r != OffResult::failed) continue;
+        ++failed;
+        if (i + 1 < devs.size())
+            c.error("not fencing on the devices after " + devs[i]->path() + " (volume order): a fencer that failed "
+                    "on one device must not win the next (split ownership)");
+        break;
     }
     if (failed) {
-        c.error("failed to verify " + std::to_string(failed) + " of " + std::to_string(c.o.devices.size()) +
+        c.error("failed to verify " + std::to_string(failed) + " of " + std::to_string(c.devices.size()) +
                 " device(s)");
         return kExitError;
     }
+    if (devs.size() > 1 && !same_survivors(c, devs)) return kExitError;
     c.out += any_change ? "Success: Powered OFF\n" : "Success: Already OFF\n";
     return kExitOk;
 }
@@ -447,7 +551,7 @@ int action_status(const Ctx& c) {
     if (!target) return kExitError;
     const std::optional<uint8_t> node = target->id;
     bool on = false;
-    for (const auto& path : c.o.devices) {
+    for (const auto& path : c.devices) {
         auto d = open_device(c, path);
         if (!d) return kExitError;
         auto st = read_reservation(c, *d, path);
@@ -500,7 +604,7 @@ int action_monitor(const Ctx& c) {
         c.error("this node's id is unknown: " + why);
         ok = false;
     }
-    for (const auto& path : c.o.devices) {
+    for (const auto& path : c.devices) {
         auto d = open_device(c, path);
         if (!d) {
             ok = false;
@@ -532,7 +636,7 @@ int action_validate(const Ctx& c) {
         std::string why;
         if (auto t = target_of(c, why); !t) c.log(Level::warning, "not checking the target: " + why);
     }
-    for (const auto& path : c.o.devices)
+    for (const auto& path : c.devices)
         if (!open_device(c, path)) ok = false;
     return ok ? kExitOk : kExitError;
 }
@@ -569,7 +673,7 @@ int action_list_status(const Ctx& c) {
     auto nodes = list_nodes(c);
     if (!nodes) return kExitError;
     std::set<uint8_t> on;
-    for (const auto& path : c.o.devices) {
+    for (const auto& path : c.devices) {
         auto d = open_device(c, path);
         if (!d) return kExitError;
         auto st = read_reservation(c, *d, path);
@@ -595,13 +699,26 @@ bool is_device_mapper_path(std::string_view path) {
     return name.substr(3).find_first_not_of("0123456789") == std::string_view::npos;
 }
 
+std::vector<std::string> discover_links(const std::string& dir) {
+    std::vector<std::string> out;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+        if (out.size() >= kMaxDiscovered) break;
+        const std::string name = e.path().filename().string();
+        if (name.empty() || name[0] == '.' || !e.is_block_file(ec)) continue;
+        out.push_back(e.path().string());
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
 ResvType resv_type_for(Mode m) {
     return m == Mode::exclusive ? ResvType::write_exclusive : ResvType::write_exclusive_reg_only;
 }
 
 int run(const Parsed& parsed, Host& host, std::string& out) {
     const Options& o = parsed.opts;
-    Ctx c{o, host, out};
+    Ctx c{o, host, out, {}};
     for (const auto& w : parsed.warnings) c.log(Level::warning, "Parse error: " + w);
     if (o.help) {
         out += usage_text();
@@ -625,6 +742,7 @@ int run(const Parsed& parsed, Host& host, std::string& out) {
         return kExitError;
     }
     c.debug(std::string("action ") + action_name(o.action) + ", reservation_type " + mode_name(o.mode));
+    if (o.action != Action::list) c.devices = devices_of(c);
     switch (o.action) {
     case Action::on: return action_on(c);
     case Action::off: return action_off(c);

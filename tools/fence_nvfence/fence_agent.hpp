@@ -37,6 +37,13 @@ inline constexpr int kExitOff = 2;    ///< status: OFF.
 /// preempted again, at most this often).
 inline constexpr int kOffRounds = 3;
 
+/// Where the udev rules link shared, reservation-capable namespaces by
+/// volume id (/dev/nvfence/VOLUME): the devices when none are given.
+inline constexpr const char* kNvfenceLinkDir = "/dev/nvfence";
+
+/// At most this many devices are discovered.
+inline constexpr size_t kMaxDiscovered = 64;
+
 /// One opened shared namespace.
 class Device {
 public:
@@ -49,6 +56,12 @@ public:
     virtual const HostId& host_id() const = 0;
     /// True when the namespace supports reservation type @p t.
     virtual bool supports(ResvType t) const = 0;
+    /// True when the namespace can persist reservations through power
+    /// loss (Identify Namespace RESCAP bit 0, PTPL).
+    virtual bool ptpl_capable() const = 0;
+    /// The namespace id: with volume(), the order every node fences in
+    /// (namespaces of one EBS-modelled controller share a volume name).
+    virtual uint32_t nsid() const = 0;
     /// Reservation commands to the namespace.
     virtual Reservations& resv() = 0;
 };
@@ -75,6 +88,8 @@ struct Host {
     /// The canonical path of @p path (symbolic links resolved), "" when
     /// unknown; used to recognise device-mapper devices behind links.
     std::function<std::string(const std::string& path)> resolve;
+    /// The devices to use when none are given: discover_links(kNvfenceLinkDir).
+    std::function<std::vector<std::string>()> discover;
     /// The devices under device-mapper device @p dm_name ("dm-3"), for messages.
     std::function<std::vector<std::string>(const std::string& dm_name)> dm_slaves;
 };
@@ -100,6 +115,11 @@ std::string manpage_text();
 /// /dev/disk/by-id/dm-uuid-* and dm-name-* links. Such devices are refused
 /// (dm-multipath over NVMe: use the namespace with native NVMe multipath).
 bool is_device_mapper_path(std::string_view path);
+
+/// The entries of @p dir that are block devices (links followed), as
+/// paths, sorted by name: on /dev/nvfence that is volume id order, the same
+/// on every node. At most kMaxDiscovered; a missing directory gives none.
+std::vector<std::string> discover_links(const std::string& dir);
 
 /// The NVMe reservation type of @p m.
 ResvType resv_type_for(Mode m);

@@ -47,6 +47,8 @@ public:
     const std::string& volume() const override { return volume_; }
     const HostId& host_id() const override { return *ns_->info().host_id; }
     bool supports(ResvType t) const override { return ns_->info().ns.rescap.supports(t); }
+    bool ptpl_capable() const override { return ns_->info().ns.rescap.ptpl; }
+    uint32_t nsid() const override { return ns_->info().nsid; }
     Reservations& resv() override { return resv_; }
     const Namespace& ns() const { return *ns_; }
 
@@ -221,6 +223,7 @@ int main(int argc, char** argv) {
     host.resolve = canonical_path;
     host.dm_slaves = dm_slaves;
     host.open = open_real;
+    host.discover = [] { return discover_links(kNvfenceLinkDir); };
     host.cmapctl = run_bounded;
     host.find_agent = [&o](const Device& d) { return find_agent_real(o, d); };
     host.control = [](const std::string& sock, const ControlRequest& req) {

@@ -71,6 +71,7 @@ Options:
                                   metadata, manpage, validate-all
                                   (default off; no reboot)
    -d, --devices=[devices]        shared NVMe namespaces, comma or space separated
+                                  (default: every link under /dev/nvfence)
    -n, --plug=[nodename]          node to act on: name or node id (default: nodename)
    -k, --key=[node id]            node id of the node to act on (1-255)
    --node-ids=[map]               name:id;name:id (default: corosync nodeids)
@@ -80,6 +81,7 @@ Options:
    --state-dir=[path]             persisted epochs (default /var/lib/nvfence)
    --corosync-cmap-path=[path]    default /usr/sbin/corosync-cmapctl
    --delay=[seconds]              wait before 'off' (0-3600)
+   -a, --aptpl                    'on': persist through power loss (CPTPL)
    -C, --separator=[char]         between the fields of list (default ,)
    -v, --verbose                  verbose (repeat for more)
    -q, --quiet                    nothing on stderr

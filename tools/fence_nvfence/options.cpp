@@ -24,7 +24,7 @@ struct Spec {
 };
 
 // fence-agents' option names where one exists (action, plug, devices, key,
-// delay, verbose, quiet, debug_file, corosync_cmap_path), so a stonith
+// delay, aptpl, verbose, quiet, debug_file, corosync_cmap_path), so a stonith
 // resource written for fence_scsi reads the same.
 constexpr Spec kSpecs[] = {
     {"action", 'o', "action", Kind::value},
@@ -37,6 +37,7 @@ constexpr Spec kSpecs[] = {
     {"reservation_type", 0, "reservation-type", Kind::value},
     {"cluster_tag", 0, "cluster-tag", Kind::value},
     {"delay", 0, "delay", Kind::value},
+    {"aptpl", 'a', "aptpl", Kind::flag},
     {"verbose", 'v', "verbose", Kind::flag},
     {"quiet", 'q', "quiet", Kind::flag},
     {"debug_file", 'D', "debug-file", Kind::value},
@@ -189,6 +190,7 @@ void apply_flag(Parsed& p, const Spec& s, bool on) {
     const std::string n = s.name;
     if (n == "verbose") o.verbose = on ? o.verbose + 1 : 0;
     else if (n == "quiet") o.quiet = on;
+    else if (n == "aptpl") o.aptpl = on;
     else if (n == "help") o.help = on;
     else if (n == "version") o.version = on;
 }

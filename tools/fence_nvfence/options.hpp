@@ -62,6 +62,7 @@ struct Options {
     Mode mode = Mode::registrants_only;      ///< --reservation-type.
     uint8_t tag = 0;                         ///< --cluster-tag: the key's cluster tag.
     uint32_t delay_s = 0;                    ///< --delay: seconds before off (0..3600).
+    bool aptpl = false;                      ///< -a/--aptpl: 'on' makes the reservation persist through power loss.
     unsigned verbose = 0;                    ///< -v (counted) / verbose=1.
     bool quiet = false;                      ///< -q/--quiet: nothing on stderr.
     std::string debug_file;                  ///< -D/--debug-file: log lines appended here too.

@@ -94,6 +94,7 @@ const std::map<std::string, std::string>& key_help() {
         {"socket_mode", "control socket mode: 0600 (default) or 0660"},
         {"state_dir", "where node id, epoch and state are persisted (default /var/lib/nvfence)"},
         {"keep_registration", "on clean stop keep the registration (true) or unregister (false, default)"},
+        {"ptpl", "register with CPTPL set: the device keeps keys and reservation through power loss (true; the namespace must support PTPL) or not (false, default)"},
         {"rejoin", "a host fenced by the next leader's takeover registers again by itself once its writers are stopped and its fence action done (auto, default with elector = etcd) or waits for 'nvfence rejoin' (manual, default otherwise)"},
         {"name", "instance name: socket /run/nvfence/<name>.sock; the unit passes %i (default: the volume name)"},
         {"log_level", "debug, info (default), warning or error"},
@@ -291,6 +292,11 @@ int open_namespace(const nvfence::AgentSettings& s, spdlog::logger& log, Setup& 
     if (!d.info.ns.rescap.supports(s.type)) {
         log.error("{}: the namespace does not support {} (mode = {}); see 'nvfence info'", d.info.paths.block,
                   nvfence::resv_type_name(s.type), s.type == nvfence::ResvType::write_exclusive ? "exclusive" : "shared");
+        return kExitUnsupported;
+    }
+    if (s.ptpl && !d.info.ns.rescap.ptpl) {
+        log.error("{}: ptpl = true, but the namespace does not support Persist Through Power Loss (RESCAP bit 0 "
+                  "clear); see 'nvfence info'", d.info.paths.block);
         return kExitUnsupported;
     }
     if (!d.info.host_id) {
