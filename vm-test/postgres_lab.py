@@ -101,6 +101,18 @@ RECIPE_CIB = (
     f"node='{CLIENT_NODE}' score='-INFINITY'/>\"",
 )
 
+# On a fenced old primary, before PACEMAKER.md's "Bringing a fenced node
+# back": its PostgreSQL (still running, or crashed on a refused write) is
+# stopped and the file system, mounted there since before the fence, is
+# unmounted; otherwise Pacemaker's probe finds pgfs active on two nodes
+# when the node rejoins.
+RECIPE_REJOIN = (
+    "timeout 120 systemctl stop postgresql@15-main.service || "
+    "systemctl kill --signal=KILL postgresql@15-main.service; "
+    "systemctl reset-failed postgresql@15-main.service || true",
+    f"umount {MOUNT} || umount -l {MOUNT}; ! findmnt {MOUNT}",
+)
+
 SCHEMA = ("CREATE TABLE IF NOT EXISTS acked_rows (id bigint NOT NULL, via text NOT NULL, "
           "at timestamptz NOT NULL DEFAULT now()); "
           # Not unique: a row committed twice must stay visible to the checker.
@@ -159,6 +171,15 @@ class PgCluster(Cluster):
 
     def configure(self, monitor_s: int = 10) -> None:
         self.run_recipe(self.hosts[0], RECIPE_CIB, timeout_s=60)
+
+    def pg_rejoin(self, name) -> None:
+        """A fenced database node back as a standby: RECIPE_REJOIN, then
+        the documented rejoin (Cluster.rejoin)."""
+        h = self.by_name[name]
+        for cmd in RECIPE_REJOIN:
+            r = h.run(cmd, timeout_s=240)
+            assert r.rc == 0, f"{name}: `{cmd}` failed (rc {r.rc}): {(r.out + r.err).strip()[-800:]}"
+        self.rejoin(name)
 
     # ---------------------------------------------------------------- views
     def locate(self, rid, via=None):

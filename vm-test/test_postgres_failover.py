@@ -16,6 +16,9 @@ verbatim.
    was taken out of the cluster by its watcher as before. The group starts
    again: crash recovery was clean, every acknowledged row is present, no
    row twice, pg_amcheck passes.
+3. the old primary rejoins as a standby (docs/POSTGRES.md, then
+   PACEMAKER.md's procedure); the primary's VM is killed (SIGKILL to
+   QEMU): the standby fences it, recovers and serves; the same row checks.
 """
 import os
 import re
@@ -26,8 +29,8 @@ import pytest
 import nvlab
 from nvtest import reset
 from pacemaker_lab import NO_ETCD, NODE_IDS, fence_steps, fenced_ok, keys_by_node
-from postgres_lab import (CLIENT_NODE, PACKAGES, RECIPE_CIB, RECIPE_NODE, RECIPE_STORAGE, Client, PgCluster,
-                          check_rows, pg_steps)
+from postgres_lab import (CLIENT_NODE, DB_NODES, PACKAGES, RECIPE_CIB, RECIPE_NODE, RECIPE_REJOIN, RECIPE_STORAGE,
+                          Client, PgCluster, check_rows, pg_steps)
 
 T0 = time.monotonic()
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -79,7 +82,7 @@ def test_0_recipe_is_the_documented_one():
     with open(os.path.join(ROOT, "docs", "POSTGRES.md")) as f:
         doc = f.read()
     pos = -1
-    for cmd in RECIPE_NODE + RECIPE_STORAGE + RECIPE_CIB:
+    for cmd in RECIPE_NODE + RECIPE_STORAGE + RECIPE_CIB + RECIPE_REJOIN:
         i = doc.find(cmd)
         assert i >= 0, f"not in docs/POSTGRES.md: {cmd}"
         assert i > pos, f"docs/POSTGRES.md has it in another order: {cmd}"
@@ -171,3 +174,50 @@ def test_2_freeze_primary_fails_over_nothing_acknowledged_lost(cl, client):
     res = check_rows(cl, client, n)
     assert res["acked"] > acked_before, res
     print(f"after the failover to {n}: {res}; time to first commit {steps['first commit']:.1f} s", flush=True)
+
+
+def test_3_kill_primary_fails_over_to_the_rejoined_node(cl, client):
+    # test 2 left its old primary fenced and out of the cluster: back as a
+    # standby first, by the documented procedure.
+    r = cl.any().run("crm_mon -1", timeout_s=60)
+    online = re.search(r"Online: \[ ([^\]]*) \]", r.out)
+    up = set(online.group(1).split()) if online else set()
+    for n in DB_NODES:
+        if n not in up:
+            cl.pg_rejoin(n)
+            keys = keys_by_node(cl.report())
+            assert NODE_IDS[n] in keys, (n, keys)
+    old = cl.wait_pg()
+    victim = cl.by_name[old]
+    survivors = [h for h in cl.live() if h is not victim]
+    log_at = {h.name: int(h.run(f"stat -c %s {PGLOG} 2>/dev/null || echo 0", timeout_s=30).out.strip() or 0)
+              for h in survivors}
+    cl.sync_clock(cl.by_name[CLIENT_NODE])
+    client.start()
+    client.wait_acks(5, node=old, after_wall=time.time(), timeout_s=300)
+    acked_before = len(client.acked())
+    load = os.getloadavg()
+    wall0 = time.time()
+    victim.kill()
+    cl.killed.add(old)
+    new = cl.wait_pg(timeout_s=900, exclude=(old,))
+    first = client.wait_acks(1, node=new, after_wall=wall0, timeout_s=300)
+    client.wait_acks(20, node=new, after_wall=wall0, timeout_s=300)
+    client.stop()
+    done = time.time()
+    hist = cl.history()
+    assert fenced_ok(hist, old), hist
+    keys = keys_by_node(cl.report())
+    assert NODE_IDS[old] not in keys, (keys, hist)
+    steps, lines = fence_steps(survivors, old, wall0, done)
+    steps.update(pg_steps(survivors, new, wall0, done))
+    steps["first commit"] = first - wall0
+    print(f"kill of {old} (load before: {load}): "
+          + ", ".join(f"{k} {v:.1f} s" for k, v in sorted(steps.items(), key=lambda kv: kv[1])), flush=True)
+    log = cl.by_name[new].run(f"tail -c +{log_at[new] + 1} {PGLOG}", timeout_s=60).out
+    assert re.search(r"not properly shut down; automatic recovery in progress|database system was interrupted",
+                     log), log[-2000:]
+    assert "redo done" in log, log[-2000:]
+    res = check_rows(cl, client, new)
+    assert res["acked"] > acked_before, res
+    print(f"after the kill, on {new}: {res}; time to first commit {steps['first commit']:.1f} s", flush=True)
