@@ -182,9 +182,15 @@ class PgCluster(Cluster):
         self.rejoin(name)
 
     # ---------------------------------------------------------------- views
+    def member(self):
+        """A node whose view of the cluster counts: the client's (never
+        fenced by these scenarios; a fenced node's stack is stopped)."""
+        c = self.by_name[CLIENT_NODE]
+        return c if c in self.live() else self.any()
+
     def locate(self, rid, via=None):
         """The node Pacemaker says runs resource rid (None when stopped)."""
-        h = via or self.any()
+        h = via or self.member()
         r = h.run(f"crm_resource --locate -r {rid} 2>/dev/null", timeout_s=30)
         m = re.search(r"is running on: (\S+)", r.out)
         return m.group(1) if m else None
@@ -199,10 +205,11 @@ class PgCluster(Cluster):
             f"runuser -u postgres -- psql -X -q -A -t -v ON_ERROR_STOP=1 -d {db} -c {shlex.quote(sql)}",
             timeout_s=timeout_s)
 
-    def wait_pg(self, timeout_s=600, exclude=()) -> str:
-        """The node where PostgreSQL runs and answers a query (bounded)."""
+    def wait_pg(self, timeout_s=600, exclude=(), via=None) -> str:
+        """The node where PostgreSQL runs (as `via` sees it: give a
+        survivor when a live node is cut off) and answers a query (bounded)."""
         def ready():
-            n = self.pg_node()
+            n = self.pg_node(via)
             if not n or n in exclude:
                 return None
             r = self.by_name[n].run("runuser -u postgres -- psql -X -A -t -c 'select 1'", timeout_s=30)
@@ -234,7 +241,7 @@ class PgCluster(Cluster):
         out = []
         live = self.live()
         names = " ".join(sorted(h.name for h in live))
-        a = live[0]
+        a = self.member()
         r = a.run("crm_mon -1", timeout_s=60)
         if f"Online: [ {names} ]" not in r.out:
             out.append("not every node online")
@@ -244,10 +251,11 @@ class PgCluster(Cluster):
             out.append("failed operations")
         return out
 
-    def set_pg(self, role: str, timeout_s=300) -> None:
-        self.any().run(f"crm_resource -r pg --meta -p target-role -v {role}", timeout_s=60, check=True)
+    def set_pg(self, role: str, timeout_s=300, via=None) -> None:
+        h = via or self.member()
+        h.run(f"crm_resource -r pg --meta -p target-role -v {role}", timeout_s=60, check=True)
         if role == "Stopped":
-            wait(lambda: not self.locate("pgfs") and not self.locate("pgsql"), timeout_s,
+            wait(lambda: not self.locate("pgfs", h) and not self.locate("pgsql", h), timeout_s,
                  "the pg group to stop", 2)
 
     # ---------------------------------------------------------------- media
