@@ -886,6 +886,9 @@ GuardVerdict ElectorDriver::renew_leadership() {
     guard_->on_keepalive(ks, k);
     if (!k) last_error_ = "keepalive: " + words(k.error());
     else last_error_.clear();
+    // The agent acts, and its lease watchdog lets it hold, until the
+    // renewed deadline minus the margin.
+    if (k) bridge_.renew_term(term_.epoch, guard_->lease_deadline() - milliseconds(gopts_.margin_ms));
     // The keepalive is the proof that counts (our key lives on our lease);
     // the lookup only may tell sooner, so it never delays the next renewal.
     if (const auto left = until(guard_->renew_due()); left >= kMinLookup)

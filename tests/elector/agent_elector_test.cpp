@@ -802,6 +802,28 @@ TEST_F(AgentElectorTest, SlowAnswersInsideTheLeaseKeepTheLeadership) {
     EXPECT_GT(elector.keepalives, 10);
 }
 
+// As nvfenced runs it (holder_needs_lease, the agent's lease watchdog on):
+// a leader whose keepalives succeed stays HOLDER for many TTLs. Each
+// renewal moves the term's act-before point on; before, only the winning
+// phase did, and the watchdog fenced every leader TTL - margin after its
+// win (the etcd cluster lab: a step-down every lease, 2026-12-03).
+TEST_F(AgentElectorTest, ALeaderWhoseRenewalsSucceedKeepsHoldingUnderTheWatchdog) {
+    setup();
+    b->opts.holder_needs_lease = true;
+    b->opts.rejoin_auto = true;
+    b->boot();
+    b->start_ok();
+    bridge->publish(*b->agent);
+    win();
+    const int64_t won_ms = clock.elapsed_ms();
+    for (int i = 0; i < 200 && clock.elapsed_ms() - won_ms < 5 * 2000; ++i) run(1);
+    EXPECT_GE(clock.elapsed_ms() - won_ms, 5 * 2000) << "five TTLs";
+    EXPECT_EQ(b->agent->state(), AgentState::holder) << b->hooks->dump();
+    EXPECT_EQ(driver->phase(), ElectorDriver::Phase::leader);
+    EXPECT_EQ(b->hooks->fence_actions, 0) << b->hooks->dump();
+    EXPECT_GT(bridge->until_lease_watch(*b->agent, clock).count(), 0);
+}
+
 // The other side of the same rule: a call never outlasts the point where
 // the guard steps down, so etcd answering too late for the lease ends the
 // leadership by TTL - margin after the last confirmed renewal, not later.
