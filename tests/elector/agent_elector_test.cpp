@@ -145,6 +145,17 @@ protected:
         b->start_ok();
         bridge->publish(*b->agent);
     }
+    // setup(), then b restarted as nvfenced runs it under etcd with
+    // lease_loss = fence: rejoin = auto and a hold only under a lease (the
+    // agent's lease watchdog on).
+    void setup_as_nvfenced() {
+        setup();
+        b->opts.holder_needs_lease = true;
+        b->opts.rejoin_auto = true;
+        b->boot();
+        b->start_ok();
+        bridge->publish(*b->agent);
+    }
     // Steps the driver and lets b's agent serve the events, n times.
     void run(int n) {
         for (int i = 0; i < n; ++i) {
@@ -378,12 +389,7 @@ TEST_F(AgentElectorTest, ARestartedHolderHasNoLeaseAndIsFencedOnce) {
 // still to come. Now the agent steps down by itself once its term's
 // act-before point passed, and its poll is bounded by that point.
 TEST_F(AgentElectorTest, AHolderPastItsTermsActBeforeStepsDownWithoutTheDriversLoss) {
-    setup();
-    b->opts.holder_needs_lease = true;
-    b->opts.rejoin_auto = true;
-    b->boot();
-    b->start_ok();
-    bridge->publish(*b->agent);
+    setup_as_nvfenced();
     win();
     const auto bound = bridge->until_lease_watch(*b->agent, clock);
     EXPECT_GT(bound.count(), 0);
@@ -808,12 +814,7 @@ TEST_F(AgentElectorTest, SlowAnswersInsideTheLeaseKeepTheLeadership) {
 // phase did, and the watchdog fenced every leader TTL - margin after its
 // win (the etcd cluster lab: a step-down every lease, 2026-12-03).
 TEST_F(AgentElectorTest, ALeaderWhoseRenewalsSucceedKeepsHoldingUnderTheWatchdog) {
-    setup();
-    b->opts.holder_needs_lease = true;
-    b->opts.rejoin_auto = true;
-    b->boot();
-    b->start_ok();
-    bridge->publish(*b->agent);
+    setup_as_nvfenced();
     win();
     const int64_t won_ms = clock.elapsed_ms();
     for (int i = 0; i < 200 && clock.elapsed_ms() - won_ms < 5 * 2000; ++i) run(1);
