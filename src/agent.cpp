@@ -417,6 +417,20 @@ void Agent::check() {
     hooks_.keepalive();
 }
 
+// Registrants Only with role = acquire, on a rejoin (the operator's or the
+// cluster manager's explicit act: fence_nvfence `on` asks it): the holder
+// has nothing the other registrants lack, the reservation only keeps
+// unregistered hosts out, and unfencing promises one. A namespace nobody
+// reserves (the first start's Acquire failed or crashed, a target restart
+// without PTPL wiped it) is taken (nvfence-sim, Pacemaker schedules 301 and
+// 4). Under Write Exclusive holding is writing: only the first start of a
+// fresh state acquires; and no check ever does (safety rule 2).
+void Agent::keep_reserved(const ReservationStatus& st) {
+    if (opts_.type != ResvType::write_exclusive_reg_only || opts_.role != StartRole::acquire) return;
+    if (state_ != AgentState::standby || st.type != ResvType::none || !st.find_host(self_)) return;
+    (void)acquire_for_start_role();
+}
+
 void Agent::check_timing(Clock::TimePoint t0, Clock::TimePoint t1) {
     const auto took = since(t0, t1);
     if (took > Clock::Ms(opts_.interval_ms)) {
@@ -746,6 +760,17 @@ ControlReply Agent::handle(const ControlRequest& req, const std::string& who) {
 }
 
 ControlReply Agent::do_takeover(const ControlRequest& req, const std::string& by) {
+    // A host fenced while it was not looking (a frozen VM, its next check
+    // not due yet) must not take over: Fence::takeover would register it
+    // again with a fresh key and preempt the host that fenced it
+    // (nvfence-sim, a two-node Pacemaker cluster's frozen node that resumed
+    // and fenced the healthy one through this agent). A check first: a key
+    // that is gone makes it FENCED, refused below.
+    if (state_ == AgentState::standby || state_ == AgentState::holder) {
+        check();
+        if (failures_ > 0 || !report_)
+            return fail_reply(req, make_error_code(Errc::timeout), "cannot read the reservation: " + last_error_);
+    }
     if (state_ == AgentState::fenced) {
         // Leaving FENCED is the operator's deliberate act (rejoin), after
         // making sure the writers are stopped; a takeover is not that act.
@@ -935,8 +960,12 @@ ControlReply Agent::do_release(const ControlRequest& req, const std::string& by)
 
 ControlReply Agent::do_rejoin(const ControlRequest& req, const std::string& by) {
     if (state_ != AgentState::fenced) {
+        if (state_ == AgentState::standby)
+            if (auto st = fence_.verify()) keep_reserved(*st);
         ControlReply r = reply_for(req);
-        r.message = std::string("not fenced (") + agent_state_name(state_) + "): nothing to do";
+        r.changed = state_ == AgentState::holder;
+        r.message = std::string("not fenced (") + agent_state_name(state_) + ")" +
+                    (r.changed ? "; took the reservation nobody held" : ": nothing to do");
         return r;
     }
     (void)drain_notifications(false);
@@ -959,9 +988,12 @@ ControlReply Agent::do_rejoin(const ControlRequest& req, const std::string& by) 
     o.holding = holds(out->after, *me);
     o.text = by + ": " + msg;
     (void)decide(o);
+    // A rejoin after a target restart without PTPL finds no reservation:
+    // under Registrants Only, role = acquire takes it now (keep_reserved).
+    keep_reserved(out->after);
     ControlReply r = reply_for(req);
     r.changed = true;
-    r.message = msg;
+    r.message = state_ == AgentState::holder ? msg + "; took the reservation nobody held" : msg;
     return r;
 }
 

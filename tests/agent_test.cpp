@@ -695,6 +695,119 @@ TEST_F(AgentTest, RoleAcquireNeverReacquiresAfterPreemptionRejoinHandoffOrCrash)
     EXPECT_EQ(a->agent->state(), AgentState::standby);
 }
 
+// nvfence-sim, Pacemaker schedules: after a target restart without PTPL
+// every node's watcher went FENCED, fence_nvfence `on` rejoined each through
+// its nvfenced, and nobody took the reservation again, so unregistered hosts
+// could write although unfencing promises a Registrants Only reservation
+// (docs/PACEMAKER.md, "How it fences"). Under Registrants Only holding
+// gives nothing the other registrants lack: a rejoin with role = acquire
+// takes a reservation nobody holds. Under Write Exclusive holding is
+// writing: a rejoin never acquires (the test above).
+TEST_F(AgentTest, ARejoinUnderRegistrantsOnlyTakesTheReservationNobodyHolds) {
+    for (ResvType type : {ResvType::write_exclusive_reg_only, ResvType::write_exclusive}) {
+        // Hosts 1 and 2, then 3 and 4 (their state directories are their own).
+        const uint8_t n = type == ResvType::write_exclusive ? 3 : 1;
+        t = FakeTarget{};
+        a = host(n, StartRole::acquire, type);
+        b = host(static_cast<uint8_t>(n + 1), StartRole::acquire, type);
+        a->start_ok();
+        b->start_ok();
+        ASSERT_EQ(a->agent->state(), AgentState::holder);
+        ASSERT_EQ(b->agent->state(), AgentState::standby);
+        // The target restarts without PTPL: every key and the reservation are gone.
+        t.regs.clear();
+        t.type = ResvType::none;
+        t.holder.reset();
+        a->agent->check();
+        b->agent->check();
+        ASSERT_EQ(a->agent->state(), AgentState::fenced);
+        ASSERT_EQ(b->agent->state(), AgentState::fenced);
+        ASSERT_EQ(b->request(ControlOp::rejoin).exit_code, 0);
+        ASSERT_EQ(a->request(ControlOp::rejoin).exit_code, 0);
+        if (type == ResvType::write_exclusive_reg_only) {
+            EXPECT_EQ(t.type, ResvType::write_exclusive_reg_only) << b->hooks->dump();
+            ASSERT_TRUE(t.holder.has_value());
+            EXPECT_EQ(*t.holder, b->id) << "the first to rejoin takes it";
+            EXPECT_EQ(b->agent->state(), AgentState::holder);
+            EXPECT_EQ(a->agent->state(), AgentState::standby);
+        } else {
+            EXPECT_EQ(t.type, ResvType::none) << "Write Exclusive: a rejoin does not take the reservation";
+            EXPECT_EQ(b->agent->state(), AgentState::standby);
+            EXPECT_EQ(a->agent->state(), AgentState::standby);
+        }
+    }
+}
+
+// nvfence-sim, Pacemaker schedule 301: the first start's Acquire timed out
+// and the other node's first start crashed before its own, so nobody held
+// the reservation for the whole schedule (a restart is not a fresh start,
+// and fence_nvfence `on` found both agents STANDBY). Under Registrants Only
+// a rejoin asked of a standby with role = acquire takes the reservation
+// nobody holds; a check never does (safety rule 2); under Write Exclusive
+// a rejoin does not either.
+TEST_F(AgentTest, UnderRegistrantsOnlyARejoinOfAStandbyTakesTheReservationNobodyHolds) {
+    for (ResvType type : {ResvType::write_exclusive_reg_only, ResvType::write_exclusive}) {
+        const uint8_t n = type == ResvType::write_exclusive ? 3 : 1;
+        t = FakeTarget{};
+        int refusals = 1;
+        t.fail = [&](const HostId&, const Command& c) -> std::optional<std::error_code> {
+            if (c.opcode == opcode::kResvAcquire && refusals > 0) {
+                --refusals;
+                return std::error_code(ETIMEDOUT, std::system_category());
+            }
+            return std::nullopt;
+        };
+        a = host(n, StartRole::acquire, type);
+        a->start_ok();
+        ASSERT_EQ(a->agent->state(), AgentState::standby) << "the first start's Acquire failed";
+        a->agent->check();
+        EXPECT_EQ(a->agent->state(), AgentState::standby) << "a check never acquires";
+        ASSERT_EQ(t.type, ResvType::none);
+        const ControlReply r = a->request(ControlOp::rejoin);
+        EXPECT_EQ(r.exit_code, 0);
+        if (type == ResvType::write_exclusive_reg_only) {
+            EXPECT_EQ(a->agent->state(), AgentState::holder) << a->hooks->dump();
+            EXPECT_EQ(t.type, ResvType::write_exclusive_reg_only);
+            EXPECT_TRUE(r.changed);
+            EXPECT_NE(r.message.find("took the reservation nobody held"), std::string::npos) << r.message;
+        } else {
+            EXPECT_EQ(a->agent->state(), AgentState::standby);
+            EXPECT_EQ(t.type, ResvType::none);
+            EXPECT_FALSE(r.changed);
+        }
+        t.fail = nullptr;
+    }
+}
+
+// nvfence-sim, Pacemaker schedule 279: a two-node cluster's writer node
+// froze, the other node fenced it (its key preempted-and-aborted) and took
+// the resource. The frozen node resumed before its agent's next check; its
+// stale Pacemaker, alone and quorate (two_node), had fence_nvfence fence the
+// healthy node through the local nvfenced, whose takeover registered this
+// fenced host again with a fresh key and preempted the healthy one: the
+// stale writer's writes landed again. An agent asked to take over first
+// looks at the device: its key gone, it is FENCED and refuses.
+TEST_F(AgentTest, AFencedHostThatHasNotCheckedYetRefusesATakeover) {
+    for (ResvType type : {ResvType::write_exclusive_reg_only, ResvType::write_exclusive}) {
+        const uint8_t n = type == ResvType::write_exclusive ? 3 : 1;
+        t = FakeTarget{};
+        a = host(n, StartRole::acquire, type);
+        b = host(static_cast<uint8_t>(n + 1), StartRole::standby, type);
+        a->start_ok();
+        b->start_ok();
+        ASSERT_EQ(a->agent->state(), AgentState::holder);
+        ASSERT_EQ(b->request(ControlOp::takeover, a->agent->key()).exit_code, 0) << "b fences a";
+        const uint64_t b_key = b->agent->key();
+        ASSERT_EQ(a->agent->state(), AgentState::holder) << "a has not checked since (frozen)";
+        const ControlReply r = a->request(ControlOp::takeover, b_key);
+        EXPECT_NE(r.exit_code, 0) << r.message;
+        EXPECT_EQ(a->agent->state(), AgentState::fenced) << a->hooks->dump();
+        ASSERT_TRUE(t.holder.has_value());
+        EXPECT_EQ(*t.holder, b->id) << "the host that fenced a still holds";
+        EXPECT_EQ(t.find(a->id), nullptr) << "a is not registered again";
+    }
+}
+
 // Issue 13, defect 4: one refused extended Report does not blind the agent
 // (the fake, like nvmet, refuses the plain one).
 TEST_F(AgentTest, OneRefusedExtendedReportDoesNotBlindTheAgent) {

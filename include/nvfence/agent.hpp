@@ -285,6 +285,9 @@ private:
     Status apply_start_role(const ReservationStatus& st, bool resumed, bool fresh);
     Status acquire_for_start_role();
     ControlReply do_takeover(const ControlRequest& req, const std::string& who);
+    /// Registrants Only with role = acquire: a STANDBY agent takes the
+    /// reservation nobody holds (the namespace stays reserved).
+    void keep_reserved(const ReservationStatus& st);
     ControlReply takeover_failed(const ControlRequest& req, std::error_code ec, std::optional<uint64_t> victim,
                                  const std::string& by, std::string why = {});
     ControlReply took_over(const ControlRequest& req, const Outcome& out, const std::string& by);
