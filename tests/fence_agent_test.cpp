@@ -894,6 +894,46 @@ TEST(FenceAgentActions, ThroughTheLocalAgent) {
     EXPECT_TRUE(c.logged("nvfenced on this host is node 1"));
 }
 
+// nvfence-sim, Pacemaker schedules 4 and 301: unfencing through nvfenced
+// left the namespace without a reservation (a target restart without PTPL,
+// a first Acquire that failed), so unregistered hosts could write although
+// 'on' promises a Registrants Only reservation. 'on' now asks the agent to
+// rejoin when nobody holds one; the agent (role = acquire) takes it.
+TEST(FenceAgentActions, OnThroughTheAgentAsksItToTakeAReservationNobodyHolds) {
+    Cluster c;
+    HostPort p1(c.t, make_host(1));
+    Reservations r1(p1, 1);
+    FenceOptions fo;
+    fo.node = 1;
+    fo.type = ResvType::write_exclusive_reg_only;
+    Fence f1(r1, make_host(1), fo, nullptr);
+    ASSERT_TRUE(f1.join(std::nullopt, false));
+    ASSERT_EQ(c.t.type, ResvType::none);
+    c.agent = [&](const ControlRequest& r) {
+        ControlReply rep;
+        rep.op = r.op;
+        rep.node = 1;
+        rep.state = AgentState::standby;
+        if (r.op == ControlOp::rejoin) {
+            auto a = f1.acquire();
+            rep.exit_code = a ? 0 : 1;
+            rep.changed = a.ok();
+            rep.message = "not fenced (STANDBY); took the reservation nobody held";
+        }
+        return rep;
+    };
+    EXPECT_EQ(c.run("n1", kMap + "action=on\nplug=n1"), kExitOk) << c.all_logs();
+    ASSERT_EQ(c.agent_requests.size(), 2u);
+    EXPECT_EQ(c.agent_requests[0].op, ControlOp::status);
+    EXPECT_EQ(c.agent_requests[1].op, ControlOp::rejoin);
+    EXPECT_EQ(c.t.type, ResvType::write_exclusive_reg_only);
+    EXPECT_FALSE(c.logged("no reservation is held")) << c.all_logs();
+    // Held: only the status is asked.
+    c.agent_requests.clear();
+    EXPECT_EQ(c.run("n1", kMap + "action=on\nplug=n1"), kExitOk) << c.all_logs();
+    EXPECT_EQ(c.agent_requests.size(), 1u);
+}
+
 TEST(FenceAgentOptions, Aptpl) {
     EXPECT_FALSE(argv({"-o", "on"}).opts.aptpl);
     EXPECT_TRUE(argv({"-o", "on", "-a"}).opts.aptpl);

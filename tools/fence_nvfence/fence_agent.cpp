@@ -237,6 +237,17 @@ bool on_through_agent(const Ctx& c, Device& d, const std::string& sock, uint8_t 
         }
         c.info(d.path() + ": unfenced through nvfenced: " + r->message);
     }
+    // Unfencing promises a reservation (Registrants Only keeps unregistered
+    // hosts out). Nobody holds one (a target restart without PTPL, a first
+    // Acquire that failed): the agent, asked to rejoin, takes it when its
+    // role is acquire; verify_on warns when it did not.
+    if (c.o.mode == Mode::registrants_only) {
+        auto now = read_reservation(c, d, d.path());
+        if (now && now->type == ResvType::none) {
+            auto r = ask_agent(c, sock, ControlOp::rejoin);
+            if (r && r->exit_code == 0 && r->changed) c.info(d.path() + ": nobody held the reservation: " + r->message);
+        }
+    }
     return true;
 }
 
