@@ -21,6 +21,12 @@ check 2 "unknown option" "$SIM" --bogus
 check 2 "seed with schedules" "$SIM" --seed 1 --schedules 3
 check 2 "unknown fault kind" "$SIM" --schedules 1 --faults nosuchfault
 check 2 "unknown invariant" "$SIM" --schedules 1 --tolerate nosuchinvariant
+check 2 "unknown cluster manager" "$SIM" --seed 1 --cluster nosuchcluster
+check 0 "--help" "$SIM" --help
+"$SIM" --help | grep -q '^usage: nvfence-sim' || { echo "FAIL: --help prints no usage on stdout"; fail=1; }
+for c in etcd pacemaker; do
+    "$SIM" --seed 3 --cluster $c | grep -q "^seed 3 ($c):" || { echo "FAIL: --cluster $c not run"; fail=1; }
+done
 check 0 "a clean seed in known-defect mode" "$SIM" --seed 1 --known-defects
 check 0 "a few schedules in known-defect mode" "$SIM" --schedules 20 --jobs 2 --known-defects --progress-ms 0
 # A violation exits 1 with its seed, step, trace and replay line (no seed
@@ -36,7 +42,7 @@ h1=$("$SIM" --seed 77 --known-defects | grep -o 'trace hash [0-9a-f]*')
 h2=$("$SIM" --seed 77 --known-defects | grep -o 'trace hash [0-9a-f]*')
 [ -n "$h1" ] && [ "$h1" = "$h2" ] || { echo "FAIL: seed 77 replayed with '$h1' then '$h2'"; fail=1; }
 p=$("$SIM" --schedules 10 --jobs 1 --known-defects --progress-ms 0)
-grep -q '^done: 10 schedules (.*/s), [0-9]* steps (.*/s), [0-9]* invariant checks; faults: freeze=' <<<"$p" ||
+grep -q '^done: 10 schedules (.*/s; [0-9]* Pacemaker), [0-9]* steps (.*/s), [0-9]* invariant checks; faults: freeze=' <<<"$p" ||
     { echo "FAIL: progress line: $p"; fail=1; }
 [ $fail = 0 ] && echo "sim_cli: all checks passed"
 exit $fail

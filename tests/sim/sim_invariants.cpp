@@ -21,6 +21,7 @@ const char* inv_name(Inv i) {
     case Inv::liveness: return "liveness";
     case Inv::holder_without_view: return "holder_without_view";
     case Inv::fence_action_pending: return "fence_action_pending";
+    case Inv::fence_unverified: return "fence_unverified";
     case Inv::self_test: return "self_test";
     }
     return "?";
@@ -179,6 +180,14 @@ std::optional<Violation> InvariantChecker::view(int host, const HostView& h) con
                                                    std::to_string(h.local_ms - h.last_view_ms) +
                                                    " ms after its last successful Report (bound " +
                                                    std::to_string(h.view_bound_ms) + " ms)"};
+}
+
+std::optional<Violation> InvariantChecker::fence_done(int fencer, int victim, int exit, size_t victim_keys) const {
+    ++checks_;
+    if (exit != 0 || victim_keys == 0) return std::nullopt;
+    return Violation{Inv::fence_unverified, "fence_nvfence off of host " + std::to_string(victim) + " on host " +
+                                                std::to_string(fencer) + " exited 0 with " +
+                                                std::to_string(victim_keys) + " key(s) of the victim registered"};
 }
 
 std::optional<Violation> InvariantChecker::live(const std::vector<HostView>& hosts, int device_holder) const {

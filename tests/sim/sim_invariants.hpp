@@ -35,7 +35,10 @@
 ///    agent does not report HOLDER when its last successful Report is older
 ///    than its view timeout plus one check (interval + device timeouts);
 ///  - fence_action_pending: an idle, started agent's state file never says
-///    the fence action is pending (a pending action runs again at start).
+///    the fence action is pending (a pending action runs again at start);
+///  - fence_unverified (Pacemaker schedules): when fence_nvfence `off`
+///    exits 0, no key of the victim node is registered on the device (what
+///    Pacemaker is told is fenced is fenced).
 
 #include <array>
 #include <cstdint>
@@ -61,12 +64,13 @@ enum class Inv : uint8_t {
     liveness,
     holder_without_view,
     fence_action_pending,
+    fence_unverified,
     /// Not a property of the product: the violation SimOptions::fail_at_step
     /// asks for, so the reporting path (seed, trace, exit code) is tested.
     self_test,
 };
 /// Number of Inv values.
-inline constexpr size_t kInvCount = 12;
+inline constexpr size_t kInvCount = 13;
 /// Words for an invariant ("epoch_not_token", ...).
 const char* inv_name(Inv i);
 /// The issue-24 defect that breaks @p i on the code this simulator was
@@ -128,6 +132,9 @@ public:
     std::optional<Violation> lease(int host, const HostView& h) const;
     /// One host's view of the device and its fence action's progress.
     std::optional<Violation> view(int host, const HostView& h) const;
+    /// fence_nvfence `off` of @p victim, run on @p fencer, exited @p exit;
+    /// @p victim_keys keys of the victim node were registered as it did.
+    std::optional<Violation> fence_done(int fencer, int victim, int exit, size_t victim_keys) const;
     /// Liveness: @p device_holder is the host the device shows holding (-1: none).
     std::optional<Violation> live(const std::vector<HostView>& hosts, int device_holder) const;
     /// Checks performed so far.

@@ -28,6 +28,8 @@
 #include "../fake_passthru.hpp"
 #include "../fake_ring.hpp"
 #include "../../src/ring_writer.hpp"
+#include "fence_agent.hpp"
+#include "options.hpp"
 #include "nvfence/agent.hpp"
 #include "nvfence/agent_elector.hpp"
 #include "nvfence/epoch_store.hpp"
@@ -53,8 +55,24 @@ const char* fault_name(Fault f) {
     case Fault::lost_not_done: return "lost_not_done";
     case Fault::late_answer: return "late_answer";
     case Fault::target_restart: return "target_restart";
+    case Fault::cluster_partition: return "cluster_partition";
     }
     return "?";
+}
+
+const char* cluster_name(Cluster c) {
+    switch (c) {
+    case Cluster::any: return "any";
+    case Cluster::etcd: return "etcd";
+    case Cluster::pacemaker: return "pacemaker";
+    }
+    return "?";
+}
+
+std::optional<Cluster> parse_cluster(const std::string& name) {
+    for (Cluster c : {Cluster::any, Cluster::etcd, Cluster::pacemaker})
+        if (name == cluster_name(c)) return c;
+    return std::nullopt;
 }
 
 std::optional<Fault> parse_fault(const std::string& name) {
@@ -82,7 +100,11 @@ uint32_t epoch_of(uint64_t key) {
 
 // ---------------------------------------------------------------- trace
 
-enum class Rec : uint8_t { fault, command, holder, token, resign, state, crash, restart, heal, violation, note };
+enum class Rec : uint8_t { fault, command, holder, token, resign, state, crash, restart, heal, violation, note, cluster };
+
+// What a Rec::cluster line says (Pacemaker schedules).
+enum class Cs : uint8_t { start, down, join, lost, fence, fenced, fence_failed, runs, stops, unfence_failed };
+std::string cluster_words(Cs what, uint64_t b, int32_t c);
 
 struct TraceRec {
     int64_t t;
@@ -175,10 +197,7 @@ public:
     SimHooks(World& w, int host) : w_(w), host_(host) {}
     void event(const AgentEvent& e) override;
     Status stop_writers(const std::string& reason) override;
-    Status fence_action(const std::string&) override {
-        ++actions;
-        return Ok{};
-    }
+    Status fence_action(const std::string&) override;
     int actions = 0;
 
 private:
@@ -192,6 +211,7 @@ using SimWriter = detail::RingWriter<test::FakeRing>;
 struct App {
     std::unique_ptr<SimWriter> writer;
     uint64_t key = 0;      // the grant the writer writes under
+    uint64_t order = 0;    // etcd: the grant's epoch; Pacemaker: the resource start it belongs to
     uint64_t id = 0;       // which writer (completions of an older one are dropped)
     bool stopped = false;  // stop_writers ran: no new writer until the agent leaves HOLDER
     size_t sent_seen = 0;  // ring.sent entries handed to the device
@@ -249,6 +269,38 @@ struct Host {
     bool bridge_dirty = false;
     AgentState last_state = AgentState::starting;
     uint64_t seq = 0;
+    // Pacemaker schedules: the node's cluster stack (corosync + pacemaker),
+    // stepped on the driver's fiber (there is no elector).
+    struct Stack {
+        bool up = false;         // corosync and pacemaker run
+        bool joined = false;     // unfenced itself since it started: a member
+        bool seen_all = false;   // two_node's wait_for_all: saw every node once
+        bool runs = false;       // the resource (the writer) runs here
+        // Where the cluster believes it runs (Pacemaker's CIB): set by a
+        // start, cleared by a stop the cluster saw or by a fence of this
+        // node. A stop of its own (lost quorum, corosync killed) stays
+        // unseen until the node is fenced or starts its stack again.
+        bool cib_runs = false;
+        int64_t start_at = 0;    // when it starts (again)
+        int64_t cut_until = 0;   // its cluster network is cut
+        uint32_t view = 0;       // the members as it sees them (bit = host)
+        uint32_t to_fence = 0;   // nodes lost uncleanly: fenced before recovery
+        uint64_t placement = 0;  // which start of the resource runs here
+        uint32_t attempt = 0;    // fence attempts of the current victim
+        int64_t retry_at = 0;    // a failed fence is retried from then
+        int fencing = -1;        // as controller: the victim of the fence under way
+        int waiting_on = -1;     // ... run by this member
+        int64_t waiting_since = 0;
+        std::optional<int> result;  // ... which exited so
+        int job = -1;            // a fence this node runs for a controller: the victim
+        int job_for = -1;        // ... and the controller
+        std::array<int64_t, 4> heard{};  // each node last reachable
+    } cs;
+    // fence_nvfence's requests to this host's nvfenced (its control socket):
+    // the agent's loop serves them between its own calls.
+    uint64_t stack_starts = 0;  // the cluster stack's starts (Stack is reset at each)
+    std::optional<ControlRequest> ctl_req;
+    std::optional<ControlReply> ctl_reply;
     bool live() const { return proc && !dying && proc->started; }
 };
 
@@ -264,6 +316,7 @@ struct DevOp {
     int phase;           // write: 0 admission, 1 the data lands
     bool unfenced;       // admitted while nobody held the reservation
     uint64_t key;        // write: the writer's grant
+    uint64_t order;      // write: the epoch of its grant (etcd) or the resource's start (Pacemaker)
     uint32_t lba;
     uint64_t seq;
     size_t ring_index;
@@ -308,15 +361,42 @@ public:
         trace(Rec::note, h, static_cast<uint32_t>(texts_.size() - 1), 0);
     }
     bool draw(Fault f);
+    /// Pacemaker: host @p h's watcher ran its fence action (kills corosync).
+    void watcher_fired(int h);
+    bool pacemaker() const { return pcmk_; }
     Rng& rng() { return rng_; }
     int64_t ttl() const { return guard_.ttl_ms; }
 
 private:
     // Most per-opportunity rate (per mille) of each fault kind; each
     // schedule draws its own rate below it (0: that kind stays off).
-    static constexpr std::array<uint32_t, kFaultCount> kMaxRate{10, 10, 6, 150, 10, 10, 10, 60, 20, 20, 60, 2};
+    static constexpr std::array<uint32_t, kFaultCount> kMaxRate{10, 10, 6, 150, 10, 10, 10, 60, 20, 20, 60, 2, 10};
 
     void setup();
+    void setup_pacemaker();
+    void swarm();
+    // Pacemaker schedules (the cluster stack of each node).
+    void cluster_step(Host& H);
+    void stack_start(Host& H);
+    void unfence(Host& H);
+    void stack_down(Host& H, Cs why, int64_t back_after_ms);
+    void membership(Host& H);
+    bool reachable(const Host& A, const Host& B) const;
+    bool quorate(const Host& H) const;
+    int dc_of(const Host& H) const;
+    void fence_next(Host& H);
+    int fence_off(Host& F, int victim);
+    void run_job(Host& F);
+    void fence_finished(Host& H, int victim, int rc);
+    void place(Host& H);
+    void set_runs(Host& H, bool runs, bool seen);
+    bool writes_in_flight(int h) const;
+    int fence_agent_run(Host& H, const char* action, int target);
+    Result<ControlReply> control(Host& H, const ControlRequest& req);
+    size_t node_keys(int h) const;
+    void serve_control(Host& H);
+    int calling_thread(const Host& H) const;
+    std::optional<Violation> cluster_live() const;
     int crash_at_write(int h);
     void boot(Host& H);
     void drop_writer(App& a);
@@ -384,6 +464,10 @@ private:
     uint64_t hash_ = 14695981039346656037ull;
     std::array<std::string, kInvCount> tolerated_text_{};
     uint32_t tolerate_ = 0;
+    bool pcmk_ = false;         // a Pacemaker schedule
+    uint64_t fault_steps_ = 0;  // steps with faults (the cluster stacks' ticks are steps too)
+    int64_t token_ms_ = 1000;   // corosync's token timeout (with consensus)
+    uint64_t placements_ = 0;   // the resource's starts
 };
 
 // ---------------------------------------------------------------- SimElector
@@ -557,8 +641,22 @@ uint32_t known_mask() {
     return m;
 }
 
+// One seed in four is a Pacemaker schedule (Cluster::any), decided by a
+// hash of the seed so that the etcd schedules' PRNG streams stay as they
+// were before Pacemaker schedules existed (recorded seeds replay).
+uint64_t mix(uint64_t seed) {
+    uint64_t z = seed + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+bool pacemaker_seed(uint64_t seed) { return (mix(seed) & 3) == 0; }
+
 World::World(const SimOptions& o) : opts_(o), rng_(o.seed) {
     res_.seed = o.seed;
+    pcmk_ = o.cluster == Cluster::pacemaker || (o.cluster == Cluster::any && pacemaker_seed(o.seed));
+    res_.cluster = pcmk_ ? Cluster::pacemaker : Cluster::etcd;
     tolerate_ = o.tolerate | (o.known_defects ? known_mask() : 0u);
     trace_.reserve(256);
     setup();
@@ -589,7 +687,9 @@ void World::setup() {
     agent_opts_.volume = "vol-sim";
     agent_opts_.device = "/dev/sim";
     target_.nsid = 1;
-    for (size_t f = 0; f < kFaultCount; ++f) rate_[f] = static_cast<uint32_t>(rng_.range(0, kMaxRate[f]));
+    // The kinds before cluster_partition only: an etcd schedule draws what it drew before that kind existed.
+    for (size_t f = 0; f < static_cast<size_t>(Fault::cluster_partition); ++f)
+        rate_[f] = static_cast<uint32_t>(rng_.range(0, kMaxRate[f]));
     fault_gap_ms_ = rng_.range(200, 3000);
     next_fault_ = rng_.range(0, 2 * fault_gap_ms_);
     for (int i = 0; i < n; ++i) {
@@ -605,6 +705,44 @@ void World::setup() {
         H->next = {rng_.range(0, 500), kNever, kNever};
         hosts_.push_back(std::move(H));
     }
+    fault_steps_ = opts_.steps;
+    if (pcmk_) setup_pacemaker();
+    if (opts_.swarm) swarm();
+}
+
+// Swarm testing (Groce et al., "Swarm testing", ISSTA 2012): one schedule
+// in four raises one to three event fault kinds to 2-8 times their most
+// usual rate. Seed 393135's target restart during a win held back by a
+// frozen VM was one schedule in 2.6 million with every kind at its usual
+// rate. Drawn from the seed's hash, not the schedule's PRNG.
+void World::swarm() {
+    Rng r(mix(opts_.seed ^ 0x53a7a5ull));
+    if (r.below(4) != 0) return;
+    const std::array<Fault, 5> common{Fault::freeze, Fault::crash, Fault::device_partition, Fault::target_restart,
+                                      pcmk_ ? Fault::cluster_partition : Fault::etcd_partition};
+    const uint64_t kinds = 1 + r.below(3);
+    for (uint64_t i = 0; i < kinds; ++i) {
+        const auto f = static_cast<size_t>(common[r.below(common.size())]);
+        rate_[f] = static_cast<uint32_t>(std::min<uint64_t>(1000, uint64_t{kMaxRate[f]} * (2 + r.below(7))));
+    }
+}
+
+// As docs/PACEMAKER.md configures nvfenced as each node's watcher.
+void World::setup_pacemaker() {
+    agent_opts_.type = ResvType::write_exclusive_reg_only;  // fence_nvfence's default mode
+    agent_opts_.role = StartRole::acquire;
+    agent_opts_.rejoin_auto = false;         // only unfencing (fence_nvfence on) rejoins
+    agent_opts_.holder_needs_lease = false;  // elector = none
+    agent_opts_.fence_on_view_loss = false;  // Pacemaker decides
+    for (Fault f : {Fault::etcd_partition, Fault::etcd_down, Fault::late_answer}) rate_[static_cast<size_t>(f)] = 0;
+    const auto cp = static_cast<size_t>(Fault::cluster_partition);
+    rate_[cp] = static_cast<uint32_t>(rng_.range(1, kMaxRate[cp]));
+    const int64_t token = rng_.range(1000, 3000);
+    token_ms_ = token + token * 12 / 10;  // token, then consensus (1.2 x token)
+    for (auto& H : hosts_) H->cs.start_at = rng_.range(0, 500);
+    // Every node's stack ticks ten times a second: as many steps again per
+    // node give the faults as much simulated time as in an etcd schedule.
+    fault_steps_ = uint64_t{opts_.steps} * (1 + hosts_.size());
 }
 
 int World::crash_at_write(int h) {
@@ -763,6 +901,7 @@ void World::thread_main(void* arg) {
     try {
         if (!H.proc) w.boot(H);
         else if (a.thr == kAgent) w.agent_step(H);
+        else if (w.pcmk_) w.cluster_step(H);
         else w.driver_step(H);
     } catch (const SimCrash&) {
         // H.dying was set by whoever crashed it (or the schedule ended).
@@ -834,12 +973,13 @@ void World::agent_step(Host& H) {
             (void)p.bridge.watch_lease(p.agent, H.clock);
         }
         p.bridge.publish(p.agent);
+        serve_control(H);
         if (p.agent.state() != before) H.next[kDriver] = std::min(H.next[kDriver], now_ + 1);
     }
     // As nvfenced's poll: the next check, or the lease's watchdog if sooner.
     const int64_t watch = std::min<int64_t>(p.bridge.until_lease_watch(p.agent, H.clock).count(), INT32_MAX);
     const int64_t wait = std::max<int64_t>(1, std::min<int64_t>(p.agent.until_next_check().count(), watch + 1));
-    H.next[kAgent] = now_ + (H.bridge_dirty ? 1 : wait);
+    H.next[kAgent] = now_ + (H.bridge_dirty || (H.ctl_req && !H.ctl_reply) ? 1 : wait);
 }
 
 void World::driver_step(Host& H) {
@@ -850,19 +990,377 @@ void World::driver_step(Host& H) {
     H.next[kAgent] = std::min(H.next[kAgent], now_ + rng_.range(0, 3));
 }
 
+// ---------------------------------------------------------------- world: the Pacemaker cluster
+//
+// Each node's cluster stack, as far as fencing goes: corosync's membership
+// (a node unheard for the token timeout is lost; a reachable one is merged
+// back, stale state and all: a node frozen past its own fencing missed the
+// news and rejoins, docs/RELIABILITY.md "Pacemaker lab: what the lab
+// showed"), votequorum (a majority; two nodes: two_node with wait_for_all),
+// the designated controller (the lowest member) that fences every node lost
+// uncleanly before it recovers the resource, and one resource (the writer)
+// that it starts on itself when no member runs it. Fencing is fence_nvfence
+// itself (fence_agent::run) over this host's path to the device and its
+// nvfenced's control socket, as stonith-ng runs it; unfencing (`on`) runs on
+// each node as its stack starts. The watcher (each node's nvfenced) kills
+// corosync when its key is gone; the operator starts a stopped stack again.
+
+constexpr int64_t kClusterTickMs = 100;   // how often a stack looks at its membership
+constexpr int64_t kControlTimeoutMs = 5000;
+constexpr int64_t kFenceTimeoutMs = 60000;  // stonith-timeout's default
+
+Status SimHooks::fence_action(const std::string&) {
+    ++actions;
+    if (w_.pacemaker()) w_.watcher_fired(host_);
+    return Ok{};
+}
+
+void World::watcher_fired(int h) {
+    Host& H = host(h);
+    // fence_command = "systemctl kill --signal=KILL corosync.service ..."
+    if (H.cs.up) stack_down(H, Cs::down, rng_.range(2000, 10000));
+}
+
+int World::calling_thread(const Host& H) const {
+    for (int i = 0; i < kFiberThreads; ++i)
+        if (H.fibers[static_cast<size_t>(i)] && Fiber::current() == H.fibers[static_cast<size_t>(i)].get()) return i;
+    std::fprintf(stderr, "nvfence-sim: host %d: a device command outside its fibers\n", H.idx);
+    std::abort();
+}
+
+void World::cluster_step(Host& H) {
+    auto& c = H.cs;
+    H.next[kDriver] = now_ + kClusterTickMs + rng_.range(0, 20);
+    if (!c.up) {
+        if (now_ >= c.start_at) stack_start(H);
+        return;
+    }
+    if (!c.joined) {
+        unfence(H);
+        return;
+    }
+    if (c.job >= 0) {
+        run_job(H);
+        return;
+    }
+    membership(H);
+    if (!quorate(H)) {
+        if (c.runs) set_runs(H, false, false);  // no-quorum-policy = stop, seen by nobody
+        return;
+    }
+    if (dc_of(H) != H.idx) return;
+    if (c.to_fence) {
+        fence_next(H);
+        return;
+    }
+    place(H);
+}
+
+// corosync and pacemaker start; the node unfences itself (on_target) before it takes part.
+void World::stack_start(Host& H) {
+    auto& c = H.cs;
+    const int64_t cut = c.cut_until;
+    c = Host::Stack{};
+    c.cut_until = cut;
+    c.up = true;
+    c.view = 1u << H.idx;
+    c.heard.fill(now_);
+    ++H.stack_starts;
+    trace(Rec::cluster, H.idx, static_cast<uint32_t>(Cs::start), 0);
+    unfence(H);
+}
+
+// fence_nvfence on, run on the node itself; again at its next tick when its
+// nvfenced died under it (the request is lost with the process).
+void World::unfence(Host& H) {
+    auto& c = H.cs;
+    const int rc = fence_agent_run(H, "on", H.idx);
+    if (!c.up) return;  // its watcher killed corosync meanwhile
+    if (rc != 0) {
+        stack_down(H, Cs::unfence_failed, rng_.range(1000, 3000));
+        return;
+    }
+    c.joined = true;
+    // A node that started again is no longer unclean.
+    for (auto& O : hosts_) O->cs.to_fence &= ~(1u << H.idx);
+}
+
+void World::stack_down(Host& H, Cs why, int64_t back_after_ms) {
+    auto& c = H.cs;
+    if (c.runs) set_runs(H, false, false);
+    c.up = false;
+    c.joined = false;
+    c.start_at = now_ + back_after_ms;
+    trace(Rec::cluster, H.idx, static_cast<uint32_t>(why), 0);
+}
+
+bool World::reachable(const Host& A, const Host& B) const {
+    return B.cs.up && B.frozen_until <= now_ && A.cs.cut_until <= now_ && B.cs.cut_until <= now_;
+}
+
+void World::membership(Host& H) {
+    auto& c = H.cs;
+    for (auto& Op : hosts_) {
+        Host& O = *Op;
+        const uint32_t b = 1u << O.idx;
+        if (O.idx == H.idx) continue;
+        if (reachable(H, O)) {
+            c.heard[static_cast<size_t>(O.idx)] = now_;
+            if (!(c.view & b) && O.cs.joined) {
+                c.view |= b;  // merged, with whatever state it brings
+                trace(Rec::cluster, H.idx, static_cast<uint32_t>(Cs::join), static_cast<uint64_t>(O.idx));
+            }
+        } else if ((c.view & b) && now_ - c.heard[static_cast<size_t>(O.idx)] > token_ms_) {
+            c.view &= ~b;
+            c.to_fence |= b;  // lost, not a clean leave: fenced before its resources recover
+            trace(Rec::cluster, H.idx, static_cast<uint32_t>(Cs::lost), static_cast<uint64_t>(O.idx));
+        }
+    }
+    if (c.view == (1u << hosts_.size()) - 1) c.seen_all = true;
+}
+
+bool World::quorate(const Host& H) const {
+    if (hosts_.size() == 2) return H.cs.seen_all;  // two_node: 1 (wait_for_all)
+    return 2 * static_cast<size_t>(__builtin_popcount(H.cs.view)) > hosts_.size();
+}
+
+int World::dc_of(const Host& H) const { return __builtin_ctz(H.cs.view); }
+
+// The controller asks a member to fence the first lost node: itself
+// first, then the next member on each retry (stonith-ng asks another node
+// that can run the device when one fails, and gives up on a fencer after
+// its timeout).
+void World::fence_next(Host& H) {
+    auto& c = H.cs;
+    if (c.waiting_on >= 0) {
+        if (!c.result && now_ - c.waiting_since < kFenceTimeoutMs) return;
+        const int rc = c.result.value_or(1);
+        c.waiting_on = -1;
+        fence_finished(H, c.fencing, rc);
+        return;
+    }
+    if (now_ < c.retry_at) return;
+    c.fencing = __builtin_ctz(c.to_fence);
+    std::vector<int> members;
+    for (const auto& O : hosts_)
+        if (c.view & (1u << O->idx)) members.push_back(O->idx);
+    const int fencer = members[c.attempt % members.size()];
+    trace(Rec::cluster, H.idx, static_cast<uint32_t>(Cs::fence), static_cast<uint64_t>(c.fencing), fencer);
+    if (fencer == H.idx) {
+        const int victim = c.fencing;
+        fence_finished(H, victim, fence_off(H, victim));
+        return;
+    }
+    Host& F = host(fencer);
+    F.cs.job = c.fencing;
+    F.cs.job_for = H.idx;
+    c.waiting_on = fencer;
+    c.waiting_since = now_;
+    c.result.reset();
+}
+
+int World::fence_off(Host& F, int victim) {
+    const Host& V = host(victim);
+    const uint64_t starts = V.stack_starts;
+    const bool unfencing = V.cs.up && !V.cs.joined;
+    const int rc = fence_agent_run(F, "off", victim);
+    // Judged unless the victim's stack was unfencing itself or started again
+    // meanwhile (a new instance of the node, registered on purpose).
+    if (!unfencing && V.stack_starts == starts) check(checker_.fence_done(F.idx, victim, rc, node_keys(victim)));
+    return rc;
+}
+
+void World::run_job(Host& F) {
+    const int victim = F.cs.job, dc = F.cs.job_for;
+    F.cs.job = -1;
+    const int rc = fence_off(F, victim);
+    Host& D = host(dc);
+    if (D.cs.waiting_on == F.idx && D.cs.fencing == victim) D.cs.result = rc;
+}
+
+void World::fence_finished(Host& H, int victim, int rc) {
+    auto& c = H.cs;
+    if (!c.up || !c.joined) return;  // its stack went down meanwhile
+    const uint32_t vb = 1u << victim;
+    if (rc != 0) {
+        ++c.attempt;
+        c.retry_at = now_ + rng_.range(1000, 3000);
+        trace(Rec::cluster, H.idx, static_cast<uint32_t>(Cs::fence_failed), static_cast<uint64_t>(victim));
+        return;
+    }
+    c.attempt = 0;
+    host(victim).cs.cib_runs = false;  // whatever it believes, it cannot write
+    // The fence history reaches every member of this partition.
+    for (auto& O : hosts_)
+        if (c.view & (1u << O->idx)) O->cs.to_fence &= ~vb;
+    c.to_fence &= ~vb;
+    trace(Rec::cluster, H.idx, static_cast<uint32_t>(Cs::fenced), static_cast<uint64_t>(victim));
+}
+
+// One active instance in the partition: the lowest runner stays, others
+// stop (multi-active recovery); none: it starts on the controller, once no
+// member is still stopping it (a stop ends when the writer's I/O has) and
+// no node outside the partition may still run it (the CIB says it ran
+// there and nobody saw it stop or fenced it: that node is fenced first, as
+// Pacemaker fences an unclean node before it recovers its resources).
+void World::place(Host& H) {
+    int runner = -1;
+    bool unclean = false, stopping = false;
+    for (auto& O : hosts_) {
+        const uint32_t b = 1u << O->idx;
+        if (!(H.cs.view & b)) {
+            if (O->cs.cib_runs) {
+                H.cs.to_fence |= b;
+                unclean = true;
+            }
+            continue;
+        }
+        if (!O->cs.runs) {
+            stopping = stopping || writes_in_flight(O->idx);
+            continue;
+        }
+        if (runner < 0) runner = O->idx;
+        else set_runs(*O, false, true);
+    }
+    if (runner < 0 && !unclean && !stopping) set_runs(H, true, true);
+}
+
+bool World::writes_in_flight(int h) const {
+    return std::any_of(ops_.begin(), ops_.end(), [h](const DevOp& op) { return op.write && op.host == h; });
+}
+
+void World::set_runs(Host& H, bool runs, bool seen) {
+    if (H.cs.runs == runs) return;
+    H.cs.runs = runs;
+    if (runs) H.cs.placement = ++placements_;
+    if (runs || seen) H.cs.cib_runs = runs;
+    if (!runs && H.proc) H.proc->app.stopped = true;  // the writer drains and ends
+    trace(Rec::cluster, H.idx, static_cast<uint32_t>(runs ? Cs::runs : Cs::stops), H.cs.placement);
+}
+
+// The namespace as fence_nvfence opens it on host @p h: its own path
+// (commands wait on the calling fiber), nvmet's capabilities (no PTPL).
+class SimFenceDevice final : public fence_agent::Device {
+public:
+    SimFenceDevice(World& w, int h, const HostId& id) : port_(w, h), resv_(port_, 1), id_(id) {}
+    const std::string& path() const override { return path_; }
+    const std::string& volume() const override { return volume_; }
+    const HostId& host_id() const override { return id_; }
+    bool supports(ResvType t) const override {
+        return t == ResvType::write_exclusive || t == ResvType::write_exclusive_reg_only;
+    }
+    bool ptpl_capable() const override { return false; }
+    uint32_t nsid() const override { return 1; }
+    Reservations& resv() override { return resv_; }
+
+private:
+    SimPort port_;
+    Reservations resv_;
+    HostId id_;
+    std::string path_ = "/dev/sim";
+    std::string volume_ = "vol-sim";
+};
+
+// fence_nvfence ACTION for node @p target, run on @p H as Pacemaker's fencer
+// runs it: the node map of the cluster, this host's path and nvfenced.
+int World::fence_agent_run(Host& H, const char* action, int target) {
+    std::string map;
+    for (const auto& O : hosts_)
+        map += (map.empty() ? "" : ";") + std::string("host") + std::to_string(O->idx) + ":" + std::to_string(O->idx + 1);
+    const std::vector<std::string> args{"-o", action, "-n", "host" + std::to_string(target), "-d", "/dev/sim",
+                                        "--node-ids", map, "--cluster-tag", std::to_string(kTag)};
+    const fence_agent::Parsed parsed = fence_agent::parse_argv(args);
+    if (!parsed.ok()) {
+        std::fprintf(stderr, "nvfence-sim: fence_nvfence refused the simulator's options: %s\n",
+                     parsed.errors.front().c_str());
+        std::abort();
+    }
+    fence_agent::Host fh;
+    fh.local_name = "host" + std::to_string(H.idx);
+    fh.open = [this, &H](const std::string&, std::string&) -> Result<std::unique_ptr<fence_agent::Device>> {
+        return std::unique_ptr<fence_agent::Device>(std::make_unique<SimFenceDevice>(*this, H.idx, H.id));
+    };
+    // nvfenced runs on every node: its socket is there (a crashed agent's
+    // socket refuses connections until systemd restarts it).
+    fh.find_agent = [](const fence_agent::Device&) -> std::optional<std::string> { return "/run/nvfence/vol-sim.sock"; };
+    fh.control = [this, &H](const std::string&, const ControlRequest& req) { return control(H, req); };
+    fh.sleep = [](uint32_t) {};
+    fh.log = [this, &H](fence_agent::Level, const std::string& line) {
+        if (!opts_.events) return;
+        texts_.push_back("fence_nvfence: " + line);
+        trace(Rec::note, H.idx, static_cast<uint32_t>(texts_.size() - 1), 0);
+    };
+    fh.resolve = [](const std::string& p) { return p; };
+    fh.discover = [] { return std::vector<std::string>{}; };
+    fh.dm_slaves = [](const std::string&) { return std::vector<std::string>{}; };
+    std::string out;
+    return fence_agent::run(parsed, fh, out);
+}
+
+size_t World::node_keys(int h) const {
+    size_t n = 0;
+    for (const auto& g : target_.regs) {
+        auto f = decode_key(g.key);
+        if (f && f->tag == kTag && f->node == h + 1) ++n;
+    }
+    return n;
+}
+
+// fence_nvfence's control request, served by this host's nvfenced between its calls.
+Result<ControlReply> World::control(Host& H, const ControlRequest& req) {
+    const int64_t deadline = now_ + kControlTimeoutMs;
+    if (!H.live()) return std::error_code(ECONNREFUSED, std::system_category());
+    H.ctl_req = req;
+    H.ctl_reply.reset();
+    H.next[kAgent] = std::min(H.next[kAgent], now_ + 1);
+    call_started(H.idx, kDriver, deadline);
+    while (!H.ctl_reply && now_ < deadline) block(H.idx, kDriver, std::min(deadline, now_ + 5));
+    H.ctl_req.reset();
+    if (!H.ctl_reply) return make_error_code(Errc::timeout);
+    auto r = *H.ctl_reply;
+    H.ctl_reply.reset();
+    return r;
+}
+
+void World::serve_control(Host& H) {
+    if (!H.ctl_req || H.ctl_reply) return;
+    const ControlRequest req = *H.ctl_req;
+    H.ctl_reply = H.proc->agent.handle(req, "fence_nvfence");
+}
+
+std::optional<Violation> World::cluster_live() const {
+    const uint32_t all = (1u << hosts_.size()) - 1;
+    int runners = 0;
+    for (const auto& H : hosts_) {
+        if (!H->cs.joined || H->cs.view != all)
+            return Violation{Inv::liveness, "host " + std::to_string(H->idx) + "'s cluster stack is not a member of "
+                                                "the whole cluster after the world healed"};
+        runners += H->cs.runs ? 1 : 0;
+    }
+    if (hosts_.front()->cs.to_fence)
+        return Violation{Inv::liveness, "the controller still has nodes to fence after the world healed"};
+    if (runners != 1)
+        return Violation{Inv::liveness, "the resource runs on " + std::to_string(runners) +
+                                            " nodes after the world healed"};
+    return std::nullopt;
+}
+
 // ---------------------------------------------------------------- world: the application's writes
 
 void World::app_step(Host& H) {
     Proc& p = *H.proc;
     App& a = p.app;
-    const bool holder = p.agent.state() == AgentState::holder;
+    // etcd: the writer runs while its agent holds; Pacemaker: while the
+    // resource runs on this node (every registrant may write).
+    const bool holder = pcmk_ ? H.cs.runs : p.agent.state() == AgentState::holder;
+    const uint64_t order = pcmk_ ? H.cs.placement : epoch_of(p.agent.key());
     // A new grant may start the writers again, once the stopped writer has
     // drained: a writer stopped with writes in flight never resumes.
     if (!holder && !a.writer) a.stopped = false;
     if (a.writer) app_reap(H, a);
     // A new grant (a re-key to a new token): the writer of the old one
     // drains first, then a writer of the new grant starts.
-    if (a.writer && p.agent.key() != a.key && a.writer->in_flight() == 0) a.writer.reset();
+    if (a.writer && (p.agent.key() != a.key || order != a.order) && a.writer->in_flight() == 0) a.writer.reset();
     if (!a.writer && holder && !a.stopped && p.agent.key() != 0) {
         detail::WriterTarget t;
         t.fd = Fd(-1);
@@ -880,12 +1378,13 @@ void World::app_step(Host& H) {
         assert(ok);
         (void)ok;
         a.key = p.agent.key();
+        a.order = order;
         a.id = ++writer_ids_;
         a.sent_seen = 0;
         a.queued.clear();
     }
     // Writes only while its agent holds with the grant the writer has.
-    if (a.writer && holder && p.agent.key() == a.key && !a.stopped && !a.writer->fenced() &&
+    if (a.writer && holder && p.agent.key() == a.key && order == a.order && !a.stopped && !a.writer->fenced() &&
         a.writer->in_flight() < a.writer->queue_depth())
         app_submit(H, a);
     if (a.writer && (a.stopped || a.writer->fenced()) && a.writer->in_flight() == 0) a.writer.reset();
@@ -911,6 +1410,7 @@ void World::app_submit(Host& H, App& a) {
         op.gen = H.gen;
         op.writer = a.id;
         op.key = a.key;
+        op.order = a.order;
         op.lba = static_cast<uint32_t>(io.off / kBlockBytes);
         op.seq = s;
         op.ring_index = a.sent_seen;
@@ -964,7 +1464,7 @@ void World::execute_write(DevOp& op) {
         }
         res = is_nvme(r.error(), NvmeStatus::reservation_conflict) ? -EBADE : -EIO;
     } else {
-        check(checker_.write_landed(op.host, op.key, epoch_of(op.key), op.lba, op.seq, op.unfenced));
+        check(checker_.write_landed(op.host, op.key, static_cast<uint32_t>(op.order), op.lba, op.seq, op.unfenced));
         res = static_cast<int32_t>(kBlockBytes);
     }
     hash(static_cast<uint64_t>(res) ^ (op.seq << 8));
@@ -1017,7 +1517,8 @@ Result<uint32_t> World::execute(int h, const Command& cmd, std::span<uint8_t> da
     }
     if (const uint64_t now_key = holder_key(); now_key != before && now_key != 0) {
         trace(Rec::holder, device_holder(), epoch_of(now_key), now_key);
-        check(checker_.new_holder(device_holder(), now_key, epoch_of(now_key), before, sent_ms));
+        // The token rules are the elector's: Pacemaker hands out no tokens.
+        if (!pcmk_) check(checker_.new_holder(device_holder(), now_key, epoch_of(now_key), before, sent_ms));
     }
     return r;
 }
@@ -1028,11 +1529,13 @@ Result<uint32_t> World::device_command(int h, const Command& cmd, std::span<uint
     const int64_t sent = now_;
     const int64_t bound = cmd.timeout_ms ? cmd.timeout_ms : 30000;
     const std::error_code timed_out(ETIMEDOUT, std::system_category());
-    call_started(h, kAgent, sent + bound);
+    // The agent's loop, or (Pacemaker) fence_nvfence on the cluster stack's fiber.
+    const int thr = calling_thread(H);
+    call_started(h, thr, sent + bound);
     int64_t delay = rng_.range(0, 3);
     if (draw(Fault::device_delay)) delay = rng_.range(50, 2 * bound);
     if (now_ < H.dev_cut_until) {
-        block(h, kAgent, sent + bound);
+        block(h, thr, sent + bound);
         return timed_out;
     }
     if (delay / 2 >= bound) {
@@ -1047,10 +1550,10 @@ Result<uint32_t> World::device_command(int h, const Command& cmd, std::span<uint
             std::copy(data.begin(), data.end(), op.data.begin());
             ops_.push_back(op);
         }
-        block(h, kAgent, sent + bound);
+        block(h, thr, sent + bound);
         return timed_out;
     }
-    block(h, kAgent, sent + delay / 2);
+    block(h, thr, sent + delay / 2);
     if (draw(Fault::crash_in_command)) {
         const bool ran = rng_.chance(500);
         if (ran) (void)execute(h, cmd, data, sent);
@@ -1061,10 +1564,10 @@ Result<uint32_t> World::device_command(int h, const Command& cmd, std::span<uint
     Result<uint32_t> r = uint32_t{0};
     if (!lost_not) r = execute(h, cmd, data, sent);
     const bool lost = lost_not || draw(Fault::lost_done);
-    block(h, kAgent, std::min(sent + bound, now_ + (delay - delay / 2)));
+    block(h, thr, std::min(sent + bound, now_ + (delay - delay / 2)));
     if (delay > bound) return timed_out;
     if (lost) return std::error_code(ECONNRESET, std::system_category());
-    if (r && cmd.opcode == opcode::kResvReport) H.last_view_local = H.clock.local_ms();
+    if (r && thr == kAgent && cmd.opcode == opcode::kResvReport) H.last_view_local = H.clock.local_ms();
     return r;
 }
 
@@ -1106,8 +1609,9 @@ Result<T> World::etcd_call(int h, Ms timeout, F&& effect) {
 
 void World::fault_step() {
     // Event faults with a non-zero rate in this schedule, weighted by it.
-    constexpr std::array kinds{Fault::freeze, Fault::crash, Fault::etcd_partition, Fault::etcd_down,
-                               Fault::device_partition, Fault::target_restart};
+    constexpr std::array kinds{Fault::freeze,           Fault::crash,          Fault::etcd_partition,
+                               Fault::etcd_down,        Fault::device_partition, Fault::target_restart,
+                               Fault::cluster_partition};
     uint64_t total = 0;
     for (Fault f : kinds)
         if (opts_.fault_mask & (1u << static_cast<size_t>(f))) total += rate_[static_cast<size_t>(f)];
@@ -1157,6 +1661,7 @@ void World::inject(Fault f, Host& H) {
         target_.notices.clear();
         checker_.target_restarted();
         break;
+    case Fault::cluster_partition: H.cs.cut_until = until = now_ + rng_.range(200, 3 * token_ms_); break;
     default: assert(false && "not an event fault"); return;
     }
     trace(Rec::fault, H.idx, static_cast<uint32_t>(f), static_cast<uint64_t>(until - now_));
@@ -1172,11 +1677,17 @@ void World::heal() {
         for (size_t i = 0; i < kThreads; ++i)
             if (H->blocked[i]) calm = std::max(calm, H->call_end[i]);
     live_deadline_ = calm + 3 * guard_.ttl_ms + 6000;
+    // Pacemaker: a stack back within a second, unfencing, a membership
+    // (token), a fence of a node lost meanwhile and its retry.
+    if (pcmk_) live_deadline_ = calm + 1000 + 4 * token_ms_ + 3 * (kFenceTimeoutMs + 3000);
     for (auto& H : hosts_) {
         H->frozen_until = std::min(H->frozen_until, now_);
         H->clock.thaw(now_);
         H->etcd_cut_until = 0;
         H->dev_cut_until = 0;
+        H->cs.cut_until = 0;
+        // The operator brings a stopped cluster stack back.
+        if (!H->cs.up) H->cs.start_at = std::min(H->cs.start_at, now_ + 1000);
     }
     etcd_down_until_ = 0;
     next_fault_ = kNever;
@@ -1217,6 +1728,10 @@ HostView World::view(Host& H) {
     // Nor with elector events queued: nvfenced's loop serves them (the
     // eventfd ends its poll at once) before it answers anyone.
     v.idle = !H.blocked[kAgent] && H.frozen_until <= now_ && H.next[kAgent] > now_ && !H.bridge_dirty;
+    // A check that came due while the loop served a long request (a
+    // takeover for fence_nvfence across VM freezes) runs before nvfenced
+    // answers anything else: not its turn yet either.
+    if (v.alive && H.proc->agent.until_next_check().count() == 0) v.idle = false;
     v.last_view_ms = H.last_view_local;
     // check_view() runs once per check: its bound, then one more interval
     // and a check's worth of device timeouts (log page and Report).
@@ -1241,13 +1756,14 @@ void World::after_step() {
             trace(Rec::state, H.idx, static_cast<uint32_t>(v.state), key);
         }
         check(checker_.agent_key(H.idx, epoch_of(key)));
-        check(checker_.lease(H.idx, v));
+        if (!pcmk_) check(checker_.lease(H.idx, v));  // Pacemaker schedules have no lease
         check(checker_.view(H.idx, v));
     }
     if (opts_.fail_at_step != 0 && steps_ == opts_.fail_at_step)
         fail(Violation{Inv::self_test, "the violation --fail-at-step asked for"});
     const uint64_t hk = holder_key();
-    check(checker_.holder_now(hk ? std::optional<uint32_t>(epoch_of(hk)) : std::nullopt));
+    // A fencer preempts with its own key, whatever its epoch (no tokens).
+    if (!pcmk_) check(checker_.holder_now(hk ? std::optional<uint32_t>(epoch_of(hk)) : std::nullopt));
     if (healed_) check_liveness();
 }
 
@@ -1260,6 +1776,7 @@ void World::check_liveness() {
         all_up = all_up && views.back().alive;
     }
     auto v = checker_.live(views, device_holder());
+    if (!v && pcmk_) v = cluster_live();
     if (all_up && !v) {
         done_ = true;  // healed and live: the schedule passed
         return;
@@ -1311,8 +1828,26 @@ std::string World::format_rec(const TraceRec& r) const {
     case Rec::violation:
         return std::string(r.b ? "known defect: " : "VIOLATION: ") + inv_name(static_cast<Inv>(r.a));
     case Rec::note: return who + texts_[r.a];
+    case Rec::cluster: return who + cluster_words(static_cast<Cs>(r.a), r.b, r.c);
     }
     return who + "?";
+}
+
+std::string cluster_words(Cs what, uint64_t b, int32_t c) {
+    const std::string node = "host " + std::to_string(b);
+    switch (what) {
+    case Cs::start: return "cluster stack starts (unfencing itself)";
+    case Cs::down: return "its watcher killed corosync: the stack is down";
+    case Cs::join: return "membership: " + node + " joined";
+    case Cs::lost: return "membership: " + node + " lost (token)";
+    case Cs::fence: return "as controller: fence_nvfence off " + node + " on host " + std::to_string(c);
+    case Cs::fenced: return "as controller: " + node + " fenced";
+    case Cs::fence_failed: return "as controller: fencing " + node + " failed";
+    case Cs::runs: return "the resource starts here (start " + std::to_string(b) + ")";
+    case Cs::stops: return "the resource stops here (start " + std::to_string(b) + ")";
+    case Cs::unfence_failed: return "unfencing (fence_nvfence on) failed: the stack stops";
+    }
+    return "?";
 }
 
 std::string World::format_trace() const {
@@ -1329,10 +1864,10 @@ std::string World::format_trace() const {
 // ---------------------------------------------------------------- world: one schedule
 
 ScheduleResult World::run() {
-    const uint64_t cap = uint64_t{opts_.steps} * 40 + 400000;
+    const uint64_t cap = fault_steps_ * 40 + 400000;
     try {
         while (!done_) {
-            if (!healed_ && steps_ >= opts_.steps) heal();
+            if (!healed_ && steps_ >= fault_steps_) heal();
             if (!run_one(kNever) || steps_ > cap) {
                 done_ = true;
                 fail(Violation{Inv::liveness, "the schedule stopped making progress"});

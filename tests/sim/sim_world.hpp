@@ -43,15 +43,34 @@ enum class Fault : uint8_t {
     lost_not_done,       ///< A completion is lost; the command never ran.
     late_answer,         ///< An elector answer arrives after the caller's bound.
     target_restart,      ///< The target restarts without PTPL: every key is lost.
+    /// One host cannot reach the other hosts' cluster network (Corosync)
+    /// for a while; its path to the device stays (Pacemaker schedules).
+    cluster_partition,
 };
 /// Number of Fault values.
-inline constexpr size_t kFaultCount = 12;
+inline constexpr size_t kFaultCount = 13;
 /// Words for a fault kind.
 const char* fault_name(Fault f);
 /// Parses a fault name; nullopt when unknown.
 std::optional<Fault> parse_fault(const std::string& name);
 /// Every fault kind.
 inline constexpr uint32_t kAllFaults = (1u << kFaultCount) - 1;
+
+/// Who decides which host writes.
+enum class Cluster : uint8_t {
+    any,        ///< The seed decides: one schedule in four Pacemaker, the others etcd.
+    etcd,       ///< nvfenced with elector = etcd on every host (leases, tokens).
+    /// Corosync/Pacemaker: a membership whose quorate side fences a lost
+    /// node with fence_nvfence (the agent's real actions), one resource
+    /// (the writer) placed by the designated controller, nvfenced as each
+    /// node's watcher (elector = none, registrants-only, role = acquire,
+    /// its fence action kills corosync), as docs/PACEMAKER.md configures it.
+    pacemaker,
+};
+/// "any", "etcd", "pacemaker".
+const char* cluster_name(Cluster c);
+/// Parses a cluster name; nullopt when unknown.
+std::optional<Cluster> parse_cluster(const std::string& name);
 
 /// What to run.
 struct SimOptions {
@@ -62,6 +81,14 @@ struct SimOptions {
     /// with 150.
     uint32_t steps = 600;
     uint32_t fault_mask = kAllFaults;  ///< Fault kinds that may be injected (bit = Fault).
+    /// Which cluster manager. An etcd schedule of a seed is the same
+    /// whatever this says (the choice does not draw from its PRNG).
+    Cluster cluster = Cluster::any;
+    /// Swarm testing: one schedule in four (decided by a hash of the seed)
+    /// concentrates on one to three event fault kinds at several times
+    /// their usual rate, so that rare kinds meet. Off: the schedules
+    /// recorded before 2026-12-04 replay as they were.
+    bool swarm = true;
     /// Known-defect mode: the invariants the code under test is known to
     /// break (known_defect() != 0, issue 24) are counted, not violations.
     bool known_defects = false;
@@ -84,6 +111,7 @@ struct ScheduleResult {
     int64_t sim_ms = 0;                       ///< Simulated time at the end.
     uint64_t trace_hash = 0;                  ///< FNV-1a over the trace: equal for equal runs.
     uint64_t checks = 0;                      ///< Invariant checks performed.
+    Cluster cluster = Cluster::etcd;          ///< The cluster manager it ran (never any).
     std::array<uint64_t, kFaultCount> faults{};  ///< Faults injected by kind.
     std::optional<Violation> violation;       ///< The first broken invariant.
     uint64_t violation_step = 0;              ///< Its step.

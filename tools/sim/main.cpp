@@ -11,8 +11,10 @@
 // invariants the open defects of known_defect() break instead of failing;
 // none are open today), --tolerate
 // inv,inv, --progress-ms N, --fail-at-step N (a self_test violation at step N:
-// tests the reporting, not the product).
-// Exit: 0 no violation, 1 a violation (seed and trace printed), 2 usage.
+// tests the reporting, not the product), --cluster any|etcd|pacemaker (who decides
+// which host writes; any: the seed picks, one schedule in four Pacemaker), --no-swarm
+// (no schedule concentrates on a few fault kinds: the seeds recorded before 2026-12-04).
+// Exit: 0 no violation, 1 a violation (seed and trace printed), 2 usage; --help: 0.
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -50,8 +52,9 @@ struct Args {
 const char kUsage[] =
     "usage: nvfence-sim --seed N [--trace] [--events] | (--schedules N | --seconds S) [--jobs J] [--first-seed S]\n"
     "       [--steps N] [--faults kind,...] [--known-defects] [--tolerate invariant,...] [--progress-ms N]\n"
-    "       [--fail-at-step N]\n"
-    "Runs the product's agent, elector driver and writer against a simulated device, etcd and hosts.\n"
+    "       [--fail-at-step N] [--cluster any|etcd|pacemaker] [--no-swarm]\n"
+    "Runs the product's agent, elector driver, fence_nvfence and writer against a simulated device,\n"
+    "etcd, Corosync/Pacemaker membership and hosts (--cluster any: the seed picks, one in four Pacemaker).\n"
     "Exit: 0 no violation, 1 an invariant broke (seed and trace printed), 2 usage.\n";
 
 int usage(const std::string& why) {
@@ -105,7 +108,7 @@ std::optional<uint32_t> parse_invariants(const std::string& list) {
     return m;
 }
 
-// Returns 0 when parsed, else the exit code (2).
+// Returns 0 when parsed, -1 after --help, else the exit code (2).
 int parse_args(int argc, char** argv, Args& a) {
     for (int i = 1; i < argc; ++i) {
         const std::string k = argv[i];
@@ -118,9 +121,14 @@ int parse_args(int argc, char** argv, Args& a) {
             return true;
         };
         uint64_t n = 0;
+        if (k == "--help" || k == "-h") {
+            std::fputs(kUsage, stdout);
+            return -1;
+        }
         if (k == "--trace") a.trace = true;
         else if (k == "--events") a.sim.events = a.trace = true;
         else if (k == "--known-defects") a.sim.known_defects = true;
+        else if (k == "--no-swarm") a.sim.swarm = false;
         else if (k == "--seed" && num(n)) a.seed = n;
         else if (k == "--schedules" && num(n)) a.schedules = n;
         else if (k == "--first-seed" && num(n)) a.first_seed = n;
@@ -131,6 +139,8 @@ int parse_args(int argc, char** argv, Args& a) {
         else if (k == "--seconds" && num(n) && n > 0) a.seconds = static_cast<double>(n);
         else if (k == "--faults" && v && parse_faults(v)) a.sim.fault_mask = *parse_faults(argv[++i]);
         else if (k == "--tolerate" && v && parse_invariants(v)) a.sim.tolerate = *parse_invariants(argv[++i]);
+        else if (k == "--cluster" && v && nvfence::sim::parse_cluster(v))
+            a.sim.cluster = *nvfence::sim::parse_cluster(argv[++i]);
         else return usage("bad or incomplete option: " + k);
     }
     if (!a.seed && a.schedules == 0 && a.seconds == 0) return usage("give --seed, --schedules or --seconds");
@@ -138,9 +148,11 @@ int parse_args(int argc, char** argv, Args& a) {
     return 0;
 }
 
-void print_result(const ScheduleResult& r, bool with_trace, uint32_t steps) {
-    std::printf("seed %llu: %llu steps, %.1f s simulated, %llu invariant checks, trace hash %016llx\n",
-                static_cast<unsigned long long>(r.seed), static_cast<unsigned long long>(r.steps),
+void print_result(const ScheduleResult& r, bool with_trace, const SimOptions& given) {
+    const uint32_t steps = given.steps;
+    std::printf("seed %llu (%s): %llu steps, %.1f s simulated, %llu invariant checks, trace hash %016llx\n",
+                static_cast<unsigned long long>(r.seed), nvfence::sim::cluster_name(r.cluster),
+                static_cast<unsigned long long>(r.steps),
                 static_cast<double>(r.sim_ms) / 1000.0, static_cast<unsigned long long>(r.checks),
                 static_cast<unsigned long long>(r.trace_hash));
     std::string faults;
@@ -159,7 +171,12 @@ void print_result(const ScheduleResult& r, bool with_trace, uint32_t steps) {
                     nvfence::sim::inv_name(r.violation->inv), static_cast<unsigned long long>(r.violation_step),
                     static_cast<unsigned long long>(r.seed), r.violation->what.c_str(),
                     static_cast<unsigned long long>(r.seed),
-                    steps == SimOptions{}.steps ? "" : (" --steps " + std::to_string(steps)).c_str());
+                    ((steps == SimOptions{}.steps ? std::string() : " --steps " + std::to_string(steps)) +
+                     (given.cluster == nvfence::sim::Cluster::any
+                          ? std::string()
+                          : std::string(" --cluster ") + nvfence::sim::cluster_name(given.cluster)) +
+                     (given.swarm ? "" : " --no-swarm"))
+                        .c_str());
 }
 
 int replay(const Args& a) {
@@ -167,14 +184,14 @@ int replay(const Args& a) {
     o.seed = *a.seed;
     o.keep_trace = a.trace;
     const ScheduleResult r = nvfence::sim::run_schedule(o);
-    print_result(r, a.trace, a.sim.steps);
+    print_result(r, a.trace, a.sim);
     return r.violation ? 1 : 0;
 }
 
 // Totals over every schedule run so far.
 struct Totals {
     std::mutex mu;
-    uint64_t schedules = 0, steps = 0, checks = 0;
+    uint64_t schedules = 0, steps = 0, checks = 0, pacemaker = 0;
     std::array<uint64_t, kFaultCount> faults{};
     std::array<uint64_t, kInvCount> tolerated{};
     std::array<uint64_t, kInvCount> first_seed{};  // first seed (lowest) per tolerated invariant, 0 none
@@ -182,6 +199,7 @@ struct Totals {
     void add(const ScheduleResult& r) {
         std::lock_guard lk(mu);
         ++schedules;
+        if (r.cluster == nvfence::sim::Cluster::pacemaker) ++pacemaker;
         steps += r.steps;
         checks += r.checks;
         for (size_t i = 0; i < kFaultCount; ++i) faults[i] += r.faults[i];
@@ -205,9 +223,9 @@ void progress(Totals& t, double secs, bool final_line) {
             known += std::string(" ") + nvfence::sim::inv_name(static_cast<Inv>(i)) + "=" +
                      std::to_string(t.tolerated[i]) + " (first seed " + std::to_string(t.first_seed[i]) + ")";
     const double s = secs > 0 ? secs : 1e-9;
-    std::printf("%s%llu schedules (%.1f/s), %llu steps (%.0f/s), %llu invariant checks; faults:%s%s%s\n",
+    std::printf("%s%llu schedules (%.1f/s; %llu Pacemaker), %llu steps (%.0f/s), %llu invariant checks; faults:%s%s%s\n",
                 final_line ? "done: " : "", static_cast<unsigned long long>(t.schedules),
-                static_cast<double>(t.schedules) / s, static_cast<unsigned long long>(t.steps),
+                static_cast<double>(t.schedules) / s, static_cast<unsigned long long>(t.pacemaker), static_cast<unsigned long long>(t.steps),
                 static_cast<double>(t.steps) / s, static_cast<unsigned long long>(t.checks), faults.c_str(),
                 known.empty() ? "" : "; tolerated:", known.c_str());
     std::fflush(stdout);
@@ -250,7 +268,7 @@ int run_many(const Args& a) {
     progress(totals, elapsed(), true);
     if (totals.violation) {
         // The full trace of the violating seed, replayed for the print.
-        print_result(*totals.violation, true, a.sim.steps);
+        print_result(*totals.violation, true, a.sim);
         return 1;
     }
     return 0;
@@ -260,6 +278,6 @@ int run_many(const Args& a) {
 
 int main(int argc, char** argv) {
     Args a;
-    if (int rc = parse_args(argc, argv, a)) return rc;
+    if (int rc = parse_args(argc, argv, a)) return rc < 0 ? 0 : rc;  // -1: --help
     return a.seed ? replay(a) : run_many(a);
 }
