@@ -848,17 +848,28 @@ TEST(FenceAgentActions, BadOptionsFailBeforeTouchingTheDevice) {
     EXPECT_TRUE(c.logged("ignoring unknown option 'pcmk_monitor_timeout=5'"));
 }
 
+// Node 1's own Fence on the cluster's target, as the nvfenced of node 1
+// holds it (the fake agents below act with it).
+struct NodeOneFence {
+    explicit NodeOneFence(FakeTarget& t) : port(t, make_host(1)), resv(port, 1), fence(resv, make_host(1), opts(), nullptr) {}
+    static FenceOptions opts() {
+        FenceOptions fo;
+        fo.node = 1;
+        fo.type = ResvType::write_exclusive_reg_only;
+        return fo;
+    }
+    HostPort port;
+    Reservations resv;
+    Fence fence;
+};
+
 TEST(FenceAgentActions, ThroughTheLocalAgent) {
     Cluster c;
     unfence_all(c);
     // An nvfenced on n1 owns n1's registration; it takes over with its own
     // key (as nvfenced's takeover does), so fence_nvfence sends nothing itself.
-    HostPort p1(c.t, make_host(1));
-    Reservations r1(p1, 1);
-    FenceOptions fo;
-    fo.node = 1;
-    fo.type = ResvType::write_exclusive_reg_only;
-    Fence f1(r1, make_host(1), fo, nullptr);
+    NodeOneFence n1(c.t);
+    Fence& f1 = n1.fence;
     c.agent = [&](const ControlRequest& r) {
         ControlReply rep;
         rep.op = r.op;
@@ -901,12 +912,8 @@ TEST(FenceAgentActions, ThroughTheLocalAgent) {
 // rejoin when nobody holds one; the agent (role = acquire) takes it.
 TEST(FenceAgentActions, OnThroughTheAgentAsksItToTakeAReservationNobodyHolds) {
     Cluster c;
-    HostPort p1(c.t, make_host(1));
-    Reservations r1(p1, 1);
-    FenceOptions fo;
-    fo.node = 1;
-    fo.type = ResvType::write_exclusive_reg_only;
-    Fence f1(r1, make_host(1), fo, nullptr);
+    NodeOneFence n1(c.t);
+    Fence& f1 = n1.fence;
     ASSERT_TRUE(f1.join(std::nullopt, false));
     ASSERT_EQ(c.t.type, ResvType::none);
     c.agent = [&](const ControlRequest& r) {
