@@ -27,9 +27,9 @@
 
 #include "../fake_passthru.hpp"
 #include "../fake_ring.hpp"
-#include "../../src/ring_writer.hpp"
-#include "nvfence/agent.hpp"
-#include "nvfence/agent_elector.hpp"
+#include "writer/ring_writer.hpp"
+#include "agent/agent.hpp"
+#include "elector/agent_elector.hpp"
 #include "nvfence/epoch_store.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/key.hpp"
