@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -152,6 +153,28 @@ int fence_op(nvf_fence* f, nvf_outcome* out, Result<Outcome> (*op)(Fence&, void*
         fill_outcome(*r, out);
         return NVF_OK;
     });
+}
+
+// The size of each options struct's first version: the end of its last
+// field then. Fields added later go after it; these numbers never change.
+constexpr size_t kFenceOptionsV1 = offsetof(nvf_fence_options, state_dir) + sizeof(const char*);
+constexpr size_t kWriterOptionsV1 = offsetof(nvf_writer_options, epoch) + sizeof(uint64_t);
+
+// Reads a caller's options struct of the size it states (nvfence.h,
+// "Options structs"): into @p out, which holds the defaults, go the fields
+// that fit in opts->size; a caller's struct larger than this library's must
+// be zero beyond it (fields this library does not know). NULL: the defaults.
+template <class T>
+int read_options(const T* opts, size_t first_size, T& out) noexcept {
+    if (!opts) return NVF_OK;
+    const size_t n = opts->size;
+    if (n < first_size) return -NVF_ERRC_INVALID_ARGUMENT;
+    const auto* bytes = reinterpret_cast<const unsigned char*>(opts);
+    for (size_t i = sizeof(T); i < n; ++i)
+        if (bytes[i] != 0) return -NVF_ERRC_INVALID_ARGUMENT;
+    std::memcpy(&out, opts, std::min(n, sizeof(T)));
+    out.size = sizeof(T);
+    return NVF_OK;
 }
 
 }  // namespace
@@ -319,8 +342,8 @@ void nvf_resv_status_free(nvf_resv_status* st) {
 int nvf_fence_new(nvf_ns* ns, const nvf_fence_options* opts, nvf_fence** out) {
     if (!ns || !out) return -NVF_ERRC_INVALID_ARGUMENT;
     *out = nullptr;
-    const nvf_fence_options defaults = NVF_FENCE_OPTIONS_INIT;
-    const nvf_fence_options& o = opts ? *opts : defaults;
+    nvf_fence_options o = NVF_FENCE_OPTIONS_INIT;
+    if (int rc = read_options(opts, kFenceOptionsV1, o); rc != NVF_OK) return rc;
     if (o.type < NVF_RESV_WRITE_EXCLUSIVE || o.type > NVF_RESV_EXCLUSIVE_ACCESS_ALL_REGS)
         return -NVF_ERRC_INVALID_ARGUMENT;
     return guarded([&] {
@@ -389,8 +412,8 @@ int nvf_fence_verify(nvf_fence* f, nvf_resv_status* out) {
 int nvf_writer_open(const char* path, const nvf_writer_options* opts, nvf_writer** out) {
     if (!path || !out) return -NVF_ERRC_INVALID_ARGUMENT;
     *out = nullptr;
-    const nvf_writer_options defaults = NVF_WRITER_OPTIONS_INIT;
-    const nvf_writer_options& o = opts ? *opts : defaults;
+    nvf_writer_options o = NVF_WRITER_OPTIONS_INIT;
+    if (int rc = read_options(opts, kWriterOptionsV1, o); rc != NVF_OK) return rc;
     if (o.mode < NVF_WRITER_AUTO || o.mode > NVF_WRITER_PASSTHROUGH) return -NVF_ERRC_INVALID_ARGUMENT;
     return guarded([&] {
         WriterOptions wo;

@@ -40,6 +40,7 @@ PUBLIC = {
     "writer.hpp": "writer",
     "control.hpp": "client",
     "nvfence.h": "capi",
+    "export.h": "device",
 }
 
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
