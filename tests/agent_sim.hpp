@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "fake_passthru.hpp"
-#include "nvfence/agent.hpp"
-#include "nvfence/clock.hpp"
+#include "agent/agent.hpp"
+#include "internal/clock.hpp"
 #include "nvfence/epoch_store.hpp"
 #include "nvfence/fence.hpp"
 #include "nvfence/key.hpp"

@@ -16,8 +16,8 @@
 #include <set>
 
 #include "agent_sim.hpp"
-#include "nvfence/agent.hpp"
-#include "nvfence/agent_config.hpp"
+#include "agent/agent.hpp"
+#include "agent/agent_config.hpp"
 #include "nvfence/error.hpp"
 
 namespace nvfence::test {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "agent_sim.hpp"
-#include "nvfence/agent_transition.hpp"
+#include "agent/agent_transition.hpp"
 
 namespace nvfence::test {
 namespace {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "nvfence/error.hpp"
-#include "nvfence/fence_actions.hpp"
+#include "agent/fence_actions.hpp"
 
 namespace nvfence {
 namespace {

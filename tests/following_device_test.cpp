@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "fake_passthru.hpp"
-#include "nvfence/following_device.hpp"
+#include "agent/following_device.hpp"
 #include "nvfence/reservation.hpp"
 
 namespace nvfence::test {

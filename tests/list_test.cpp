@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "nvfence/list.hpp"
+#include "internal/list.hpp"
 
 #include <gtest/gtest.h>
 

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "agent_sim.hpp"
-#include "nvfence/agent.hpp"
-#include "nvfence/fence_actions.hpp"
-#include "nvfence/service_hooks.hpp"
+#include "agent/agent.hpp"
+#include "agent/fence_actions.hpp"
+#include "agent/service_hooks.hpp"
 
 namespace nvfence::test {
 namespace {

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "fake_passthru.hpp"
-#include "nvfence/agent_config.hpp"
+#include "agent/agent_config.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/reservation.hpp"
-#include "nvfence/uevent.hpp"
+#include "agent/uevent.hpp"
 
 namespace nvfence {
 namespace {

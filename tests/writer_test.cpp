@@ -18,7 +18,7 @@
 #include "nvfence/error.hpp"
 #include "nvfence/fd.hpp"
 #include "nvfence/writer.hpp"
-#include "../src/ring_writer.hpp"
+#include "writer/ring_writer.hpp"
 #include "fake_ring.hpp"
 
 namespace nvfence {

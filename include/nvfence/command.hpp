@@ -9,6 +9,8 @@
 #include <array>
 #include <cstdint>
 
+#include "nvfence/export.h"
+
 namespace nvfence {
 
 /// NVMe opcodes used by nvfence.
@@ -63,7 +65,7 @@ enum class Queue : uint8_t { admin, io };
 
 /// One encoded command: the submission-queue entry fields the kernel
 /// passthrough takes, plus the payload for commands that carry host data.
-struct Command {
+struct NVFENCE_API Command {
     Queue queue = Queue::io;              ///< Admin or I/O queue.
     uint8_t opcode = 0;                   ///< Command opcode.
     uint32_t nsid = 0;                    ///< Namespace id.
@@ -76,7 +78,7 @@ struct Command {
 };
 
 /// Reservation Register arguments.
-struct RegisterArgs {
+struct NVFENCE_API RegisterArgs {
     uint32_t nsid = 0;                               ///< Namespace id.
     RegisterAction action = RegisterAction::register_key;  ///< RREGA.
     Cptpl cptpl = Cptpl::no_change;                  ///< CPTPL.
@@ -86,7 +88,7 @@ struct RegisterArgs {
 };
 
 /// Reservation Acquire arguments.
-struct AcquireArgs {
+struct NVFENCE_API AcquireArgs {
     uint32_t nsid = 0;                               ///< Namespace id.
     AcquireAction action = AcquireAction::acquire;   ///< RACQA.
     ResvType type = ResvType::write_exclusive;       ///< RTYPE.
@@ -96,7 +98,7 @@ struct AcquireArgs {
 };
 
 /// Reservation Release arguments.
-struct ReleaseArgs {
+struct NVFENCE_API ReleaseArgs {
     uint32_t nsid = 0;                               ///< Namespace id.
     ReleaseAction action = ReleaseAction::release;   ///< RRELA.
     ResvType type = ResvType::write_exclusive;       ///< RTYPE of the held one.
@@ -105,31 +107,31 @@ struct ReleaseArgs {
 };
 
 /// Reservation Report arguments.
-struct ReportArgs {
+struct NVFENCE_API ReportArgs {
     uint32_t nsid = 0;           ///< Namespace id.
     bool extended = true;        ///< EDS: 128-bit host ids.
     uint32_t len_bytes = 4096;   ///< Buffer size; a multiple of 4, >= 4.
 };
 
 /// Encodes Reservation Register (opcode 0x0d).
-Command encode_register(const RegisterArgs& a);
+NVFENCE_API Command encode_register(const RegisterArgs& a);
 /// Encodes Reservation Acquire (opcode 0x11).
-Command encode_acquire(const AcquireArgs& a);
+NVFENCE_API Command encode_acquire(const AcquireArgs& a);
 /// Encodes Reservation Release (opcode 0x15).
-Command encode_release(const ReleaseArgs& a);
+NVFENCE_API Command encode_release(const ReleaseArgs& a);
 /// Encodes Reservation Report (opcode 0x0e); NUMD = len_bytes / 4 - 1.
-Command encode_report(const ReportArgs& a);
+NVFENCE_API Command encode_report(const ReportArgs& a);
 
 /// Identify CNS values used.
 enum class IdentifyCns : uint8_t { namespace_ = 0x00, controller = 0x01 };
 /// Encodes Identify (admin 0x06) returning 4096 bytes.
-Command encode_identify(IdentifyCns cns, uint32_t nsid);
+NVFENCE_API Command encode_identify(IdentifyCns cns, uint32_t nsid);
 
 /// Log page identifiers used.
 inline constexpr uint8_t kLogReservationNotification = 0x80;
 /// Encodes Get Log Page (admin 0x02) for @p len_bytes of log @p lid.
 /// @p rae keeps an asynchronous event outstanding (Retain Async Event).
-Command encode_get_log_page(uint8_t lid, uint32_t nsid, uint32_t len_bytes, bool rae);
+NVFENCE_API Command encode_get_log_page(uint8_t lid, uint32_t nsid, uint32_t len_bytes, bool rae);
 
 /// Feature identifiers used.
 inline constexpr uint8_t kFeatHostId = 0x81;             ///< Host Identifier.
@@ -137,10 +139,10 @@ inline constexpr uint8_t kFeatResvNotifMask = 0x82;      ///< Reservation Notifi
 inline constexpr uint8_t kFeatResvPersistence = 0x83;    ///< Reservation Persistence.
 
 /// Encodes Get Features Host Identifier, asking for the 128-bit id (EXHID).
-Command encode_get_host_id();
+NVFENCE_API Command encode_get_host_id();
 
 /// Which reservation notifications a controller reports; true = report it.
-struct NotificationMask {
+struct NVFENCE_API NotificationMask {
     bool registration_preempted = true;   ///< REGPRE.
     bool reservation_released = true;     ///< RESREL.
     bool reservation_preempted = true;    ///< RESPRE.
@@ -148,25 +150,25 @@ struct NotificationMask {
 };
 /// Encodes Set Features Reservation Notification Mask for namespace @p nsid.
 /// The feature takes mask bits (1 = suppress), so this inverts @p m.
-Command encode_set_notification_mask(uint32_t nsid, const NotificationMask& m);
+NVFENCE_API Command encode_set_notification_mask(uint32_t nsid, const NotificationMask& m);
 /// Encodes Get Features Reservation Notification Mask.
-Command encode_get_notification_mask(uint32_t nsid);
+NVFENCE_API Command encode_get_notification_mask(uint32_t nsid);
 /// Decodes the completion dword 0 of Get Features Reservation Notification
 /// Mask.
-NotificationMask decode_notification_mask(uint32_t dw0);
+NVFENCE_API NotificationMask decode_notification_mask(uint32_t dw0);
 
 /// Encodes an NVM Read or Write of @p nlb blocks at @p slba (nlb >= 1).
-Command encode_rw(bool write, uint32_t nsid, uint64_t slba, uint32_t nlb, uint32_t data_len);
+NVFENCE_API Command encode_rw(bool write, uint32_t nsid, uint64_t slba, uint32_t nlb, uint32_t data_len);
 /// Encodes NVM Flush.
-Command encode_flush(uint32_t nsid);
+NVFENCE_API Command encode_flush(uint32_t nsid);
 
 /// Short upper-case name of a type ("WE", "EA", "WERO", ...), "none" for 0.
-const char* resv_type_short(ResvType t);
+NVFENCE_API const char* resv_type_short(ResvType t);
 /// Words for a type, e.g. "Write Exclusive - Registrants Only".
-const char* resv_type_name(ResvType t);
+NVFENCE_API const char* resv_type_name(ResvType t);
 /// True for 1..6.
-bool resv_type_valid(uint8_t raw);
+NVFENCE_API bool resv_type_valid(uint8_t raw);
 /// True for the all-registrants types (WEAR, EAAR), whose holder key reads 0.
-bool resv_type_all_registrants(ResvType t);
+NVFENCE_API bool resv_type_all_registrants(ResvType t);
 
 }  // namespace nvfence

@@ -48,6 +48,7 @@
 #include <string>
 #include <vector>
 
+#include "nvfence/export.h"
 #include "nvfence/command.hpp"
 #include "nvfence/fd.hpp"
 #include "nvfence/result.hpp"
@@ -78,9 +79,9 @@ enum class ControlOp : uint8_t {
 };
 
 /// Words for an op: "status", "takeover", "release", "rejoin".
-const char* control_op_name(ControlOp op);
+NVFENCE_API const char* control_op_name(ControlOp op);
 /// True for the values of ControlOp.
-bool control_op_valid(uint8_t raw);
+NVFENCE_API bool control_op_valid(uint8_t raw);
 
 /// The host agent's state, as reported on the wire.
 enum class AgentState : uint8_t {
@@ -92,12 +93,12 @@ enum class AgentState : uint8_t {
 };
 
 /// Upper-case name: "STARTING", "STANDBY", "HOLDER", "FENCED", "STOPPING".
-const char* agent_state_name(AgentState s);
+NVFENCE_API const char* agent_state_name(AgentState s);
 /// True for the values of AgentState.
-bool agent_state_valid(uint8_t raw);
+NVFENCE_API bool agent_state_valid(uint8_t raw);
 
 /// The fixed header of every message.
-struct ControlHeader {
+struct NVFENCE_API ControlHeader {
     uint16_t version = kControlVersion;  ///< Protocol version.
     uint8_t kind = 0;                    ///< 1 request, 2 reply.
     ControlOp op = ControlOp::status;    ///< The operation.
@@ -107,7 +108,7 @@ struct ControlHeader {
 };
 
 /// A request to the agent.
-struct ControlRequest {
+struct NVFENCE_API ControlRequest {
     ControlOp op = ControlOp::status;  ///< What to do.
     uint32_t id = 0;                   ///< Echoed in the reply.
     uint64_t victim = 0;               ///< Takeover only: key to preempt (0: the holder).
@@ -115,7 +116,7 @@ struct ControlRequest {
 };
 
 /// The agent's answer: the outcome of the request and a status snapshot.
-struct ControlReply {
+struct NVFENCE_API ControlReply {
     ControlOp op = ControlOp::status;     ///< The request's op.
     uint32_t id = 0;                      ///< The request's id.
     uint8_t exit_code = 0;                ///< ExitCode for the CLI (0 = ok).
@@ -148,33 +149,33 @@ struct ControlReply {
 };
 
 /// Encodes @p r (kControlHeaderBytes + kRequestBodyBytes bytes).
-std::vector<uint8_t> encode_request(const ControlRequest& r);
+NVFENCE_API std::vector<uint8_t> encode_request(const ControlRequest& r);
 /// Encodes @p r; strings are truncated to kControlMaxText bytes and control
 /// characters replaced by '?', so the result always decodes.
-std::vector<uint8_t> encode_reply(const ControlReply& r);
+NVFENCE_API std::vector<uint8_t> encode_reply(const ControlReply& r);
 /// Decodes and checks the header only (any version): lets a server answer
 /// a peer that speaks another version. Errc::protocol when malformed.
-Result<ControlHeader> decode_control_header(std::span<const uint8_t> msg);
+NVFENCE_API Result<ControlHeader> decode_control_header(std::span<const uint8_t> msg);
 /// Decodes a whole request of this version; Errc::protocol otherwise.
-Result<ControlRequest> decode_request(std::span<const uint8_t> msg);
+NVFENCE_API Result<ControlRequest> decode_request(std::span<const uint8_t> msg);
 /// Decodes a whole reply of this version; Errc::protocol otherwise.
-Result<ControlReply> decode_reply(std::span<const uint8_t> msg);
+NVFENCE_API Result<ControlReply> decode_reply(std::span<const uint8_t> msg);
 
 /// A reply to @p req reporting failure @p ec (exit_code from exit_code_for)
 /// with @p message; the status snapshot fields are left empty.
-ControlReply control_error_reply(const ControlRequest& req, std::error_code ec,
-                                 const std::string& message);
+NVFENCE_API ControlReply control_error_reply(const ControlRequest& req, std::error_code ec,
+                                             const std::string& message);
 
 /// Sends @p req to the agent listening at @p socket_path and waits for the
 /// reply, everything bounded by @p timeout_ms (1..600000). Errors: the
 /// connect errno (ENOENT: no agent; ECONNREFUSED: stale socket; EACCES),
 /// Errc::timeout, Errc::protocol (malformed reply, other version, wrong id),
 /// Errc::invalid_argument (path too long, bad timeout).
-Result<ControlReply> control_request(const std::string& socket_path, const ControlRequest& req,
-                                     uint32_t timeout_ms);
+NVFENCE_API Result<ControlReply> control_request(const std::string& socket_path, const ControlRequest& req,
+                                                 uint32_t timeout_ms);
 
 /// Who is on the other end of a control connection (SO_PEERCRED).
-struct ControlPeer {
+struct NVFENCE_API ControlPeer {
     int32_t pid = -1;   ///< Peer process id (-1: unknown).
     uint32_t uid = UINT32_MAX;  ///< Peer user id (UINT32_MAX: unknown, never root).
     uint32_t gid = UINT32_MAX;  ///< Peer group id.
@@ -183,13 +184,13 @@ struct ControlPeer {
 /// True when a peer of user id @p uid may make request @p op: anybody who
 /// can reach the socket may read `status`; every request that changes the
 /// reservation or the agent's state needs uid 0.
-bool control_op_allowed(ControlOp op, uint32_t uid);
+NVFENCE_API bool control_op_allowed(ControlOp op, uint32_t uid);
 
 /// Answers one decoded request.
 using ControlHandler = std::function<ControlReply(const ControlRequest&, const ControlPeer&)>;
 
 /// Where and how to listen.
-struct ControlListenOptions {
+struct NVFENCE_API ControlListenOptions {
     std::string path;        ///< Socket path (at most 107 bytes).
     uint32_t mode = 0600;    ///< Permission bits of the socket file.
     int64_t gid = -1;        ///< Group of the socket file (-1: unchanged).
@@ -200,10 +201,10 @@ struct ControlListenOptions {
 /// opts.mode (and group). A previous socket file at the path is replaced;
 /// any other kind of file there is refused (EEXIST). The caller must hold
 /// the lock that makes it the only agent for this path.
-Result<Fd> control_listen(const ControlListenOptions& opts);
+NVFENCE_API Result<Fd> control_listen(const ControlListenOptions& opts);
 
 /// What one ControlServer::serve() did.
-struct ControlServeStats {
+struct NVFENCE_API ControlServeStats {
     uint32_t answered = 0;  ///< Requests answered (replies handed to the socket).
     uint32_t dropped = 0;   ///< Connections closed without a reply: silent past their deadline,
                             ///< oversized, hung up, or the oldest when the table was full.
@@ -220,7 +221,7 @@ struct ControlServeStats {
 /// get an error reply; every request is checked with control_op_allowed()
 /// against the peer's SO_PEERCRED uid before the handler sees it (a refused
 /// one gets Errc::permission_denied, exit code 5).
-class ControlServer {
+class NVFENCE_API ControlServer {
 public:
     /// Serves @p listen_fd (non-blocking, from control_listen()).
     /// @p timeout_ms: 1..60000; @p max_clients: 1..256.

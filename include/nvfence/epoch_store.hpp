@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "nvfence/export.h"
 #include "nvfence/key.hpp"
 #include "nvfence/report.hpp"
 #include "nvfence/result.hpp"
@@ -35,24 +36,24 @@ constexpr bool usable_epoch(uint32_t epoch) { return epoch != 0 && epoch < kEpoc
 inline constexpr uint32_t kMaxEpochJump = 1u << 20;
 
 /// What the epochs of one Report say about this host's floor.
-struct EpochObservation {
+struct NVFENCE_API EpochObservation {
     uint32_t highest = 0;               ///< Highest plausible epoch of the tag seen.
     std::vector<uint64_t> implausible;  ///< Keys of the tag ignored as implausible.
 };
 
 /// Classifies the epochs of @p tag in @p st against @p floor (0: no floor
 /// known, only the ceiling applies). Pure.
-EpochObservation observe_epochs(const ReservationStatus& st, uint8_t tag, uint32_t floor);
+NVFENCE_API EpochObservation observe_epochs(const ReservationStatus& st, uint8_t tag, uint32_t floor);
 
 /// Parses the text of an epoch file: a decimal epoch 0..kMaxEpoch, with
 /// trailing spaces and newlines allowed; Errc::state_io otherwise. Pure.
-Result<uint32_t> parse_epoch_text(std::string_view text);
+NVFENCE_API Result<uint32_t> parse_epoch_text(std::string_view text);
 
 /// One small file per volume: `<dir>/<volume>.epoch`, holding a decimal
 /// epoch. Raised under an exclusive flock of `<dir>/<volume>.epoch.lock`
 /// (shared by the CLI and the agent), written atomically: a uniquely named
 /// temporary file, fsync, rename, fsync of the directory.
-class EpochStore {
+class NVFENCE_API EpochStore {
 public:
     /// A store for @p volume (sanitised to [A-Za-z0-9._-]) under @p dir.
     EpochStore(std::string dir, const std::string& volume);

@@ -13,6 +13,8 @@
 #include <string>
 #include <system_error>
 
+#include "nvfence/export.h"
+
 namespace nvfence {
 
 /// NVMe status values nvfence reasons about (SCT << 8 | SC).
@@ -56,14 +58,14 @@ inline constexpr uint16_t kStatusMore = 0x2000;  ///< More information in log.
 inline constexpr uint16_t kStatusMask = 0x07ff;  ///< SCT << 8 | SC.
 
 /// The category of NVMe completion statuses.
-const std::error_category& nvme_category() noexcept;
+NVFENCE_API const std::error_category& nvme_category() noexcept;
 
 /// An error_code for an NVMe status as the kernel returns it (DNR and More
 /// bits are dropped). @p raw_status must be non-zero for an error.
-std::error_code make_nvme_error(uint16_t raw_status) noexcept;
+NVFENCE_API std::error_code make_nvme_error(uint16_t raw_status) noexcept;
 
 /// The words for an NVMe status value (SCT << 8 | SC), without the number.
-std::string nvme_status_name(uint16_t status);
+NVFENCE_API std::string nvme_status_name(uint16_t status);
 
 /// nvfence's own failures.
 enum class Errc : int {
@@ -100,11 +102,11 @@ enum class Errc : int {
 };
 
 /// The category of nvfence's own failures.
-const std::error_category& nvfence_category() noexcept;
+NVFENCE_API const std::error_category& nvfence_category() noexcept;
 
 /// The category of failures to use the state directory: the value is the
 /// errno of the system call that failed (kept, not collapsed into one code).
-const std::error_category& state_category() noexcept;
+NVFENCE_API const std::error_category& state_category() noexcept;
 
 /// An errno from a state-directory system call, in state_category().
 inline std::error_code state_error(int err) noexcept { return {err, state_category()}; }
@@ -112,10 +114,10 @@ inline std::error_code state_error(int err) noexcept { return {err, state_catego
 /// True when @p ec says the state directory or a state file could not be
 /// used: an errno in state_category(), Errc::state_io (a file that does not
 /// parse) or Errc::unsafe_state_dir.
-bool is_state_error(std::error_code ec) noexcept;
+NVFENCE_API bool is_state_error(std::error_code ec) noexcept;
 
 /// Makes an error_code in nvfence_category().
-std::error_code make_error_code(Errc e) noexcept;
+NVFENCE_API std::error_code make_error_code(Errc e) noexcept;
 
 /// An errno as an error_code in std::system_category().
 inline std::error_code errno_error(int err) noexcept {
@@ -127,14 +129,14 @@ inline std::error_code errno_error(int err) noexcept {
 /// Reservation Conflict on a re-sent command, a path-related NVMe status
 /// (SCT 3), or an interrupted, timed-out or failed passthrough (EINTR,
 /// ETIMEDOUT, EIO, ENOTCONN, ECONNRESET). Only a Report decides what happened.
-bool completion_uncertain(std::error_code ec) noexcept;
+NVFENCE_API bool completion_uncertain(std::error_code ec) noexcept;
 
 /// True when @p ec is the NVMe status @p s.
-bool is_nvme(std::error_code ec, NvmeStatus s) noexcept;
+NVFENCE_API bool is_nvme(std::error_code ec, NvmeStatus s) noexcept;
 
 /// True when @p ec means the device refused this host (Reservation Conflict,
 /// -EBADE from the block layer, or Errc::fenced).
-bool is_fenced(std::error_code ec) noexcept;
+NVFENCE_API bool is_fenced(std::error_code ec) noexcept;
 
 /// Process exit codes of the nvfence tools (docs/CONTRACTS.md).
 enum class ExitCode : int {
@@ -148,7 +150,7 @@ enum class ExitCode : int {
 };
 
 /// The documented exit code for an error.
-ExitCode exit_code_for(std::error_code ec) noexcept;
+NVFENCE_API ExitCode exit_code_for(std::error_code ec) noexcept;
 
 }  // namespace nvfence
 

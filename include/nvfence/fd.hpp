@@ -7,10 +7,12 @@
 
 #include <utility>
 
+#include "nvfence/export.h"
+
 namespace nvfence {
 
 /// Owns one file descriptor and closes it on destruction.
-class Fd {
+class NVFENCE_API Fd {
 public:
     /// An empty owner.
     Fd() = default;

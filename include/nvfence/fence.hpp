@@ -22,6 +22,7 @@
 #include <system_error>
 #include <vector>
 
+#include "nvfence/export.h"
 #include "nvfence/command.hpp"
 #include "nvfence/epoch_store.hpp"
 #include "nvfence/report.hpp"
@@ -31,7 +32,7 @@
 namespace nvfence {
 
 /// How this host takes part.
-struct FenceOptions {
+struct NVFENCE_API FenceOptions {
     uint8_t tag = 0;                 ///< Cluster tag of our keys.
     uint8_t node = 0;                ///< Node id; 0: reuse the one registered.
     ResvType type = ResvType::write_exclusive;  ///< Type to acquire.
@@ -40,7 +41,7 @@ struct FenceOptions {
 };
 
 /// What one operation did and what the device reported afterwards.
-struct Outcome {
+struct NVFENCE_API Outcome {
     bool changed = false;                   ///< A command changed state.
     uint64_t key = 0;                       ///< This host's key after (0: none).
     std::optional<uint64_t> previous_holder;///< Holder key before.
@@ -64,7 +65,7 @@ struct Outcome {
 };
 
 /// The ownership protocol for this host on one namespace.
-class Fence {
+class NVFENCE_API Fence {
 public:
     /// Uses @p resv for commands and @p self as this host's id. @p store may
     /// be null (epochs then come from the device alone).

@@ -29,12 +29,13 @@
 #include <string>
 #include <string_view>
 
+#include "nvfence/export.h"
 #include "nvfence/result.hpp"
 
 namespace nvfence {
 
 /// The decoded fields of one of nvfence's keys.
-struct KeyFields {
+struct NVFENCE_API KeyFields {
     uint8_t tag = 0;      ///< Cluster tag, 0..255.
     uint8_t node = 0;     ///< Node id, 1..255.
     uint32_t epoch = 0;   ///< Epoch (fencing token), 1..2^32-1.
@@ -47,28 +48,28 @@ inline constexpr uint8_t kMaxNode = 255;          ///< Largest node id.
 
 /// Builds the key for @p f; fails with Errc::invalid_argument when node or
 /// epoch is 0.
-Result<uint64_t> make_key(const KeyFields& f);
+NVFENCE_API Result<uint64_t> make_key(const KeyFields& f);
 
 /// Decodes @p key when it is one of ours; std::nullopt for a foreign key.
-std::optional<KeyFields> decode_key(uint64_t key) noexcept;
+NVFENCE_API std::optional<KeyFields> decode_key(uint64_t key) noexcept;
 
 /// True when @p key is not one of nvfence's keys.
 inline bool is_foreign(uint64_t key) noexcept { return !decode_key(key).has_value(); }
 
 /// Prints @p key in the documented text format.
-std::string format_key(uint64_t key);
+NVFENCE_API std::string format_key(uint64_t key);
 
 /// Prints @p key as `0x` and 16 hex digits.
-std::string format_key_hex(uint64_t key);
+NVFENCE_API std::string format_key_hex(uint64_t key);
 
 /// Parses either text form. Rejects empty strings, signs, whitespace,
 /// overflow, key 0 and an `nf:` form with a field out of range
 /// (Errc::invalid_key).
-Result<uint64_t> parse_key(std::string_view text);
+NVFENCE_API Result<uint64_t> parse_key(std::string_view text);
 
 /// Parses a decimal unsigned integer in [min, max] with no sign, space or
 /// trailing characters (Errc::invalid_argument otherwise). Shared by every
 /// parser of user numbers.
-Result<uint64_t> parse_uint(std::string_view text, uint64_t min, uint64_t max);
+NVFENCE_API Result<uint64_t> parse_uint(std::string_view text, uint64_t min, uint64_t max);
 
 }  // namespace nvfence

@@ -18,6 +18,7 @@
 #include <string>
 #include <string_view>
 
+#include "nvfence/export.h"
 #include "nvfence/fd.hpp"
 #include "nvfence/passthru.hpp"
 #include "nvfence/report.hpp"
@@ -26,7 +27,7 @@
 namespace nvfence {
 
 /// Where one namespace lives in /dev and /sys.
-struct NamespacePaths {
+struct NVFENCE_API NamespacePaths {
     std::string name;        ///< Kernel name, e.g. "nvme1n1".
     std::string block;       ///< Block device, e.g. "/dev/nvme1n1".
     std::string generic;     ///< Generic char device "/dev/ng1n1" ("" if none).
@@ -38,10 +39,10 @@ struct NamespacePaths {
 /// a symlink to either such as /dev/disk/by-id/...) to its paths. Fails with
 /// Errc::not_found, Errc::not_nvme (anything else, including partitions,
 /// regular files, directories and /dev/null) or Errc::controller_node.
-Result<NamespacePaths> resolve_namespace(std::string_view path);
+NVFENCE_API Result<NamespacePaths> resolve_namespace(std::string_view path);
 
 /// Identity and capabilities of an opened namespace.
-struct NamespaceInfo {
+struct NVFENCE_API NamespaceInfo {
     NamespacePaths paths;              ///< Where it lives.
     uint32_t nsid = 0;                 ///< Namespace id.
     ControllerIdentity ctrl;           ///< Identify Controller.
@@ -56,13 +57,13 @@ struct NamespaceInfo {
 };
 
 /// How Namespace::open identifies a namespace.
-struct OpenOptions {
+struct NVFENCE_API OpenOptions {
     uint32_t timeout_ms = 0;    ///< Per-command bound (0: the kernel's default).
     bool read_host_id = true;   ///< Also read this host's identifier.
 };
 
 /// An open NVMe namespace: its identity and a passthrough to it.
-class Namespace {
+class NVFENCE_API Namespace {
 public:
     /// Opens and identifies @p path. Errors: see resolve_namespace, plus
     /// EACCES/EPERM (system_category) without privileges.
@@ -87,9 +88,9 @@ private:
 
 /// Reads this host's identifier: Get Features Host Identifier first, then the
 /// controller's sysfs hostid (fabrics), else Errc::host_id_unknown.
-Result<HostId> read_host_id(Passthru& pt, const NamespacePaths& paths);
+NVFENCE_API Result<HostId> read_host_id(Passthru& pt, const NamespacePaths& paths);
 
 /// Parses a host id written as 32 hex digits, optionally with UUID dashes.
-Result<HostId> parse_host_id(std::string_view text);
+NVFENCE_API Result<HostId> parse_host_id(std::string_view text);
 
 }  // namespace nvfence

@@ -22,6 +22,17 @@
  *                         (SCT << 8 | SC, 11 bits): nvf_err_nvme_status(),
  *      -0x2000 - errno    the kernel returned an errno: nvf_err_errno().
  *  - Handles are not thread-safe: one thread at a time per handle.
+ *  - Options structs are extensible (libnvme's args_size): the first field,
+ *    size, is sizeof the struct the caller was compiled with, which the
+ *    NVF_*_OPTIONS_INIT initialisers set. New fields are only ever added at
+ *    the end. The library reads the fields that fit in size and takes the
+ *    defaults for the rest, so a program built against an older header runs
+ *    on a newer library; a size smaller than the struct's first version, or
+ *    a larger struct whose bytes beyond what this library knows are not
+ *    zero, is -NVF_ERRC_INVALID_ARGUMENT. Always start from the initialiser
+ *    (a struct zeroed by hand has size 0 and is refused).
+ *  - Every nvf_ function has the symbol version NVFENCE_1.0
+ *    (nvfence/export.h).
  *  - The device decides: nothing here grants write access by itself. A
  *    writer whose completion was fenced is latched and refuses every later
  *    I/O; a preempted host acquires again only through an explicit new
@@ -46,6 +57,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "nvfence/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -60,9 +73,9 @@ extern "C" {
 #define NVF_VERSION_STRING "0.1.0"
 
 /** The library's version string, e.g. "0.1.0". */
-const char *nvf_version(void);
+NVFENCE_API const char *nvf_version(void);
 /** The library's version as MAJOR * 10000 + MINOR * 100 + PATCH. */
-int nvf_version_number(void);
+NVFENCE_API int nvf_version_number(void);
 
 /* ------------------------------------------------------------ errors */
 
@@ -110,17 +123,17 @@ enum nvf_errc {
 
 /** Words for @p code (any value; 0 is "success"). The pointer stays valid
  *  until the next nvf_strerror() call on the same thread. */
-const char *nvf_strerror(int code);
+NVFENCE_API const char *nvf_strerror(int code);
 /** 1 when @p code means the device refused this host (Reservation
  *  Conflict, EBADE from the block layer, or NVF_ERRC_FENCED), else 0. */
-int nvf_is_fenced(int code);
+NVFENCE_API int nvf_is_fenced(int code);
 /** The NVMe status (SCT << 8 | SC) in @p code, or -1 if it holds none. */
-int nvf_err_nvme_status(int code);
+NVFENCE_API int nvf_err_nvme_status(int code);
 /** The errno in @p code, or 0 if it holds none. */
-int nvf_err_errno(int code);
+NVFENCE_API int nvf_err_errno(int code);
 /** The documented exit code of the nvfence tools for @p code: 0 ok, 1 other,
  *  2 usage, 3 conflict / not holder, 4 unsupported, 5 permission, 6 lost race. */
-int nvf_exit_code(int code);
+NVFENCE_API int nvf_exit_code(int code);
 
 /* ------------------------------------------------------------ keys */
 
@@ -132,17 +145,17 @@ typedef struct nvf_key_fields {
 } nvf_key_fields;
 
 /** Encodes @p f into @p key. -NVF_ERRC_INVALID_ARGUMENT when node or epoch is 0. */
-int nvf_key_make(const nvf_key_fields *f, uint64_t *key);
+NVFENCE_API int nvf_key_make(const nvf_key_fields *f, uint64_t *key);
 /** Decodes @p key into @p f; -NVF_ERRC_INVALID_KEY for a foreign key
  *  (registered by another tool: never decoded). */
-int nvf_key_decode(uint64_t key, nvf_key_fields *f);
+NVFENCE_API int nvf_key_decode(uint64_t key, nvf_key_fields *f);
 /** Prints @p key as `nf:TAG:NODE:EPOCH` (ours) or `0x...` (foreign) into
  *  @p buf of @p len bytes (32 always suffice); -NVF_ERRC_TRUNCATED if it
  *  did not fit (buf then holds a NUL-terminated prefix). */
-int nvf_key_format(uint64_t key, char *buf, size_t len);
+NVFENCE_API int nvf_key_format(uint64_t key, char *buf, size_t len);
 /** Parses either text form (`nf:T:N:E` or `0x` + 1..16 hex digits) into
  *  @p key; -NVF_ERRC_INVALID_KEY otherwise. */
-int nvf_key_parse(const char *text, uint64_t *key);
+NVFENCE_API int nvf_key_parse(const char *text, uint64_t *key);
 
 /* ------------------------------------------------------------ namespace */
 
@@ -189,14 +202,14 @@ typedef struct nvf_ns_info {
  *  node, or a link to one). @p timeout_ms bounds each command (0: the
  *  kernel's default). Errors: -NVF_ERRC_NOT_FOUND, -NVF_ERRC_NOT_NVME (any
  *  other file), -NVF_ERRC_CONTROLLER_NODE, EACCES/EPERM without privileges. */
-int nvf_ns_open(const char *path, uint32_t timeout_ms, nvf_ns **out);
+NVFENCE_API int nvf_ns_open(const char *path, uint32_t timeout_ms, nvf_ns **out);
 /** Closes @p ns (NULL: nothing). Close fences and writers made from it first. */
-void nvf_ns_close(nvf_ns *ns);
+NVFENCE_API void nvf_ns_close(nvf_ns *ns);
 /** Copies the identity read at open into @p out. */
-int nvf_ns_get_info(const nvf_ns *ns, nvf_ns_info *out);
+NVFENCE_API int nvf_ns_get_info(const nvf_ns *ns, nvf_ns_info *out);
 /** 0 when the namespace supports reservations, else -NVF_ERRC_NO_RESERVATIONS
  *  with a sentence for people in @p why (may be NULL; @p len bytes). */
-int nvf_ns_require_reservations(const nvf_ns *ns, char *why, size_t len);
+NVFENCE_API int nvf_ns_require_reservations(const nvf_ns *ns, char *why, size_t len);
 
 /* ------------------------------------------------------------ reservation */
 
@@ -224,18 +237,20 @@ typedef struct nvf_resv_status {
 
 /** Reads the reservation of @p ns (Report, extended form first). On success
  *  @p out owns an array: call nvf_resv_status_free(). */
-int nvf_ns_report(nvf_ns *ns, nvf_resv_status *out);
+NVFENCE_API int nvf_ns_report(nvf_ns *ns, nvf_resv_status *out);
 /** Frees what nvf_ns_report() or nvf_fence_verify() allocated in @p st
  *  and zeroes it (NULL: nothing). */
-void nvf_resv_status_free(nvf_resv_status *st);
+NVFENCE_API void nvf_resv_status_free(nvf_resv_status *st);
 
 /* ------------------------------------------------------------ fence */
 
 /** The ownership protocol for this host on one namespace (opaque). */
 typedef struct nvf_fence nvf_fence;
 
-/** Options of nvf_fence_new(); start from NVF_FENCE_OPTIONS_INIT. */
+/** Options of nvf_fence_new(); start from NVF_FENCE_OPTIONS_INIT
+ *  (extensible: see "Options structs" above). */
 typedef struct nvf_fence_options {
+    size_t size;           /**< sizeof(nvf_fence_options) as the caller compiled it. */
     uint8_t tag;           /**< Cluster tag of our keys. */
     uint8_t node;          /**< Node id; 0: reuse the one registered. */
     nvf_resv_type type;    /**< Type to acquire (default write exclusive). */
@@ -245,7 +260,7 @@ typedef struct nvf_fence_options {
 } nvf_fence_options;
 
 /** Defaults: tag 0, node 0, write exclusive, preempt-and-abort, no state dir. */
-#define NVF_FENCE_OPTIONS_INIT {0, 0, NVF_RESV_WRITE_EXCLUSIVE, 1, NULL}
+#define NVF_FENCE_OPTIONS_INIT {sizeof(nvf_fence_options), 0, 0, NVF_RESV_WRITE_EXCLUSIVE, 1, NULL}
 
 /** What one fence operation did, verified by a Report afterwards. */
 typedef struct nvf_outcome {
@@ -263,25 +278,25 @@ typedef struct nvf_outcome {
 /** A fence for this host on @p ns (which must outlive it). Fails with
  *  -NVF_ERRC_HOST_ID_UNKNOWN when the host id could not be read, and
  *  -NVF_ERRC_NO_RESERVATIONS when the namespace has no reservation support. */
-int nvf_fence_new(nvf_ns *ns, const nvf_fence_options *opts, nvf_fence **out);
+NVFENCE_API int nvf_fence_new(nvf_ns *ns, const nvf_fence_options *opts, nvf_fence **out);
 /** Frees @p f (NULL: nothing). Changes nothing on the device. */
-void nvf_fence_free(nvf_fence *f);
+NVFENCE_API void nvf_fence_free(nvf_fence *f);
 /** Registers with a fresh key (@p epoch 0) or the key of @p epoch; with
  *  @p replace re-keys an existing registration. @p out may be NULL. */
-int nvf_fence_join(nvf_fence *f, uint32_t epoch, int replace, nvf_outcome *out);
+NVFENCE_API int nvf_fence_join(nvf_fence *f, uint32_t epoch, int replace, nvf_outcome *out);
 /** Acquires with the registered key (-NVF_ERRC_NOT_REGISTERED, -NVF_ERRC_HELD_BY_OTHER). */
-int nvf_fence_acquire(nvf_fence *f, nvf_outcome *out);
+NVFENCE_API int nvf_fence_acquire(nvf_fence *f, nvf_outcome *out);
 /** Takes over: registers or re-keys with a fresh epoch and preempts (and
  *  aborts) @p victim, or the holder when @p victim is 0. Naming the victim
  *  makes it a compare-and-swap: -NVF_ERRC_LOST_RACE when another host
  *  holds afterwards. Already holder: success without change. */
-int nvf_fence_takeover(nvf_fence *f, uint64_t victim, nvf_outcome *out);
+NVFENCE_API int nvf_fence_takeover(nvf_fence *f, uint64_t victim, nvf_outcome *out);
 /** Releases the reservation if this host holds it. */
-int nvf_fence_release(nvf_fence *f, nvf_outcome *out);
+NVFENCE_API int nvf_fence_release(nvf_fence *f, nvf_outcome *out);
 /** Unregisters this host (releasing first if it holds). */
-int nvf_fence_leave(nvf_fence *f, nvf_outcome *out);
+NVFENCE_API int nvf_fence_leave(nvf_fence *f, nvf_outcome *out);
 /** Reads the reservation (Report); as nvf_ns_report(). */
-int nvf_fence_verify(nvf_fence *f, nvf_resv_status *out);
+NVFENCE_API int nvf_fence_verify(nvf_fence *f, nvf_resv_status *out);
 
 /** Change Persist Through Power Loss state (CPTPL) carried by a Register. */
 typedef enum nvf_cptpl {
@@ -294,7 +309,7 @@ typedef enum nvf_cptpl {
  *  re-key). -NVF_ERRC_INVALID_ARGUMENT for NULL or another value. Whether
  *  the device persists shows in nvf_resv_status.ptpl (PTPLS) and
  *  nvf_ns_info.ptpl (RESCAP); the Linux NVMe target ignores CPTPL. */
-int nvf_fence_set_cptpl(nvf_fence *f, nvf_cptpl cptpl);
+NVFENCE_API int nvf_fence_set_cptpl(nvf_fence *f, nvf_cptpl cptpl);
 
 /* ------------------------------------------------------------ writer */
 
@@ -308,8 +323,10 @@ typedef enum nvf_writer_mode {
     NVF_WRITER_PASSTHROUGH = 2  /**< NVMe commands through IORING_OP_URING_CMD. */
 } nvf_writer_mode;
 
-/** Options of nvf_writer_open(); start from NVF_WRITER_OPTIONS_INIT. */
+/** Options of nvf_writer_open(); start from NVF_WRITER_OPTIONS_INIT
+ *  (extensible: see "Options structs" above). */
 typedef struct nvf_writer_options {
+    size_t size;           /**< sizeof(nvf_writer_options) as the caller compiled it. */
     nvf_writer_mode mode;  /**< I/O path. */
     uint32_t queue_depth;  /**< Max I/Os in flight, 1..1024 (default 32). */
     uint32_t timeout_ms;   /**< Bound on waiting for completions (default 30000). */
@@ -317,7 +334,7 @@ typedef struct nvf_writer_options {
 } nvf_writer_options;
 
 /** Defaults: automatic mode, depth 32, 30 s, epoch 0. */
-#define NVF_WRITER_OPTIONS_INIT {NVF_WRITER_AUTO, 32, 30000, 0}
+#define NVF_WRITER_OPTIONS_INIT {sizeof(nvf_writer_options), NVF_WRITER_AUTO, 32, 30000, 0}
 
 /** The one outcome of a completion. */
 typedef enum nvf_io_status {
@@ -339,41 +356,41 @@ typedef struct nvf_completion {
 } nvf_completion;
 
 /** Opens a writer on @p path (namespace block device or /dev/ng node). */
-int nvf_writer_open(const char *path, const nvf_writer_options *opts, nvf_writer **out);
+NVFENCE_API int nvf_writer_open(const char *path, const nvf_writer_options *opts, nvf_writer **out);
 /** Waits (bounded) for I/Os in flight, then frees @p w (NULL: nothing).
  *  Aborts the process if I/Os are still in flight when the bound runs out
  *  (the kernel could still write into freed buffers). */
-void nvf_writer_close(nvf_writer *w);
+NVFENCE_API void nvf_writer_close(nvf_writer *w);
 /** Logical block size in bytes: buffers, offsets and lengths align to it. */
-uint32_t nvf_writer_block_bytes(const nvf_writer *w);
+NVFENCE_API uint32_t nvf_writer_block_bytes(const nvf_writer *w);
 /** Capacity in blocks. */
-uint64_t nvf_writer_size_blocks(const nvf_writer *w);
+NVFENCE_API uint64_t nvf_writer_size_blocks(const nvf_writer *w);
 /** Largest single I/O in bytes. */
-uint32_t nvf_writer_max_io_bytes(const nvf_writer *w);
+NVFENCE_API uint32_t nvf_writer_max_io_bytes(const nvf_writer *w);
 /** The epoch given at open. */
-uint64_t nvf_writer_epoch(const nvf_writer *w);
+NVFENCE_API uint64_t nvf_writer_epoch(const nvf_writer *w);
 /** 1 once a completion was fenced (the writer is latched). */
-int nvf_writer_fenced(const nvf_writer *w);
+NVFENCE_API int nvf_writer_fenced(const nvf_writer *w);
 /** I/Os queued or submitted and not yet reaped. */
-uint32_t nvf_writer_in_flight(const nvf_writer *w);
+NVFENCE_API uint32_t nvf_writer_in_flight(const nvf_writer *w);
 /** The mode in use (never NVF_WRITER_AUTO). */
-nvf_writer_mode nvf_writer_get_mode(const nvf_writer *w);
+NVFENCE_API nvf_writer_mode nvf_writer_get_mode(const nvf_writer *w);
 /** Queues a write of @p len bytes of @p buf at block @p lba; @p buf must
  *  stay valid until reaped. Errors (nothing queued): -NVF_ERRC_FENCED
  *  (latched), -NVF_ERRC_INVALID_ARGUMENT, -NVF_ERRC_MISALIGNED,
  *  -NVF_ERRC_OUT_OF_BOUNDS, -NVF_ERRC_QUEUE_FULL. */
-int nvf_writer_queue_write(nvf_writer *w, uint64_t lba, const void *buf, size_t len, uint64_t user_data);
+NVFENCE_API int nvf_writer_queue_write(nvf_writer *w, uint64_t lba, const void *buf, size_t len, uint64_t user_data);
 /** Queues a read into @p buf; same checks. */
-int nvf_writer_queue_read(nvf_writer *w, uint64_t lba, void *buf, size_t len, uint64_t user_data);
+NVFENCE_API int nvf_writer_queue_read(nvf_writer *w, uint64_t lba, void *buf, size_t len, uint64_t user_data);
 /** Queues a flush of the device's volatile write cache. */
-int nvf_writer_queue_flush(nvf_writer *w, uint64_t user_data);
+NVFENCE_API int nvf_writer_queue_flush(nvf_writer *w, uint64_t user_data);
 /** Submits everything queued; returns how many the kernel took (>= 0). */
-int nvf_writer_submit(nvf_writer *w);
+NVFENCE_API int nvf_writer_submit(nvf_writer *w);
 /** Reaps up to @p n (at most 64 per call) completions into @p out, waiting
  *  (bounded by the writer's timeout) for at least @p min_complete; returns
  *  how many (>= 0), or -NVF_ERRC_TIMEOUT when none arrived.
  *  -NVF_ERRC_INVALID_ARGUMENT when @p min_complete exceeds min(n, 64). */
-int nvf_writer_reap(nvf_writer *w, nvf_completion *out, size_t n, uint32_t min_complete);
+NVFENCE_API int nvf_writer_reap(nvf_writer *w, nvf_completion *out, size_t n, uint32_t min_complete);
 
 #ifdef __cplusplus
 }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <span>
 
+#include "nvfence/export.h"
 #include "nvfence/command.hpp"
 #include "nvfence/fd.hpp"
 #include "nvfence/result.hpp"
@@ -16,7 +17,7 @@
 namespace nvfence {
 
 /// Sends encoded commands to one namespace.
-class Passthru {
+class NVFENCE_API Passthru {
 public:
     virtual ~Passthru() = default;
     /// Sends @p cmd. For device-to-host commands @p data receives
@@ -29,7 +30,7 @@ public:
 
 /// Passthru over the kernel's NVME_IOCTL_ADMIN_CMD / NVME_IOCTL_IO_CMD on an
 /// open namespace node (block or generic char device). The fd is borrowed.
-class IoctlPassthru final : public Passthru {
+class NVFENCE_API IoctlPassthru final : public Passthru {
 public:
     /// Uses @p fd, which must outlive this object.
     explicit IoctlPassthru(int fd) : fd_(fd) {}

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "nvfence/export.h"
 #include "nvfence/command.hpp"
 #include "nvfence/result.hpp"
 
@@ -23,12 +24,12 @@ namespace nvfence {
 using HostId = std::array<uint8_t, 16>;
 
 /// Prints a host id as 32 lower-case hex digits.
-std::string format_host_id(const HostId& id);
+NVFENCE_API std::string format_host_id(const HostId& id);
 /// True when every byte is 0.
-bool host_id_is_zero(const HostId& id);
+NVFENCE_API bool host_id_is_zero(const HostId& id);
 
 /// One registrant in a Reservation Report.
-struct Registrant {
+struct NVFENCE_API Registrant {
     uint16_t cntlid = 0;       ///< Controller id (0xffff: dynamic controller).
     bool holder = false;       ///< RCSTS bit 0: holds the reservation.
     uint64_t key = 0;          ///< Reservation key.
@@ -37,7 +38,7 @@ struct Registrant {
 };
 
 /// A parsed Reservation Report.
-struct ReservationStatus {
+struct NVFENCE_API ReservationStatus {
     uint32_t generation = 0;                 ///< GEN.
     ResvType type = ResvType::none;          ///< RTYPE (none: not held).
     uint8_t raw_type = 0;                    ///< RTYPE as read.
@@ -61,12 +62,12 @@ inline constexpr size_t kRegistrantBytes = 24;
 inline constexpr size_t kRegistrantExtBytes = 64;
 
 /// Buffer size that holds @p n registrants in the given form.
-size_t report_size_for(uint16_t n, bool extended);
+NVFENCE_API size_t report_size_for(uint16_t n, bool extended);
 
 /// Parses a Reservation Status data structure of @p buf.size() bytes. Only
 /// whole registrant entries that fit are returned; check truncated().
 /// Fails on a buffer shorter than the header or an RTYPE above 6.
-Result<ReservationStatus> parse_report(std::span<const uint8_t> buf, bool extended);
+NVFENCE_API Result<ReservationStatus> parse_report(std::span<const uint8_t> buf, bool extended);
 
 /// Reservation Notification log page types.
 enum class NotificationType : uint8_t {
@@ -76,20 +77,20 @@ enum class NotificationType : uint8_t {
     reservation_preempted = 3,
 };
 /// Words for a notification type.
-const char* notification_type_name(NotificationType t);
+NVFENCE_API const char* notification_type_name(NotificationType t);
 
 /// The Reservation Notification log page (0x80).
-struct ResvNotification {
+struct NVFENCE_API ResvNotification {
     uint64_t log_page_count = 0;       ///< Running count of notifications.
     NotificationType type = NotificationType::empty;  ///< RNLPT.
     uint8_t available = 0;             ///< Further pages waiting.
     uint32_t nsid = 0;                 ///< Namespace it concerns.
 };
 /// Parses a 64-byte Reservation Notification log page.
-Result<ResvNotification> parse_notification_log(std::span<const uint8_t> buf);
+NVFENCE_API Result<ResvNotification> parse_notification_log(std::span<const uint8_t> buf);
 
 /// The Identify Controller fields nvfence uses.
-struct ControllerIdentity {
+struct NVFENCE_API ControllerIdentity {
     uint16_t vid = 0;            ///< PCI vendor id.
     std::string serial;          ///< SN, trimmed.
     std::string model;           ///< MN, trimmed.
@@ -101,10 +102,10 @@ struct ControllerIdentity {
     std::string subnqn;          ///< NVM subsystem NQN.
 };
 /// Parses a 4096-byte Identify Controller data structure.
-Result<ControllerIdentity> parse_identify_controller(std::span<const uint8_t> buf);
+NVFENCE_API Result<ControllerIdentity> parse_identify_controller(std::span<const uint8_t> buf);
 
 /// Reservation capabilities (Identify Namespace RESCAP).
-struct ResvCaps {
+struct NVFENCE_API ResvCaps {
     bool ptpl = false;   ///< Persist Through Power Loss.
     bool we = false, ea = false, wero = false, earo = false, wear = false, eaar = false;
     bool iekey = false;  ///< Ignore Existing Key behaves as in NVMe 1.3+.
@@ -115,7 +116,7 @@ struct ResvCaps {
 };
 
 /// The Identify Namespace fields nvfence uses.
-struct NamespaceIdentity {
+struct NVFENCE_API NamespaceIdentity {
     uint64_t size_blocks = 0;     ///< NSZE.
     uint64_t capacity_blocks = 0; ///< NCAP.
     uint32_t lba_bytes = 0;       ///< From the LBA format in use.
@@ -131,18 +132,18 @@ struct NamespaceIdentity {
 /// (Errc::malformed_data), and with Errc::device_gone on an all-zero
 /// structure: the controller's answer for a namespace that is not active
 /// (removed, or disabled on the target).
-Result<NamespaceIdentity> parse_identify_namespace(std::span<const uint8_t> buf);
+NVFENCE_API Result<NamespaceIdentity> parse_identify_namespace(std::span<const uint8_t> buf);
 
 /// The EBS volume id for an EBS serial ("vol0123..." gives "vol-0123..."),
 /// or std::nullopt when @p serial is not one.
-std::optional<std::string> ebs_volume_id(const std::string& serial);
+NVFENCE_API std::optional<std::string> ebs_volume_id(const std::string& serial);
 
 /// True when @p model is the model string of an Amazon EBS volume.
-bool is_ebs_model(const std::string& model);
+NVFENCE_API bool is_ebs_model(const std::string& model);
 
 /// A stable name for a shared volume: the EBS volume id when @p serial is an
 /// EBS serial, else "nguid-<hex>" or "eui-<hex>" when the namespace reports
 /// one, else "<serial>-n<nsid>" with unsafe characters replaced by '_'.
-std::string volume_id(const std::string& serial, const NamespaceIdentity& ns, uint32_t nsid);
+NVFENCE_API std::string volume_id(const std::string& serial, const NamespaceIdentity& ns, uint32_t nsid);
 
 }  // namespace nvfence

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "nvfence/export.h"
 #include "nvfence/command.hpp"
 #include "nvfence/passthru.hpp"
 #include "nvfence/report.hpp"
@@ -28,7 +29,7 @@ inline constexpr uint32_t kReportInitialBytes = 4096;     ///< First read.
 inline constexpr int kReportMaxReads = 4;                 ///< Re-reads if it grew.
 
 /// Reservation commands for namespace @p nsid behind a Passthru.
-class Reservations {
+class NVFENCE_API Reservations {
 public:
     /// Commands go to @p pt (borrowed) for namespace @p nsid.
     Reservations(Passthru& pt, uint32_t nsid) : pt_(pt), nsid_(nsid) {}

@@ -10,6 +10,8 @@
 #include <utility>
 #include <variant>
 
+#include "nvfence/export.h"
+
 namespace nvfence {
 
 /// Holds either a T or the std::error_code that explains why there is none.
@@ -54,7 +56,7 @@ private:
 };
 
 /// A Result with no value: success or an error_code.
-struct Ok {};
+struct NVFENCE_API Ok {};
 /// Result of an operation that returns nothing but may fail.
 using Status = Result<Ok>;
 

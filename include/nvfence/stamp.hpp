@@ -18,12 +18,13 @@
 #include <span>
 #include <string>
 
+#include "nvfence/export.h"
 #include "nvfence/result.hpp"
 
 namespace nvfence {
 
 /// What a stamp says about its block.
-struct Stamp {
+struct NVFENCE_API Stamp {
     uint64_t key = 0;       ///< Reservation key the writer held.
     uint32_t epoch = 0;     ///< Epoch of that key.
     uint8_t node = 0;       ///< Node id of the writer.
@@ -41,13 +42,13 @@ inline constexpr size_t kStampMinBlock = 512;
 
 /// Fills @p block (a multiple of 512 bytes) with @p s. Aborts on a smaller
 /// block: a caller bug.
-void write_stamp(std::span<uint8_t> block, const Stamp& s);
+NVFENCE_API void write_stamp(std::span<uint8_t> block, const Stamp& s);
 
 /// Reads the stamp of @p block: Errc::malformed_data when the block holds no
 /// stamp (never written by nvfence, or torn: CRC mismatch).
-Result<Stamp> read_stamp(std::span<const uint8_t> block);
+NVFENCE_API Result<Stamp> read_stamp(std::span<const uint8_t> block);
 
 /// CRC-32C (Castagnoli) of @p data.
-uint32_t crc32c(std::span<const uint8_t> data, uint32_t crc = 0);
+NVFENCE_API uint32_t crc32c(std::span<const uint8_t> data, uint32_t crc = 0);
 
 }  // namespace nvfence

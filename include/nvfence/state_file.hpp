@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "nvfence/export.h"
 #include "nvfence/fd.hpp"
 #include "nvfence/result.hpp"
 
@@ -17,26 +18,26 @@ namespace nvfence {
 /// not writable by group or others. Errc::unsafe_state_dir when it is
 /// writable by others or owned by another user; the errno (state_category())
 /// when it cannot be opened.
-Status check_state_dir(const std::string& dir);
+NVFENCE_API Status check_state_dir(const std::string& dir);
 
 /// Replaces the file @p path in directory @p dir with @p text: creates @p dir
 /// and its missing parents (mode 0700), refuses an unsafe @p dir
 /// (check_state_dir), writes a temporary file of a unique name created with
 /// O_EXCL|O_NOFOLLOW (mode 0600), fsyncs it, renames it over @p path and
 /// fsyncs @p dir. Errors keep the failing call's errno (state_category()).
-Status write_file_atomic(const std::string& dir, const std::string& path, std::string_view text);
+NVFENCE_API Status write_file_atomic(const std::string& dir, const std::string& path, std::string_view text);
 
 /// Reads the whole state file @p path without following a symlink. Sets
 /// @p absent (and returns "") when it does not exist; Errc::state_io when
 /// it is longer than @p max_bytes; the errno (state_category()) otherwise.
-Result<std::string> read_state_file(const std::string& path, size_t max_bytes, bool& absent);
+NVFENCE_API Result<std::string> read_state_file(const std::string& path, size_t max_bytes, bool& absent);
 
 /// Where the small state files live: the real file system (file_state_medium(),
 /// the default of EpochStore and AgentStateFile) or, in the simulator
 /// (tests/sim/), memory whose contents after a simulated crash the simulator
 /// decides, so no real file is touched. The members keep the contracts of
 /// the functions above.
-class StateMedium {
+class NVFENCE_API StateMedium {
 public:
     virtual ~StateMedium() = default;
     /// write_file_atomic()'s contract: afterwards a reader sees @p text.
@@ -52,10 +53,10 @@ public:
 /// An exclusive flock(2) of @p lock_path in @p dir (created with its missing
 /// parents, mode 0700, and checked with check_state_dir), held until the Fd
 /// is closed; blocking, bounded by the holder's work (EpochStore's lock).
-Result<Fd> lock_state_store(const std::string& dir, const std::string& lock_path);
+NVFENCE_API Result<Fd> lock_state_store(const std::string& dir, const std::string& lock_path);
 
 /// The real file system: write_file_atomic(), read_state_file(),
 /// lock_state_store().
-const StateMedium& file_state_medium();
+NVFENCE_API const StateMedium& file_state_medium();
 
 }  // namespace nvfence

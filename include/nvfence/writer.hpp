@@ -74,6 +74,7 @@
 #include <string>
 #include <system_error>
 
+#include "nvfence/export.h"
 #include "nvfence/result.hpp"
 
 namespace nvfence {
@@ -82,7 +83,7 @@ namespace nvfence {
 enum class WriterMode { automatic, block, passthrough };
 
 /// Options of FencedWriter::open.
-struct WriterOptions {
+struct NVFENCE_API WriterOptions {
     WriterMode mode = WriterMode::automatic;  ///< automatic: passthrough if /dev/ng exists (see open()).
     uint32_t queue_depth = 32;      ///< Max I/Os in flight, 1..1024.
     uint32_t timeout_ms = 30000;    ///< Bound on waiting for completions.
@@ -113,7 +114,7 @@ enum class IoStatus : uint8_t {
 };
 
 /// One completed I/O.
-struct Completion {
+struct NVFENCE_API Completion {
     uint64_t user_data = 0;         ///< As given at submission.
     IoKind kind = IoKind::write;    ///< What it was.
     IoStatus status = IoStatus::ok; ///< Exactly one outcome.
@@ -122,7 +123,7 @@ struct Completion {
 };
 
 /// A heap buffer aligned for O_DIRECT, freed on destruction.
-class AlignedBuffer {
+class NVFENCE_API AlignedBuffer {
 public:
     /// @p bytes rounded up to @p align (a power of two), zero-filled.
     /// A non-power-of-two @p align aborts; allocation failure throws
@@ -156,7 +157,7 @@ private:
 
 /// io_uring I/O with typed fenced completions. Not thread-safe: one owner
 /// at a time, which may hand the writer to another thread between calls.
-class FencedWriter {
+class NVFENCE_API FencedWriter {
 public:
     /// Opens @p path (an NVMe namespace block device, its /dev/ng node, or
     /// with allow_regular_file a regular file) in the requested mode.
@@ -285,7 +286,7 @@ private:
 };
 
 /// Words for a mode: "block", "passthrough", "auto".
-const char* writer_mode_name(WriterMode m);
+NVFENCE_API const char* writer_mode_name(WriterMode m);
 
 /// The one outcome of a raw io_uring completion result @p res of an I/O of
 /// @p kind that should have moved @p expected_bytes, as FencedWriter
@@ -296,11 +297,11 @@ const char* writer_mode_name(WriterMode m);
 /// is 0x83 (error: make_nvme_error(res)), io_error otherwise; -EBADE is
 /// fenced and other negative values io_error with the errno. automatic is
 /// not a completion mode: io_error Errc::invalid_argument.
-Completion classify_completion(WriterMode mode, IoKind kind, int32_t res, uint32_t expected_bytes);
+NVFENCE_API Completion classify_completion(WriterMode mode, IoKind kind, int32_t res, uint32_t expected_bytes);
 
 /// The index of the first region in @p regions that wholly contains the
 /// @p len bytes at @p p, or -1 if none does (or @p len is 0). This is how a
 /// FencedWriter picks the fixed buffer of an I/O (see register_buffers()).
-int fixed_buffer_index(std::span<const std::span<uint8_t>> regions, const void* p, size_t len);
+NVFENCE_API int fixed_buffer_index(std::span<const std::span<uint8_t>> regions, const void* p, size_t len);
 
 }  // namespace nvfence

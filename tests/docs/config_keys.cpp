@@ -6,8 +6,8 @@
 // docs/ETCD.md, so the list comes from the parsers' own tables.
 #include <iostream>
 
-#include "nvfence/agent_config.hpp"
-#include "nvfence/elector_config.hpp"
+#include "agent/agent_config.hpp"
+#include "elector/elector_config.hpp"
 
 int main() {
     for (const auto& k : nvfence::agent_setting_keys()) std::cout << k << '\n';

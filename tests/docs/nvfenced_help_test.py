@@ -2,7 +2,7 @@
 
 lease_loss = fence stops the writers, runs the fence action and resigns;
 the reservation stays held until the next leader preempts this host's key
-(src/agent_elector.cpp, ElectorBridge::step_down; proven on the in-memory
+(src/elector/agent_elector.cpp, ElectorBridge::step_down; proven on the in-memory
 target by AgentElectorTest.KeepaliveFailingPastTtlMinusMarginStepsDown).
 The help must not say it releases the reservation, and nvfenced.conf(5)
 must not either. Every configuration key has its option with a description.

@@ -14,7 +14,7 @@
 #include <set>
 
 #include "../agent_sim.hpp"
-#include "nvfence/agent_elector.hpp"
+#include "elector/agent_elector.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/key.hpp"
 

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "nvfence/elector_config.hpp"
+#include "elector/elector_config.hpp"
 #include "nvfence/error.hpp"
 
 using namespace nvfence;

@@ -2,8 +2,8 @@
 // The elected agent's pure decisions, driven by a ManualClock.
 #include <gtest/gtest.h>
 
-#include "nvfence/clock.hpp"
-#include "nvfence/elector_policy.hpp"
+#include "internal/clock.hpp"
+#include "elector/elector_policy.hpp"
 #include "nvfence/epoch_store.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/key.hpp"

@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "../fake_passthru.hpp"
-#include "nvfence/elector_run.hpp"
+#include "elector/elector_run.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/key.hpp"
 

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "nvfence/error.hpp"
-#include "nvfence/etcd_json.hpp"
+#include "elector/etcd_json.hpp"
 
 using namespace nvfence;
 using namespace nvfence::etcd;

@@ -22,7 +22,7 @@
 
 #include "nvfence/epoch_store.hpp"
 #include "nvfence/error.hpp"
-#include "nvfence/etcd.hpp"
+#include "elector/etcd.hpp"
 #include "etcd_server.hpp"
 
 using namespace nvfence;

@@ -40,11 +40,11 @@
 
 #include "../fake_passthru.hpp"
 #include "etcd_server.hpp"
-#include "nvfence/agent.hpp"
-#include "nvfence/agent_elector.hpp"
-#include "nvfence/agent_state_file.hpp"
+#include "agent/agent.hpp"
+#include "elector/agent_elector.hpp"
+#include "agent/agent_state_file.hpp"
 #include "nvfence/epoch_store.hpp"
-#include "nvfence/etcd.hpp"
+#include "elector/etcd.hpp"
 #include "nvfence/key.hpp"
 
 using namespace nvfence;

@@ -12,8 +12,8 @@
 #include <string>
 
 #include "fuzz_check.hpp"
-#include "nvfence/agent.hpp"
-#include "nvfence/agent_config.hpp"
+#include "agent/agent.hpp"
+#include "agent/agent_config.hpp"
 #include "nvfence/error.hpp"
 
 using namespace nvfence;

@@ -14,8 +14,8 @@
 #include <string_view>
 
 #include "fuzz_check.hpp"
-#include "nvfence/etcd.hpp"
-#include "nvfence/etcd_json.hpp"
+#include "elector/etcd.hpp"
+#include "elector/etcd_json.hpp"
 
 using namespace nvfence;
 using namespace nvfence::etcd;

@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "fuzz_check.hpp"
-#include "nvfence/agent.hpp"
+#include "agent/agent.hpp"
 #include "nvfence/error.hpp"
 
 using namespace nvfence;

@@ -8,7 +8,7 @@
 
 #include "fuzz_check.hpp"
 #include "nvfence/error.hpp"
-#include "nvfence/uevent.hpp"
+#include "agent/uevent.hpp"
 
 using namespace nvfence;
 

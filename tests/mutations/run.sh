@@ -50,17 +50,14 @@ build() {  # $1: label for the log, $2: target (default unit_tests)
     nice -n 10 cmake --build "$B" -j2 --target ${2:-unit_tests elector_unit_tests} >"$log" 2>&1 ||
         { echo "build failed: $log"; return 1; }
 }
-# A patch that only touches the library's sources needs only the shared
-# library rebuilt: unit_tests loads it at run time (no relink per patch).
+# A patch that only touches the library's sources (src/device, src/fence,
+# src/writer, src/client, src/capi) needs only the shared library rebuilt:
+# unit_tests loads it at run time (no relink per patch). The agent and the
+# elector (src/agent, src/elector) are static libraries: their tests relink.
 target_for() {
-    if [ -e "$B/lib/libnvfence.so" ] && ! git apply --numstat "$1" | awk '{print $3}' | grep -qv '^src/'; then
-        # The elector's wiring is a static library: its tests relink.
-        if git apply --numstat "$1" | awk '{print $3}' | grep -q '^src/\(agent_elector\|elector_\|etcd_\)' &&
-            [ -z "${MUT_TEST_BIN:-}" ]; then
-            echo "nvfence elector_unit_tests"
-        else
-            echo nvfence
-        fi
+    if [ -e "$B/lib/libnvfence.so" ] &&
+        ! git apply --numstat "$1" | awk '{print $3}' | grep -qvE '^src/(device|fence|writer|client|capi)/'; then
+        echo nvfence
     elif [ -n "${MUT_TEST_BIN:-}" ]; then
         echo "run.sh: $1 touches more than the library: MUT_TEST_BIN cannot test it" >&2
         echo none

@@ -114,6 +114,32 @@ static void test_open_errors(const char *dir) {
         wo.queue_depth = 0;
         CHECK(nvf_writer_open(path, &wo, &w) != 0);
     }
+    /* Options structs state their size (nvfence.h "Options structs"): a
+     * size below the first version is refused before anything is opened; a
+     * caller's larger struct (a newer header) passes when its unknown tail
+     * is zero, and is refused when it is not. */
+    {
+        nvf_writer_options wo = NVF_WRITER_OPTIONS_INIT;
+        CHECK(wo.size == sizeof(nvf_writer_options));
+        wo.size = 0;
+        CHECK(nvf_writer_open("/dev/null", &wo, &w) == -NVF_ERRC_INVALID_ARGUMENT);
+        wo.size = sizeof(nvf_writer_options) - 1;
+        CHECK(nvf_writer_open("/dev/null", &wo, &w) == -NVF_ERRC_INVALID_ARGUMENT);
+        wo.size = sizeof(nvf_writer_options);
+        CHECK(nvf_writer_open("/dev/null", &wo, &w) == -NVF_ERRC_NOT_NVME);
+    }
+    {
+        struct { nvf_writer_options o; uint64_t future; } big = {NVF_WRITER_OPTIONS_INIT, 0};
+        big.o.size = sizeof big;
+        CHECK(nvf_writer_open("/dev/null", &big.o, &w) == -NVF_ERRC_NOT_NVME);
+        big.future = 1;
+        CHECK(nvf_writer_open("/dev/null", &big.o, &w) == -NVF_ERRC_INVALID_ARGUMENT);
+        CHECK(w == NULL);
+    }
+    {
+        nvf_fence_options fo = NVF_FENCE_OPTIONS_INIT;
+        CHECK(fo.size == sizeof(nvf_fence_options) && fo.abort == 1 && fo.state_dir == NULL);
+    }
     /* NULL handles are refused, never dereferenced. */
     CHECK(nvf_ns_get_info(NULL, NULL) == -NVF_ERRC_INVALID_ARGUMENT);
     CHECK(nvf_ns_report(NULL, NULL) == -NVF_ERRC_INVALID_ARGUMENT);

@@ -33,6 +33,13 @@ for f in bin/nvfence sbin/nvfenced include/nvfence/nvfence.h include/nvfence/fen
     [ -e "$root/$f" ] || fail "$f not installed"
 done
 [ -e "$root/bin/nvfenced" ] && fail "nvfenced installed in bin (daemons go to sbin)"
+# Only the engine API's headers (docs/LAYOUT.md): nothing of the agent, the
+# elector or the internal helpers, whose code is not in libnvfence.
+for h in agent agent_config agent_elector elector elector_config elector_run etcd etcd_json term \
+         uevent following_device service_hooks fence_actions clock list; do
+    [ -e "$root/include/nvfence/$h.hpp" ] && fail "internal header include/nvfence/$h.hpp installed"
+done
+ls "$root/include/nvfence" | grep -vE '\.(hpp|h)$' | grep . && fail "non-header files installed in include/nvfence"
 find "$root/share/man" -type f ! -name '*.gz' | grep . && fail "man pages installed uncompressed"
 if [ -e "$L/libnvfence.so" ]; then
     so=$(readlink "$L/libnvfence.so")

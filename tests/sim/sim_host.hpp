@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "nvfence/clock.hpp"
+#include "internal/clock.hpp"
 #include "nvfence/state_file.hpp"
 
 namespace nvfence::sim {

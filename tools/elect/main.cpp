@@ -19,10 +19,10 @@
 
 #include <CLI/CLI.hpp>
 
-#include "nvfence/elector_config.hpp"
-#include "nvfence/elector_run.hpp"
+#include "elector/elector_config.hpp"
+#include "elector/elector_run.hpp"
 #include "nvfence/error.hpp"
-#include "nvfence/etcd.hpp"
+#include "elector/etcd.hpp"
 #include "nvfence/key.hpp"
 #include "nvfence/namespace.hpp"
 #include "nvfence/reservation.hpp"

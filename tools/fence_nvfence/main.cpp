@@ -20,7 +20,7 @@
 #include <thread>
 
 #include "fence_agent.hpp"
-#include "nvfence/agent_config.hpp"
+#include "agent/agent_config.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/namespace.hpp"
 

@@ -7,7 +7,7 @@
 
 #include "nvfence/error.hpp"
 #include "nvfence/key.hpp"
-#include "nvfence/list.hpp"
+#include "internal/list.hpp"
 
 namespace nvfence::fence_agent {
 namespace {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "json.hpp"
-#include "nvfence/agent_config.hpp"
+#include "agent/agent_config.hpp"
 #include "nvfence/control.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/key.hpp"

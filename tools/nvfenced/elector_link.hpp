@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 /// @file elector_link.hpp
-/// nvfenced's hooks for `elector = etcd` (nvfence/agent_elector.hpp): the
+/// nvfenced's hooks for `elector = etcd` (elector/agent_elector.hpp): the
 /// elector keys on the command line and in the configuration, the etcd
 /// elector's thread, the takeover refusal and the status line. main.cpp
 /// calls these few functions; without `elector = etcd` they do nothing.
@@ -14,10 +14,10 @@
 
 #include <spdlog/spdlog.h>
 
-#include "nvfence/agent.hpp"
-#include "nvfence/agent_elector.hpp"
-#include "nvfence/elector_config.hpp"
-#include "nvfence/etcd.hpp"
+#include "agent/agent.hpp"
+#include "elector/agent_elector.hpp"
+#include "elector/elector_config.hpp"
+#include "elector/etcd.hpp"
 
 namespace nvfenced {
 

@@ -28,19 +28,19 @@
 #include <vector>
 
 #include "elector_link.hpp"
-#include "nvfence/agent.hpp"
-#include "nvfence/agent_config.hpp"
-#include "nvfence/clock.hpp"
+#include "agent/agent.hpp"
+#include "agent/agent_config.hpp"
+#include "internal/clock.hpp"
 #include "nvfence/control.hpp"
 #include "nvfence/epoch_store.hpp"
 #include "nvfence/error.hpp"
-#include "nvfence/fence_actions.hpp"
-#include "nvfence/following_device.hpp"
+#include "agent/fence_actions.hpp"
+#include "agent/following_device.hpp"
 #include "nvfence/key.hpp"
 #include "nvfence/namespace.hpp"
-#include "nvfence/service_hooks.hpp"
+#include "agent/service_hooks.hpp"
 #include "nvfence/state_file.hpp"
-#include "nvfence/uevent.hpp"
+#include "agent/uevent.hpp"
 #include "sd_notify.hpp"
 
 #ifndef NVFENCED_VERSION

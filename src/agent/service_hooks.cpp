@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: MIT
+#include "agent/service_hooks.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+
+#include "agent/agent_event.hpp"
+#include "nvfence/control.hpp"
+
+namespace nvfence {
+
+ServiceHooks::ServiceHooks(FenceActions& actions, ServiceNotifier& notifier, bool watchdog, EventLog on_event,
+                           LineLog on_line)
+    : actions_(actions), notifier_(notifier), watchdog_(watchdog), on_event_(std::move(on_event)),
+      on_line_(std::move(on_line)) {
+    if (!on_line_) on_line_ = [](bool, const std::string&) {};
+    if (watchdog_) actions_.set_tick([this] { notifier_.notify("WATCHDOG=1"); });
+    actions_.set_before_run([this](const std::string&, uint32_t timeout_ms) {
+        const uint64_t usec = (uint64_t{timeout_ms} + kExtendMarginMs) * 1000;
+        notifier_.notify("EXTEND_TIMEOUT_USEC=" + std::to_string(usec));
+    });
+}
+
+void ServiceHooks::event(const AgentEvent& e) {
+    if (on_event_) on_event_(e);
+    if (e.kind != AgentEventKind::state_changed) return;
+    std::string text = e.text.substr(0, 200);
+    std::replace(text.begin(), text.end(), '\n', ' ');  // a newline would start a new assignment
+    notifier_.notify(std::string("STATUS=") + agent_state_name(e.to) + ": " + text);
+}
+
+Status ServiceHooks::stop_writers(const std::string& reason) {
+    return actions_.stop_writers(reason, on_line_);
+}
+
+Status ServiceHooks::fence_action(const std::string& reason) {
+    return actions_.fence_action(reason, on_line_);
+}
+
+void ServiceHooks::keepalive() {
+    if (watchdog_) notifier_.notify("WATCHDOG=1");
+}
+
+void ServiceHooks::ready(const std::string& status) {
+    notifier_.notify("READY=1\nSTATUS=" + status);
+}
+
+void ServiceHooks::stopping() { notifier_.notify("STOPPING=1"); }
+
+}  // namespace nvfence
