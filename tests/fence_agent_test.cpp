@@ -941,6 +941,27 @@ TEST(FenceAgentActions, OnThroughTheAgentAsksItToTakeAReservationNobodyHolds) {
     EXPECT_EQ(c.agent_requests.size(), 1u);
 }
 
+// nvfence-sim seed 187761: the Report of 'on' timed out, so the agent was
+// not asked, and 'on' succeeded with a warning: the cluster ran without a
+// reservation for good. Under Registrants Only 'on' fails when none is held
+// after it, and Pacemaker retries the unfencing.
+TEST(FenceAgentActions, OnFailsWhenNoReservationIsHeldAfterIt) {
+    Cluster c;
+    NodeOneFence n1(c.t);
+    ASSERT_TRUE(n1.fence.join(std::nullopt, false));
+    c.agent = [&](const ControlRequest& r) {
+        ControlReply rep;
+        rep.op = r.op;
+        rep.node = 1;
+        rep.state = AgentState::standby;
+        rep.message = "not fenced (STANDBY): nothing to do";  // role standby: it does not take it
+        return rep;
+    };
+    EXPECT_EQ(c.run("n1", kMap + "action=on\nplug=n1"), kExitError) << c.all_logs();
+    EXPECT_TRUE(c.logged("registered, but no reservation is held")) << c.all_logs();
+    EXPECT_EQ(c.t.type, ResvType::none);
+}
+
 TEST(FenceAgentOptions, Aptpl) {
     EXPECT_FALSE(argv({"-o", "on"}).opts.aptpl);
     EXPECT_TRUE(argv({"-o", "on", "-a"}).opts.aptpl);

@@ -317,8 +317,17 @@ bool verify_on(const Ctx& c, Device& d, uint8_t node, bool through_agent) {
                                              "not persist reservations (the Linux NVMe target ignores CPTPL)")));
         return false;
     }
-    if (st->type == ResvType::none)
+    if (st->type == ResvType::none) {
+        // Registrants Only: the reservation is what keeps unregistered hosts
+        // out, and `on` promises it. Not held (the Acquire failed, the agent
+        // did not take it, the device was unreadable meanwhile): the action
+        // fails and Pacemaker retries the unfencing (nvfence-sim seed 187761).
+        if (c.o.mode == Mode::registrants_only) {
+            c.error(d.path() + ": registered, but no reservation is held: unregistered hosts can still write");
+            return false;
+        }
         c.log(Level::warning, d.path() + ": registered, but no reservation is held: unregistered hosts can still write");
+    }
     return true;
 }
 
