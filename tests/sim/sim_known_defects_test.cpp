@@ -217,6 +217,20 @@ TEST(SimRegressions, PacemakerSeedsOfTheFirstRunStayClean) {
     }
 }
 
+// The model: CI's slice of 135a86c (every fault kind but cluster_partition)
+// stopped here on acked_write_lost: a controller back from a 7.6 s freeze
+// counted for its quorum a node that had formed another partition meanwhile,
+// and took its own stale fence result for the victim's new instance. The
+// membership is now the agreed ring.
+TEST(SimRegressions, Seed66351354232800AResumedControllerIsInNoOtherPartition) {
+    SimOptions o;
+    o.seed = 66351354232800ull;
+    o.fault_mask = kAllFaults & ~(1u << static_cast<unsigned>(Fault::cluster_partition));
+    const ScheduleResult r = run_schedule(o);
+    EXPECT_EQ(r.cluster, Cluster::pacemaker);
+    EXPECT_FALSE(r.violation) << what(r);
+}
+
 TEST(SimRegressions, PacemakerWindowOfSeeds1To1000) {
     for (uint64_t seed = 1; seed <= 1000; ++seed) {
         const ScheduleResult r = pacemaker(seed);

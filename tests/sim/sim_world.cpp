@@ -289,6 +289,7 @@ struct Host {
         uint32_t attempt = 0;    // fence attempts of the current victim
         int64_t retry_at = 0;    // a failed fence is retried from then
         int fencing = -1;        // as controller: the victim of the fence under way
+        uint64_t fencing_starts = 0;  // ... and its stack's starts when it began
         int waiting_on = -1;     // ... run by this member
         int64_t waiting_since = 0;
         std::optional<int> result;  // ... which exited so
@@ -383,6 +384,7 @@ private:
     void membership(Host& H);
     bool reachable(const Host& A, const Host& B) const;
     bool quorate(const Host& H) const;
+    uint32_t agreed(const Host& H) const;
     int dc_of(const Host& H) const;
     void fence_next(Host& H);
     int fence_off(Host& F, int victim);
@@ -1119,12 +1121,24 @@ void World::membership(Host& H) {
     if (c.view == (1u << hosts_.size()) - 1) c.seen_all = true;
 }
 
-bool World::quorate(const Host& H) const {
-    if (hosts_.size() == 2) return H.cs.seen_all;  // two_node: 1 (wait_for_all)
-    return 2 * static_cast<size_t>(__builtin_popcount(H.cs.view)) > hosts_.size();
+// The members @p H agrees with: those in its view that have it in theirs.
+// Corosync's membership is one agreed ring (virtual synchrony): a node that
+// resumes with a stale view is in no partition with a node that already
+// formed another one (CI's seed 66351354232800: a controller back from a
+// 7.6 s freeze counted a node of the other partition for its quorum).
+uint32_t World::agreed(const Host& H) const {
+    uint32_t m = 1u << H.idx;
+    for (const auto& O : hosts_)
+        if ((H.cs.view & (1u << O->idx)) && O->cs.joined && (O->cs.view & (1u << H.idx))) m |= 1u << O->idx;
+    return m;
 }
 
-int World::dc_of(const Host& H) const { return __builtin_ctz(H.cs.view); }
+bool World::quorate(const Host& H) const {
+    if (hosts_.size() == 2) return H.cs.seen_all;  // two_node: 1 (wait_for_all)
+    return 2 * static_cast<size_t>(__builtin_popcount(agreed(H))) > hosts_.size();
+}
+
+int World::dc_of(const Host& H) const { return __builtin_ctz(agreed(H)); }
 
 // The controller asks a member to fence the first lost node: itself
 // first, then the next member on each retry (stonith-ng asks another node
@@ -1141,9 +1155,11 @@ void World::fence_next(Host& H) {
     }
     if (now_ < c.retry_at) return;
     c.fencing = __builtin_ctz(c.to_fence);
+    c.fencing_starts = host(c.fencing).stack_starts;
     std::vector<int> members;
+    const uint32_t ring = agreed(H);
     for (const auto& O : hosts_)
-        if (c.view & (1u << O->idx)) members.push_back(O->idx);
+        if (ring & (1u << O->idx)) members.push_back(O->idx);
     const int fencer = members[c.attempt % members.size()];
     trace(Rec::cluster, H.idx, static_cast<uint32_t>(Cs::fence), static_cast<uint64_t>(c.fencing), fencer);
     if (fencer == H.idx) {
@@ -1189,7 +1205,9 @@ void World::fence_finished(Host& H, int victim, int rc) {
         return;
     }
     c.attempt = 0;
-    host(victim).cs.cib_runs = false;  // whatever it believes, it cannot write
+    // Whatever it believes, it cannot write; unless its stack started again
+    // since the fence began: a new instance, unfenced on purpose.
+    if (host(victim).stack_starts == c.fencing_starts) host(victim).cs.cib_runs = false;
     // The fence history reaches every member of this partition.
     for (auto& O : hosts_)
         if (c.view & (1u << O->idx)) O->cs.to_fence &= ~vb;
@@ -1206,9 +1224,10 @@ void World::fence_finished(Host& H, int victim, int rc) {
 void World::place(Host& H) {
     int runner = -1;
     bool unclean = false, stopping = false;
+    const uint32_t ring = agreed(H);
     for (auto& O : hosts_) {
         const uint32_t b = 1u << O->idx;
-        if (!(H.cs.view & b)) {
+        if (!(ring & b)) {
             if (O->cs.cib_runs) {
                 H.cs.to_fence |= b;
                 unclean = true;
