@@ -1154,12 +1154,14 @@ void World::fence_next(Host& H) {
         return;
     }
     if (now_ < c.retry_at) return;
+    assert(c.to_fence != 0 && !(c.to_fence & (1u << H.idx)) && "a controller never fences itself");
     c.fencing = __builtin_ctz(c.to_fence);
     c.fencing_starts = host(c.fencing).stack_starts;
     std::vector<int> members;
     const uint32_t ring = agreed(H);
     for (const auto& O : hosts_)
         if (ring & (1u << O->idx)) members.push_back(O->idx);
+    assert(!members.empty());
     const int fencer = members[c.attempt % members.size()];
     trace(Rec::cluster, H.idx, static_cast<uint32_t>(Cs::fence), static_cast<uint64_t>(c.fencing), fencer);
     if (fencer == H.idx) {
@@ -1188,6 +1190,10 @@ int World::fence_off(Host& F, int victim) {
 
 void World::run_job(Host& F) {
     const int victim = F.cs.job, dc = F.cs.job_for;
+    // A victim that merged back before it was fenced may be asked to fence
+    // itself: fence_nvfence refuses the local node, the controller retries
+    // on the next member.
+    assert(victim >= 0 && dc >= 0);
     F.cs.job = -1;
     const int rc = fence_off(F, victim);
     Host& D = host(dc);
@@ -1225,6 +1231,7 @@ void World::place(Host& H) {
     int runner = -1;
     bool unclean = false, stopping = false;
     const uint32_t ring = agreed(H);
+    assert(__builtin_ctz(ring) == H.idx && quorate(H) && "only a quorate controller places");
     for (auto& O : hosts_) {
         const uint32_t b = 1u << O->idx;
         if (!(ring & b)) {
@@ -1253,6 +1260,7 @@ void World::set_runs(Host& H, bool runs, bool seen) {
     H.cs.runs = runs;
     if (runs) H.cs.placement = ++placements_;
     if (runs || seen) H.cs.cib_runs = runs;
+    assert(!runs || (H.cs.cib_runs && H.cs.placement == placements_));
     if (!runs && H.proc) H.proc->app.stopped = true;  // the writer drains and ends
     trace(Rec::cluster, H.idx, static_cast<uint32_t>(runs ? Cs::runs : Cs::stops), H.cs.placement);
 }
