@@ -808,6 +808,50 @@ TEST_F(AgentTest, AFencedHostThatHasNotCheckedYetRefusesATakeover) {
     }
 }
 
+// nvfence-sim seed 39191188853768: the check before a takeover passed, then
+// the other node of a two-node cluster fenced this one, then the takeover's
+// own Report showed this host unregistered and Fence::takeover registered it
+// again with a fresh key and preempted the node that had fenced it: the
+// stale writer's writes landed again. A takeover for a registered agent is a
+// takeover of exactly its key: that key gone, nothing is sent and the agent
+// is FENCED.
+TEST_F(AgentTest, AHostFencedBetweenItsCheckAndItsTakeoverIsNotRegisteredAgain) {
+    for (ResvType type : {ResvType::write_exclusive_reg_only, ResvType::write_exclusive}) {
+        const uint8_t n = type == ResvType::write_exclusive ? 3 : 1;
+        t = FakeTarget{};
+        a = host(n, StartRole::acquire, type);
+        b = host(static_cast<uint8_t>(n + 1), StartRole::standby, type);
+        a->start_ok();
+        b->start_ok();
+        ASSERT_EQ(a->agent->state(), AgentState::holder);
+        const uint64_t a_key = a->agent->key();
+        bool raced = false;
+        int reports = 0;
+        // a's check reads the Report (a still registered); before the next
+        // Report (the takeover's own), b fences a.
+        t.fail = [&](const HostId& h, const Command& c) -> std::optional<std::error_code> {
+            if (raced || h != a->id || c.opcode != opcode::kResvReport || ++reports < 2) return std::nullopt;
+            raced = true;
+            EXPECT_EQ(b->request(ControlOp::takeover, a_key).exit_code, 0);
+            return std::nullopt;
+        };
+        const size_t acquires_before = a->sent(opcode::kResvAcquire);
+        const size_t registers_before = a->sent(opcode::kResvRegister);
+        // No victim: take over from whoever holds (nvfence takeover).
+        const ControlReply r = a->request(ControlOp::takeover);
+        t.fail = nullptr;
+        ASSERT_TRUE(raced);
+        EXPECT_NE(r.exit_code, 0) << r.message;
+        ASSERT_TRUE(t.holder.has_value());
+        EXPECT_EQ(*t.holder, b->id) << "the host that fenced a still holds";
+        EXPECT_EQ(t.find(a->id), nullptr) << "a is not registered again";
+        EXPECT_EQ(a->sent(opcode::kResvRegister), registers_before) << "no Register sent";
+        EXPECT_EQ(a->sent(opcode::kResvAcquire), acquires_before) << "no Acquire sent";
+        a->agent->check();
+        EXPECT_EQ(a->agent->state(), AgentState::fenced) << a->hooks->dump();
+    }
+}
+
 // Issue 13, defect 4: one refused extended Report does not blind the agent
 // (the fake, like nvmet, refuses the plain one).
 TEST_F(AgentTest, OneRefusedExtendedReportDoesNotBlindTheAgent) {

@@ -684,6 +684,86 @@ TEST_F(FenceTest, TakeoverLostRaceBeforeOurPreempt) {
     EXPECT_EQ(target.find(b->id), nullptr);
 }
 
+// takeover_registered: a takeover of exactly the key the caller read.
+TEST_F(FenceTest, TakeoverRegisteredTakesOverLikeTakeover) {
+    auto a = node(1), b = node(2);
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    ASSERT_TRUE(a->fence.acquire());
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));
+    const uint64_t old_a = key_of(*a), old_b = key_of(*b);
+    auto o = b->fence.takeover_registered(old_b, std::nullopt);
+    ASSERT_TRUE(o) << o.error().message();
+    EXPECT_EQ(o->key, key(2, 3));
+    EXPECT_EQ(o->replaced, old_b);
+    EXPECT_EQ(o->previous_holder, old_a);
+    EXPECT_TRUE(target.is_holder(b->id));
+    EXPECT_EQ(target.find(a->id), nullptr);
+    EXPECT_EQ(last(opcode::kResvRegister)->cdw[0] & 7u, 2u) << "replace";
+}
+
+// nvfence-sim seed 39191188853768: the caller's key was preempted after it
+// looked: nothing but the Report is sent, the host that preempted it holds.
+TEST_F(FenceTest, TakeoverRegisteredOfAKeyThatIsGoneSendsNothing) {
+    auto a = node(1), b = node(2);
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    ASSERT_TRUE(a->fence.acquire());
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));
+    const uint64_t old_a = key_of(*a);
+    ASSERT_TRUE(b->fence.takeover(old_a));
+    const uint64_t kb = key_of(*b);
+    const size_t n = target.state_commands();
+    auto o = a->fence.takeover_registered(old_a, std::nullopt);
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::not_registered);
+    EXPECT_EQ(target.state_commands(), n) << "no Register, no Acquire";
+    EXPECT_TRUE(target.is_holder(b->id));
+    EXPECT_EQ(target.find(a->id), nullptr);
+    EXPECT_EQ(key_of(*b), kb);
+    ASSERT_TRUE(a->fence.last_report());
+    EXPECT_EQ(a->fence.last_report()->holder()->key, kb) << "who holds, for the message";
+}
+
+TEST_F(FenceTest, TakeoverRegisteredOfAReplacedKeySendsNothing) {
+    auto a = node(1), b = node(2);
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    ASSERT_TRUE(a->fence.acquire());
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));
+    const uint64_t old_b = key_of(*b);
+    ASSERT_TRUE(b->fence.join(std::nullopt, true));  // re-keyed since
+    ASSERT_NE(key_of(*b), old_b);
+    const size_t n = target.state_commands();
+    auto o = b->fence.takeover_registered(old_b, std::nullopt);
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::not_registered);
+    EXPECT_EQ(target.state_commands(), n);
+    EXPECT_TRUE(target.is_holder(a->id));
+}
+
+// Preempted after the Report, before the Register: the Register replaces
+// exactly the key read, so the device refuses it; the host stays out.
+TEST_F(FenceTest, TakeoverRegisteredPreemptedBeforeItsRegisterStaysOut) {
+    auto a = node(1), b = node(2), c = node(3);
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));
+    ASSERT_TRUE(a->fence.acquire());
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));
+    ASSERT_TRUE(c->fence.join(std::nullopt, false));
+    const uint64_t ka = key_of(*a), kb = key_of(*b), kc = key_of(*c);
+    target.fail = [&](const HostId& h, const Command& cmd) -> std::optional<std::error_code> {
+        if (h != b->id || cmd.opcode != opcode::kResvRegister) return std::nullopt;
+        for (uint64_t victim : {ka, kb})
+            EXPECT_TRUE(c->port.submit(encode_acquire({.nsid = 1, .action = AcquireAction::preempt_and_abort,
+                                                       .type = ResvType::write_exclusive, .iekey = false,
+                                                       .crkey = kc, .prkey = victim}), {}));
+        return std::nullopt;
+    };
+    const size_t acquires = target.count(opcode::kResvAcquire);
+    auto o = b->fence.takeover_registered(kb, std::nullopt);
+    ASSERT_FALSE(o);
+    EXPECT_TRUE(target.is_holder(c->id));
+    EXPECT_EQ(target.find(b->id), nullptr) << "b is not registered again";
+    EXPECT_EQ(target.count(opcode::kResvAcquire), acquires + 2) << "only c's two preempts";
+}
+
 TEST_F(FenceTest, TakeoverOfAnAllRegistrantsReservationByANewHost) {
     auto a = node(1), b = node(2), c = node(3);
     ASSERT_TRUE(b->fence.join(std::nullopt, false));

@@ -115,6 +115,16 @@ public:
     /// is preempted-and-aborted before this host acquires, so no write of a
     /// previous holder is still in flight when this host holds.
     Result<Outcome> takeover(std::optional<uint64_t> victim);
+    /// takeover() by a host that believes it is registered with @p own_key
+    /// (an agent, from its last check): when the Report read first shows
+    /// this host not registered with exactly that key (another host
+    /// preempted it, or it was replaced, after the caller looked), nothing
+    /// is sent and the result is Errc::not_registered. A host fenced while
+    /// it was not looking must not come back by registering again and
+    /// preempting the host that fenced it; coming back is a rejoin.
+    /// A preempt between that Report and the Register is refused by the
+    /// device: the Register replaces exactly @p own_key.
+    Result<Outcome> takeover_registered(uint64_t own_key, std::optional<uint64_t> victim);
     /// The takeover of a host elected with @p token: the key's epoch is the
     /// token, exactly, and every command follows from @p seen, the Report the
     /// election's decision was made on (decide_on_win, elector_policy.hpp):
@@ -169,6 +179,7 @@ private:
     Result<uint64_t> fresh_key(const ReservationStatus& st, uint8_t node,
                                std::optional<uint32_t> epoch);
     Result<Outcome> start();  // Report, remembered as Outcome::before
+    Result<Outcome> takeover_after(Outcome o, std::optional<uint64_t> victim);
     Result<Outcome> after_acquire_failure(std::error_code ec, const Outcome& o, uint64_t key);
     Result<Outcome> acquire_verified(const Outcome& o, uint64_t key, std::optional<uint64_t> prkey,
                                      std::optional<uint64_t> held_before);

@@ -781,7 +781,11 @@ ControlReply Agent::do_takeover(const ControlRequest& req, const std::string& by
     }
     std::optional<uint64_t> victim;
     if (req.victim) victim = req.victim;
-    auto out = fence_.takeover(victim);
+    // The takeover is exactly this key's (nvfence-sim seed 39191188853768:
+    // a preempt between the check above and the takeover's own Report must
+    // not let it register this host again).
+    NVF_INVARIANT(state_ == AgentState::standby || state_ == AgentState::holder);
+    auto out = fence_.takeover_registered(key_, victim);
     if (!out) return takeover_failed(req, out.error(), victim, by);
     return took_over(req, *out, by);
 }
@@ -877,6 +881,9 @@ ControlReply Agent::takeover_failed(const ControlRequest& req, std::error_code e
             msg = "lost the takeover race: " + (h ? key_text(h->key) : std::string("another host")) + " holds now";
         else if (ec == Errc::own_key && victim)
             msg = "the victim " + key_text(*victim) + " is this host's own key";
+        else if (ec == Errc::not_registered)
+            msg = "this host's key " + key_text(key_) + " was removed (preempted by another host) before the "
+                  "takeover; nothing was sent: run 'nvfence rejoin' first, then 'nvfence takeover'";
         else
             msg = "takeover failed: " + ec.message();
     }

@@ -236,7 +236,19 @@ Result<Outcome> Fence::after_acquire_failure(std::error_code ec, const Outcome& 
 Result<Outcome> Fence::takeover(std::optional<uint64_t> victim) {
     auto started = start();
     if (!started) return started.error();
-    Outcome o = std::move(*started);
+    return takeover_after(std::move(*started), victim);
+}
+
+Result<Outcome> Fence::takeover_registered(uint64_t own_key, std::optional<uint64_t> victim) {
+    auto started = start();
+    if (!started) return started.error();
+    const Registrant* me = mine(started->before);
+    if (!me || me->key != own_key) return make_error_code(Errc::not_registered);
+    return takeover_after(std::move(*started), victim);
+}
+
+// The takeover decided on o.before, the Report just read.
+Result<Outcome> Fence::takeover_after(Outcome o, std::optional<uint64_t> victim) {
     const ReservationStatus* before = &o.before;
     const auto* holder = before->holder();
     const auto* me = mine(*before);

@@ -231,6 +231,21 @@ TEST(SimRegressions, Seed66351354232800AResumedControllerIsInNoOtherPartition) {
     EXPECT_FALSE(r.violation) << what(r);
 }
 
+// The slice of 1e3f10e (every fault kind): two nodes fencing each other
+// through their nvfenced at once. Node 0's agent checked (its key there),
+// node 1's preempt-and-abort removed that key, then node 0's takeover read
+// the device, found no key of its own and registered a fresh one before
+// preempting node 1: the fenced node's writer wrote again
+// (write_after_preempt). An agent's takeover is now exactly its key's
+// (Fence::takeover_registered).
+TEST(SimRegressions, Seed39191188853768ATakeoverDoesNotRegisterAFencedHostAgain) {
+    SimOptions o;
+    o.seed = 39191188853768ull;
+    const ScheduleResult r = run_schedule(o);
+    EXPECT_EQ(r.cluster, Cluster::pacemaker);
+    EXPECT_FALSE(r.violation) << what(r);
+}
+
 TEST(SimRegressions, PacemakerWindowOfSeeds1To1000) {
     for (uint64_t seed = 1; seed <= 1000; ++seed) {
         const ScheduleResult r = pacemaker(seed);
