@@ -22,6 +22,7 @@ const char* inv_name(Inv i) {
     case Inv::holder_without_view: return "holder_without_view";
     case Inv::fence_action_pending: return "fence_action_pending";
     case Inv::fence_unverified: return "fence_unverified";
+    case Inv::leader_unstable: return "leader_unstable";
     case Inv::self_test: return "self_test";
     }
     return "?";

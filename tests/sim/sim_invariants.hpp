@@ -38,7 +38,13 @@
 ///    the fence action is pending (a pending action runs again at start);
 ///  - fence_unverified (Pacemaker schedules): when fence_nvfence `off`
 ///    exits 0, no key of the victim node is registered on the device (what
-///    Pacemaker is told is fenced is fenced).
+///    Pacemaker is told is fenced is fenced);
+///  - leader_unstable (etcd schedules): once a healed cluster is live (every
+///    call in flight at the heal ended; the holder leads in etcd with its
+///    key's token, on a lease renewed after the heal, and has read the
+///    device since), the key holding the reservation stays the same for two
+///    leases (a leader that steps down without a fault is a needless
+///    failover: the lease watchdog's defect of bba280b).
 
 #include <array>
 #include <cstdint>
@@ -65,12 +71,13 @@ enum class Inv : uint8_t {
     holder_without_view,
     fence_action_pending,
     fence_unverified,
+    leader_unstable,
     /// Not a property of the product: the violation SimOptions::fail_at_step
     /// asks for, so the reporting path (seed, trace, exit code) is tested.
     self_test,
 };
 /// Number of Inv values.
-inline constexpr size_t kInvCount = 13;
+inline constexpr size_t kInvCount = 14;
 /// Words for an invariant ("epoch_not_token", ...).
 const char* inv_name(Inv i);
 /// The issue-24 defect that breaks @p i on the code this simulator was

@@ -265,7 +265,9 @@ struct Host {
     int64_t etcd_cut_until = 0;
     int64_t dev_cut_until = 0;
     int64_t lease_deadline_local = INT64_MIN;
+    int64_t lease_sent_world = INT64_MIN;  // world time of the last grant or renewal etcd confirmed
     int64_t last_view_local = 0;  // the agent's last successful Report (its clock)
+    int64_t last_view_world = 0;  // the same, world time
     bool bridge_dirty = false;
     AgentState last_state = AgentState::starting;
     uint64_t seq = 0;
@@ -429,6 +431,7 @@ private:
     HostView view(Host& H);
     void after_step();
     void check_liveness();
+    void check_stable();
     int host_of(const HostId& id) const;
     int device_holder() const;
     void trace(Rec k, int h, uint32_t a, uint64_t b, int32_t c = 0);
@@ -456,6 +459,9 @@ private:
     bool healed_ = false;
     int64_t heal_at_ = 0;
     int64_t live_deadline_ = kNever;
+    int64_t calm_at_ = kNever;     // when the last call in flight at the heal ends (by its bound)
+    int64_t live_at_ = kNever;     // when a healed etcd cluster first looked live
+    uint64_t live_holder_ = 0;     // the key holding then
     bool done_ = false;
     uint64_t writer_ids_ = 0;
     AlignedBuffer buf_{kBlockBytes, kBlockBytes};
@@ -494,7 +500,7 @@ Result<LeaderInfo> SimElector::campaign(Ms timeout) {
     const int64_t deadline = w_.now() + timeout.count();
     auto left = [&] { return Ms(std::max<int64_t>(0, deadline - w_.now())); };
     if (lease_ == 0) {
-        const int64_t sent = H.clock.local_ms();
+        const int64_t sent = H.clock.local_ms(), sent_world = w_.now();
         auto g = w_.etcd_call<int64_t>(host_, left(), [&]() -> Result<int64_t> {
             auto& e = w_.etcd();
             const int64_t id = e.next_lease++;
@@ -506,6 +512,7 @@ Result<LeaderInfo> SimElector::campaign(Ms timeout) {
         rev_.reset();
         tokens_.clear();
         H.lease_deadline_local = sent + w_.ttl();
+        H.lease_sent_world = sent_world;
     }
     if (!rev_) {
         auto r = w_.etcd_call<int64_t>(host_, left(), [&]() -> Result<int64_t> {
@@ -573,7 +580,7 @@ Result<Term> SimElector::term(uint32_t at_least, Ms timeout) {
 Result<LeaseStatus> SimElector::keepalive(Ms timeout) {
     if (lease_ == 0) return make_error_code(ElectorErrc::not_campaigning);
     Host& H = w_.host(host_);
-    const int64_t sent = H.clock.local_ms();
+    const int64_t sent = H.clock.local_ms(), sent_world = w_.now();
     auto k = w_.etcd_call<LeaseStatus>(host_, timeout, [&]() -> Result<LeaseStatus> {
         auto& e = w_.etcd();
         EtcdLease* l = e.lease(lease_);
@@ -581,7 +588,10 @@ Result<LeaseStatus> SimElector::keepalive(Ms timeout) {
         l->expires = w_.now() + e.ttl_ms;
         return LeaseStatus{e.ttl_ms};
     });
-    if (k) H.lease_deadline_local = std::max(H.lease_deadline_local, sent + w_.ttl());
+    if (k) {
+        H.lease_deadline_local = std::max(H.lease_deadline_local, sent + w_.ttl());
+        H.lease_sent_world = std::max(H.lease_sent_world, sent_world);
+    }
     else if (k.error() == make_error_code(ElectorErrc::lease_expired)) reset();
     return k;
 }
@@ -635,6 +645,11 @@ Status SimHooks::stop_writers(const std::string&) {
 // ---------------------------------------------------------------- world: setup and lifecycle
 
 struct SimStop {};  // a violation ends the schedule (unwinds every frame)
+
+// How long a healed etcd cluster keeps its holder, in leases: a defect that
+// steps a healthy leader down does so within a lease (each renewal is due
+// a third of one in).
+constexpr int64_t kStableLeases = 2;
 
 uint32_t known_mask() {
     uint32_t m = 0;
@@ -1594,7 +1609,10 @@ Result<uint32_t> World::device_command(int h, const Command& cmd, std::span<uint
     block(h, thr, std::min(sent + bound, now_ + (delay - delay / 2)));
     if (delay > bound) return timed_out;
     if (lost) return std::error_code(ECONNRESET, std::system_category());
-    if (r && thr == kAgent && cmd.opcode == opcode::kResvReport) H.last_view_local = H.clock.local_ms();
+    if (r && thr == kAgent && cmd.opcode == opcode::kResvReport) {
+        H.last_view_local = H.clock.local_ms();
+        H.last_view_world = now_;
+    }
     return r;
 }
 
@@ -1703,6 +1721,7 @@ void World::heal() {
     for (const auto& H : hosts_)
         for (size_t i = 0; i < kThreads; ++i)
             if (H->blocked[i]) calm = std::max(calm, H->call_end[i]);
+    calm_at_ = calm;
     live_deadline_ = calm + 3 * guard_.ttl_ms + 6000;
     // Pacemaker: a stack back within a second, unfencing, a membership
     // (token), a fence of a node lost meanwhile and its retry.
@@ -1804,15 +1823,52 @@ void World::check_liveness() {
     }
     auto v = checker_.live(views, device_holder());
     if (!v && pcmk_) v = cluster_live();
-    if (all_up && !v) {
+    const bool live = all_up && !v;
+    if (live && pcmk_) {
         done_ = true;  // healed and live: the schedule passed
         return;
     }
+    // etcd: live, every call in flight at the heal ended, and a holder that
+    // leads in etcd with the token of its key, on a lease etcd granted or
+    // renewed after the heal, and read the device after it (a leadership of
+    // the faulty world may rightly be lost, a term won but not carried out
+    // yet is still to come: the window waits); then the same holder for
+    // three leases.
+    const int hh = device_holder();
+    const EtcdCandidate* leader = etcd_.leader();
+    const Host* holder = hh >= 0 ? hosts_[static_cast<size_t>(hh)].get() : nullptr;
+    if (live && live_at_ == kNever && now_ >= calm_at_ && holder && leader && leader->host == hh &&
+        leader->token == epoch_of(holder_key()) && holder->lease_sent_world >= heal_at_ &&
+        holder->last_view_world >= calm_at_) {
+        live_at_ = now_;
+        live_holder_ = holder_key();
+    }
+    if (live_at_ != kNever) {
+        check_stable();
+        const int64_t window = kStableLeases * guard_.ttl_ms;
+        if (live && now_ >= live_at_ + window) done_ = true;  // and stayed so: passed
+        if (done_ || now_ < live_at_ + window + 6000) return;
+        done_ = true;
+        v = v ? v : Violation{Inv::liveness, "a host's agent is down"};
+        v->what += " (" + std::to_string(now_ - live_at_) + " ms after the healed cluster first looked live)";
+        fail(*v);
+    }
     if (now_ < live_deadline_) return;
     done_ = true;
+    if (!v && all_up) v = Violation{Inv::liveness, "the holder's lease was not renewed after the world healed"};
     if (!v) v = Violation{Inv::liveness, "a host's agent did not start again after the world healed"};
     v->what += " (" + std::to_string(now_ - heal_at_) + " ms after healing)";
     fail(*v);
+}
+
+// A healed etcd cluster that looked live keeps its holder: the same key for
+// three leases (any change without a fault is a needless failover).
+void World::check_stable() {
+    const uint64_t k = holder_key();
+    if (k == live_holder_) return;
+    fail(Violation{Inv::leader_unstable,
+                   "the reservation moved from " + format_key(live_holder_) + " to " + format_key(k) + " " +
+                       std::to_string(now_ - live_at_) + " ms after the healed cluster first looked live"});
 }
 
 // ---------------------------------------------------------------- world: trace
