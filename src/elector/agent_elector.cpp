@@ -511,6 +511,14 @@ bool ElectorDriver::renew_candidacy() {
     // of the queue, again and again (lab, TTL 2 s).
     const auto ks = clock_.now();
     auto k = renew_lease();
+    if (!k && k.error() == make_error_code(ElectorErrc::not_campaigning)) {
+        // No lease exists yet (every grant so far failed): the lease the
+        // next campaign call grants is counted from now, before its grant is
+        // sent, not from the first attempt (nvfence-sim seed 8: a leader
+        // stepped down a second after its win, its deadline that old).
+        guard_.emplace(gopts_, ks);
+        return true;
+    }
     guard_->on_keepalive(ks, k);
     if (k || k.error() != make_error_code(ElectorErrc::lease_expired)) return true;
     // The lease (and the key on it) is gone: the next campaign call grants a new one.

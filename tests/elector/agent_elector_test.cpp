@@ -46,6 +46,9 @@ public:
     int timed_out = 0;            // keepalive() and term() cut short by their bound
     int64_t last_ok_sent_ms = -1;  // send time of the last keepalive answered
     int keepalive_cut = 0;         // the next N keepalives spend their bound and time out
+    // False: no lease is granted yet (EtcdElector's lease_ == 0): keepalive
+    // fails with not_campaigning until a campaign succeeds, which grants one.
+    bool lease = true;
 
     bool slow(Ms timeout, bool counted = true) {
         timeouts.push_back(timeout);
@@ -66,6 +69,7 @@ public:
             if (e == make_error_code(Errc::timeout)) clock.advance(timeout);
             return e;
         }
+        lease = true;
         return me;
     }
     Result<Term> term(uint32_t at_least, Ms timeout) override {
@@ -80,6 +84,7 @@ public:
     }
     Result<LeaseStatus> keepalive(Ms timeout) override {
         ++keepalives;
+        if (!lease) return make_error_code(ElectorErrc::not_campaigning);
         if (keepalive_cut > 0) {
             --keepalive_cut;
             clock.advance(timeout);
@@ -823,6 +828,29 @@ TEST_F(AgentElectorTest, ALeaderWhoseRenewalsSucceedKeepsHoldingUnderTheWatchdog
     EXPECT_EQ(driver->phase(), ElectorDriver::Phase::leader);
     EXPECT_EQ(b->hooks->fence_actions, 0) << b->hooks->dump();
     EXPECT_GT(bridge->until_lease_watch(*b->agent, clock).count(), 0);
+}
+
+// nvfence-sim seed 8 (leader_unstable): etcd did not grant a lease for a
+// while (every grant timed out or failed), then a campaign won. The guard
+// still counted from the first attempt, and the renewal schedule from
+// keepalives of a lease that did not exist: the win came while that old
+// deadline looked good (no renewal first), its act-before point passed
+// before the first renewal was due, and the new leader stepped down right
+// after winning (a needless failover). A lease is counted from the grant
+// attempt that made it.
+TEST_F(AgentElectorTest, ALeaseGrantedAfterFailedGrantsIsCountedFromItsOwnGrant) {
+    setup_as_nvfenced();
+    elector.lease = false;
+    // Two grant attempts that run to their bound (each ends at the next
+    // renewal point, whose keepalive finds no lease), then the grant and win.
+    for (int i = 0; i < 2; ++i) elector.campaign_script.push_back(make_error_code(Errc::timeout));
+    win();
+    const int64_t won_ms = clock.elapsed_ms();
+    for (int i = 0; i < 200 && clock.elapsed_ms() - won_ms < 3 * 2000; ++i) run(1);
+    EXPECT_GE(clock.elapsed_ms() - won_ms, 3 * 2000) << "three TTLs";
+    EXPECT_EQ(driver->phase(), ElectorDriver::Phase::leader) << b->hooks->dump();
+    EXPECT_EQ(b->agent->state(), AgentState::holder) << b->hooks->dump();
+    EXPECT_EQ(b->hooks->fence_actions, 0) << b->hooks->dump();
 }
 
 // The other side of the same rule: a call never outlasts the point where

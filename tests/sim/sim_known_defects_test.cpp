@@ -246,6 +246,23 @@ TEST(SimRegressions, Seed39191188853768ATakeoverDoesNotRegisterAFencedHostAgain)
     EXPECT_FALSE(r.violation) << what(r);
 }
 
+// leader_unstable, the first run of the check (2026-12-04): etcd granted
+// no lease for longer than one, then host 0 won; the elector's guard still
+// counted from the first grant attempt and the new leader stepped down
+// 498 ms after the healed cluster looked live. Seeds 52, 195, 318 and 356
+// were the check's own errors (a leadership of the faulty world, calls in
+// flight at the heal, a won term not yet carried out): it now waits for a
+// holder that leads on a healed lease with its key's token.
+TEST(SimRegressions, Seed8ANewLeaseIsCountedFromItsGrantAndTheLeaderStays) {
+    for (uint64_t seed : {8ull, 52ull, 195ull, 318ull, 356ull}) {
+        SimOptions o;
+        o.seed = seed;
+        o.cluster = Cluster::etcd;
+        const ScheduleResult r = run_schedule(o);
+        EXPECT_FALSE(r.violation) << "seed " << seed << ": " << what(r);
+    }
+}
+
 TEST(SimRegressions, PacemakerWindowOfSeeds1To1000) {
     for (uint64_t seed = 1; seed <= 1000; ++seed) {
         const ScheduleResult r = pacemaker(seed);
