@@ -131,168 +131,202 @@ bool valid_instance_name(const std::string& s) {
     return std::all_of(s.begin(), s.end(), [](char c) { return is_alnum(c) || c == '.' || c == '_' || c == '-'; });
 }
 
-Result<AgentSettings> parse_agent_settings(const SettingsMap& kv, std::string& why) {
-    const auto bad = make_error_code(Errc::invalid_argument);
+namespace {
+
+// The values of one configuration, read key by key: each reader returns
+// false (with @c why set) on a bad value and leaves the setting alone when
+// the key is not given.
+struct SettingsReader {
+    const SettingsMap& kv;
+    std::string& why;
+
+    const std::string* get(const char* k) const {
+        auto it = kv.find(k);
+        return it == kv.end() ? nullptr : &it->second;
+    }
+    bool fail(const char* k, const std::string& what) const {
+        why = std::string(k) + " = " + shown(*get(k)) + ": " + what;
+        return false;
+    }
+    bool required(const char* what) const {
+        why = what;
+        return false;
+    }
+    template <class T>
+    bool number(const char* k, uint64_t lo, uint64_t hi, T& out) const {
+        const std::string* v = get(k);
+        if (!v) return true;
+        auto n = parse_uint(*v, lo, hi);
+        if (!n)
+            return fail(k, "must be a whole number from " + std::to_string(lo) + " to " + std::to_string(hi));
+        out = static_cast<T>(*n);
+        return true;
+    }
+    bool boolean(const char* k, bool& out) const {
+        const std::string* v = get(k);
+        if (!v) return true;
+        if (*v == "true" || *v == "yes" || *v == "1" || *v == "on") out = true;
+        else if (*v == "false" || *v == "no" || *v == "0" || *v == "off") out = false;
+        else return fail(k, "must be true or false");
+        return true;
+    }
+    // One of @p names (each with its value) or fail with @p what.
+    template <class T>
+    bool choice(const char* k, std::initializer_list<std::pair<const char*, T>> names, const char* what,
+                T& out) const {
+        const std::string* v = get(k);
+        if (!v) return true;
+        for (const auto& [name, value] : names)
+            if (*v == name) {
+                out = value;
+                return true;
+            }
+        return fail(k, what);
+    }
+};
+
+bool check_keys(const SettingsMap& kv, std::string& why) {
     const auto& keys = agent_setting_keys();
     for (const auto& [k, v] : kv) {
         if (std::find(keys.begin(), keys.end(), k) == keys.end()) {
             why = "unknown key '" + k + "'";
-            return bad;
+            return false;
         }
         if (v.size() > kMaxValueBytes || !printable(v)) {
             why = k + " = " + shown(v) + ": too long or contains control characters";
-            return bad;
-        }
-    }
-    auto get = [&](const char* k) -> const std::string* {
-        auto it = kv.find(k);
-        return it == kv.end() ? nullptr : &it->second;
-    };
-    auto fail = [&](const char* k, const std::string& what) -> Result<AgentSettings> {
-        why = std::string(k) + " = " + shown(*get(k)) + ": " + what;
-        return bad;
-    };
-    auto number = [&](const char* k, uint64_t lo, uint64_t hi, auto& out) -> bool {
-        const std::string* v = get(k);
-        if (!v) return true;
-        auto n = parse_uint(*v, lo, hi);
-        if (!n) {
-            why = std::string(k) + " = " + shown(*v) + ": must be a whole number from " + std::to_string(lo) +
-                  " to " + std::to_string(hi);
             return false;
         }
-        out = static_cast<std::remove_reference_t<decltype(out)>>(*n);
-        return true;
-    };
-
-    AgentSettings s;
-    const std::string* dev = get("device");
-    if (!dev || dev->empty()) {
-        why = "device: required (a namespace such as /dev/nvme1n1, a /dev/disk/by-id/ link, or an EBS volume id vol-...)";
-        return bad;
     }
+    return true;
+}
+
+// The device, this host's identity, the reservation and the check's timing.
+bool read_device(const SettingsReader& r, AgentSettings& s) {
+    const std::string* dev = r.get("device");
+    if (!dev || dev->empty())
+        return r.required(
+            "device: required (a namespace such as /dev/nvme1n1, a /dev/disk/by-id/ link, or an EBS volume id vol-...)");
     s.device = *dev;
-    if (const std::string* v = get("node_id")) {
+    if (r.get("node_id")) {
         uint8_t n = 0;
-        if (!number("node_id", 1, kMaxNode, n)) return bad;
-        (void)v;
+        if (!r.number("node_id", 1, kMaxNode, n)) return false;
         s.node = n;
     }
-    if (!number("cluster_tag", 0, 255, s.tag)) return bad;
-    if (const std::string* v = get("mode")) {
-        if (*v == "exclusive" || *v == "we") s.type = ResvType::write_exclusive;
-        else if (*v == "shared" || *v == "wero") s.type = ResvType::write_exclusive_reg_only;
-        else return fail("mode", "must be exclusive (Write Exclusive) or shared (Write Exclusive - Registrants Only)");
+    return r.number("cluster_tag", 0, 255, s.tag) &&
+           r.choice<ResvType>("mode",
+                              {{"exclusive", ResvType::write_exclusive},
+                               {"we", ResvType::write_exclusive},
+                               {"shared", ResvType::write_exclusive_reg_only},
+                               {"wero", ResvType::write_exclusive_reg_only}},
+                              "must be exclusive (Write Exclusive) or shared (Write Exclusive - Registrants Only)",
+                              s.type) &&
+           r.choice<StartRole>("role", {{"standby", StartRole::standby}, {"acquire", StartRole::acquire}},
+                               "must be standby or acquire (take the reservation at start if nobody holds it)",
+                               s.role) &&
+           r.number("interval_ms", kMinIntervalMs, kMaxIntervalMs, s.interval_ms) &&
+           r.number("device_timeout_ms", kMinDeviceTimeoutMs, kMaxDeviceTimeoutMs, s.device_timeout_ms) &&
+           r.number("fence_timeout_ms", 100, 600000, s.fence_timeout_ms);
+}
+
+// A setting that only one fence action takes: given for another, or
+// missing for its own, is an error.
+bool read_action_value(const SettingsReader& r, AgentSettings& s, const char* k, FenceActionKind kind,
+                       const char* kind_name, std::string& out) {
+    const std::string* v = r.get(k);
+    if (!v) {
+        if (s.fence_action != kind) return true;
+        return r.required((std::string(k) + ": required when fence_action = " + kind_name).c_str());
     }
-    if (const std::string* v = get("role")) {
-        if (*v == "standby") s.role = StartRole::standby;
-        else if (*v == "acquire") s.role = StartRole::acquire;
-        else return fail("role", "must be standby or acquire (take the reservation at start if nobody holds it)");
+    if (s.fence_action != kind) return r.fail(k, std::string("is set but fence_action is not ") + kind_name);
+    out = *v;
+    return true;
+}
+
+// What a fence does: the action, its command or unit, and the writers.
+bool read_fence(const SettingsReader& r, AgentSettings& s) {
+    if (!r.choice<FenceActionKind>("fence_action",
+                                   {{"none", FenceActionKind::none},
+                                    {"command", FenceActionKind::command},
+                                    {"stop-unit", FenceActionKind::stop_unit},
+                                    {"stop_unit", FenceActionKind::stop_unit},
+                                    {"reboot", FenceActionKind::reboot}},
+                                   "must be none, command, stop-unit or reboot", s.fence_action))
+        return false;
+    if (!read_action_value(r, s, "fence_command", FenceActionKind::command, "command", s.fence_command)) return false;
+    if (r.get("fence_command") && trim(s.fence_command).empty()) return r.fail("fence_command", "must not be empty");
+    if (!read_action_value(r, s, "fence_unit", FenceActionKind::stop_unit, "stop-unit", s.fence_unit)) return false;
+    if (r.get("fence_unit") && !valid_unit(s.fence_unit))
+        return r.fail("fence_unit", "not a systemd unit name (e.g. postgresql.service)");
+    if (!r.choice<RebootMethod>("reboot_method", {{"sysrq", RebootMethod::sysrq}, {"force", RebootMethod::force}},
+                                "must be sysrq (immediate, no sync) or force (reboot -f)", s.reboot_method))
+        return false;
+    const std::string* v = r.get("writer_units");
+    if (!v) return true;
+    for (const std::string& unit : split_list(*v)) {
+        if (!valid_unit(unit))
+            return r.required(("writer_units = " + shown(*v) + ": " + shown(unit) + " is not a systemd unit name").c_str());
+        if (std::find(s.writer_units.begin(), s.writer_units.end(), unit) == s.writer_units.end())
+            s.writer_units.push_back(unit);
     }
-    if (!number("interval_ms", kMinIntervalMs, kMaxIntervalMs, s.interval_ms)) return bad;
-    if (!number("device_timeout_ms", kMinDeviceTimeoutMs, kMaxDeviceTimeoutMs, s.device_timeout_ms)) return bad;
-    if (!number("fence_timeout_ms", 100, 600000, s.fence_timeout_ms)) return bad;
-    if (const std::string* v = get("fence_action")) {
-        if (*v == "none") s.fence_action = FenceActionKind::none;
-        else if (*v == "command") s.fence_action = FenceActionKind::command;
-        else if (*v == "stop-unit" || *v == "stop_unit") s.fence_action = FenceActionKind::stop_unit;
-        else if (*v == "reboot") s.fence_action = FenceActionKind::reboot;
-        else return fail("fence_action", "must be none, command, stop-unit or reboot");
-    }
-    if (const std::string* v = get("fence_command")) {
-        if (s.fence_action != FenceActionKind::command)
-            return fail("fence_command", "is set but fence_action is not command");
-        if (trim(*v).empty()) return fail("fence_command", "must not be empty");
-        s.fence_command = *v;
-    } else if (s.fence_action == FenceActionKind::command) {
-        why = "fence_command: required when fence_action = command";
-        return bad;
-    }
-    if (const std::string* v = get("fence_unit")) {
-        if (s.fence_action != FenceActionKind::stop_unit)
-            return fail("fence_unit", "is set but fence_action is not stop-unit");
-        if (!valid_unit(*v)) return fail("fence_unit", "not a systemd unit name (e.g. postgresql.service)");
-        s.fence_unit = *v;
-    } else if (s.fence_action == FenceActionKind::stop_unit) {
-        why = "fence_unit: required when fence_action = stop-unit";
-        return bad;
-    }
-    if (const std::string* v = get("reboot_method")) {
-        if (*v == "sysrq") s.reboot_method = RebootMethod::sysrq;
-        else if (*v == "force") s.reboot_method = RebootMethod::force;
-        else return fail("reboot_method", "must be sysrq (immediate, no sync) or force (reboot -f)");
-    }
-    if (const std::string* v = get("writer_units")) {
-        for (const std::string& unit : split_list(*v)) {
-            if (!valid_unit(unit)) {
-                why = "writer_units = " + shown(*v) + ": " + shown(unit) + " is not a systemd unit name";
-                return bad;
-            }
-            if (std::find(s.writer_units.begin(), s.writer_units.end(), unit) == s.writer_units.end())
-                s.writer_units.push_back(unit);
-        }
-        if (s.writer_units.size() > kMaxWriterUnits)
-            return fail("writer_units", "at most " + std::to_string(kMaxWriterUnits) + " units");
-    }
-    if (const std::string* v = get("control_socket")) {
-        if (v->empty() || (*v)[0] != '/') return fail("control_socket", "must be an absolute path");
-        if (v->size() > 107) return fail("control_socket", "longer than a unix socket path may be (107 bytes)");
+    if (s.writer_units.size() > kMaxWriterUnits)
+        return r.fail("writer_units", "at most " + std::to_string(kMaxWriterUnits) + " units");
+    return true;
+}
+
+// The control socket and the state directory.
+bool read_files(const SettingsReader& r, AgentSettings& s) {
+    if (const std::string* v = r.get("control_socket")) {
+        if (v->empty() || (*v)[0] != '/') return r.fail("control_socket", "must be an absolute path");
+        if (v->size() > 107) return r.fail("control_socket", "longer than a unix socket path may be (107 bytes)");
         s.control_socket = *v;
     }
-    if (const std::string* v = get("socket_group")) {
-        if (!valid_group(*v)) return fail("socket_group", "not a group name or numeric gid");
+    if (const std::string* v = r.get("socket_group")) {
+        if (!valid_group(*v)) return r.fail("socket_group", "not a group name or numeric gid");
         s.socket_group = *v;
         s.socket_mode = 0660;
     }
-    if (const std::string* v = get("socket_mode")) {
-        if (*v == "0600" || *v == "600") s.socket_mode = 0600;
-        else if (*v == "0660" || *v == "660") s.socket_mode = 0660;
-        else return fail("socket_mode", "must be 0600 (root only) or 0660 (root and socket_group)");
-        if (s.socket_mode == 0660 && s.socket_group.empty())
-            return fail("socket_mode", "0660 needs socket_group");
-    }
-    if (const std::string* v = get("state_dir")) {
-        if (v->empty() || (*v)[0] != '/') return fail("state_dir", "must be an absolute path");
+    if (!r.choice<uint32_t>("socket_mode", {{"0600", 0600}, {"600", 0600}, {"0660", 0660}, {"660", 0660}},
+                            "must be 0600 (root only) or 0660 (root and socket_group)", s.socket_mode))
+        return false;
+    if (r.get("socket_mode") && s.socket_mode == 0660 && s.socket_group.empty())
+        return r.fail("socket_mode", "0660 needs socket_group");
+    if (const std::string* v = r.get("state_dir")) {
+        if (v->empty() || (*v)[0] != '/') return r.fail("state_dir", "must be an absolute path");
         s.state_dir = *v;
     }
-    if (const std::string* v = get("keep_registration")) {
-        if (*v == "true" || *v == "yes" || *v == "1" || *v == "on") s.keep_registration = true;
-        else if (*v == "false" || *v == "no" || *v == "0" || *v == "off") s.keep_registration = false;
-        else return fail("keep_registration", "must be true or false");
-    }
-    if (const std::string* v = get("ptpl")) {
-        if (*v == "true" || *v == "yes" || *v == "1" || *v == "on") s.ptpl = true;
-        else if (*v == "false" || *v == "no" || *v == "0" || *v == "off") s.ptpl = false;
-        else return fail("ptpl", "must be true or false");
-    }
-    if (const std::string* v = get("rejoin")) {
-        if (*v == "auto") s.rejoin_auto = true;
-        else if (*v == "manual") s.rejoin_auto = false;
-        else return fail("rejoin", "must be auto or manual");
-    }
-    if (get("view_timeout_ms") && *get("view_timeout_ms") != "0" &&
-        !number("view_timeout_ms", 1000, 600000, s.view_timeout_ms))
-        return bad;
-    if (const std::string* v = get("fence_on_view_loss")) {
-        if (*v == "true" || *v == "yes" || *v == "1" || *v == "on") s.fence_on_view_loss = true;
-        else if (*v == "false" || *v == "no" || *v == "0" || *v == "off") s.fence_on_view_loss = false;
-        else return fail("fence_on_view_loss", "must be true or false");
-    }
-    if (const std::string* v = get("aen_wakeup")) {
-        if (*v == "true" || *v == "yes" || *v == "1" || *v == "on") s.aen_wakeup = true;
-        else if (*v == "false" || *v == "no" || *v == "0" || *v == "off") s.aen_wakeup = false;
-        else return fail("aen_wakeup", "must be true or false");
-    }
-    if (const std::string* v = get("name")) {
+    return true;
+}
+
+// How the agent behaves: registration, rejoin, the view, its name and log.
+bool read_behaviour(const SettingsReader& r, AgentSettings& s) {
+    bool rejoin_auto = false;
+    if (!r.boolean("keep_registration", s.keep_registration) || !r.boolean("ptpl", s.ptpl) ||
+        !r.choice<bool>("rejoin", {{"auto", true}, {"manual", false}}, "must be auto or manual", rejoin_auto))
+        return false;
+    if (r.get("rejoin")) s.rejoin_auto = rejoin_auto;
+    if (const std::string* v = r.get("view_timeout_ms"); v && *v != "0" &&
+                                                       !r.number("view_timeout_ms", 1000, 600000, s.view_timeout_ms))
+        return false;
+    if (!r.boolean("fence_on_view_loss", s.fence_on_view_loss) || !r.boolean("aen_wakeup", s.aen_wakeup)) return false;
+    if (const std::string* v = r.get("name")) {
         if (!valid_instance_name(*v))
-            return fail("name", "1 to 64 characters of A-Z a-z 0-9 . _ -, not starting with . or -");
+            return r.fail("name", "1 to 64 characters of A-Z a-z 0-9 . _ -, not starting with . or -");
         s.name = *v;
     }
-    if (const std::string* v = get("log_level")) {
-        if (*v == "debug" || *v == "info" || *v == "warning" || *v == "error") s.log_level = *v;
-        else if (*v == "warn") s.log_level = "warning";
-        else return fail("log_level", "must be debug, info, warning or error");
-    }
+    return r.choice<std::string>("log_level",
+                                 {{"debug", "debug"}, {"info", "info"}, {"warning", "warning"}, {"error", "error"},
+                                  {"warn", "warning"}},
+                                 "must be debug, info, warning or error", s.log_level);
+}
+
+}  // namespace
+
+Result<AgentSettings> parse_agent_settings(const SettingsMap& kv, std::string& why) {
+    const auto bad = make_error_code(Errc::invalid_argument);
+    if (!check_keys(kv, why)) return bad;
+    const SettingsReader r{kv, why};
+    AgentSettings s;
+    if (!read_device(r, s) || !read_fence(r, s) || !read_files(r, s) || !read_behaviour(r, s)) return bad;
     return s;
 }
 
