@@ -15,6 +15,7 @@
 /// write in the cluster and would overflow the key's 32-bit epoch.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -121,6 +122,26 @@ private:
     };
     std::optional<SeenCounter> seen_counter_;
     uint64_t cluster_id_ = 0;
+    // campaign(): a server's error reply (a lost lease forgets the candidacy).
+    std::error_code server_error(const std::string& body, std::error_code ec);
+    // campaign()'s steps: the lease, the candidate key on it, and one look
+    // at who leads (waiting for the leader key's deletion; false: look again).
+    Status grant_lease(Ms timeout);
+    Status queue_candidacy(const std::string& key, Ms timeout);
+    Result<bool> lead_or_wait(const std::string& prefix, const std::string& key,
+                              const std::function<Ms()>& left);
+    // term()'s steps: the counter key read (or as the campaign saw it), and
+    // the compare-and-swap that issues the next token.
+    struct CounterRead {
+        bool present = false;
+        std::string text;
+        int64_t mod_rev = 0;
+    };
+    Result<CounterRead> read_counter(const std::string& counter_key, Ms timeout);
+    // The next token above @p base, persisted first, then the counter's
+    // compare-and-swap; std::nullopt: the counter moved (read it again).
+    Result<std::optional<uint32_t>> issue_token(const std::string& counter_key, uint32_t base, int64_t mod_rev,
+                                                 const TokenStore* store, std::chrono::steady_clock::time_point deadline);
     std::string last_error_;
 };
 

@@ -261,26 +261,104 @@ EtcdElector::EtcdElector(EtcdOptions opts) : opts_(std::move(opts)), http_(new H
 
 EtcdElector::~EtcdElector() = default;
 
+std::error_code EtcdElector::server_error(const std::string& body, std::error_code ec) {
+    if (auto e = etcd::parse_error(body)) last_error_ = e->message;
+    if (ec == make_error_code(ElectorErrc::lease_expired)) {
+        lease_ = 0;
+        won_.reset();
+        candidate_.reset();
+    }
+    return ec;
+}
+
+Status EtcdElector::grant_lease(Ms timeout) {
+    auto r = http_->post("/v3/lease/grant", etcd::grant_request(opts_.ttl_s), timeout);
+    if (!r) return r.error();
+    auto g = etcd::parse_lease_grant(r->body);
+    if (!g) return server_error(r->body, g.error());
+    lease_ = g->id;
+    candidate_.reset();
+    if (g->reply.header.cluster_id) cluster_id_ = g->reply.header.cluster_id;
+    return Ok{};
+}
+
+// The candidate key on our lease, or ours from an earlier slice (same
+// lease, still queued): its create revision is our place in the queue.
+Status EtcdElector::queue_candidacy(const std::string& key, Ms timeout) {
+    auto r = http_->post("/v3/kv/txn", etcd::candidacy_txn_request(key, lease_, opts_.value), timeout);
+    if (!r) return r.error();
+    auto t = etcd::parse_txn(r->body);
+    if (!t) return server_error(r->body, t.error());
+    if (t->reply.header.cluster_id) cluster_id_ = t->reply.header.cluster_id;
+    LeaderInfo c;
+    c.key = key;
+    c.lease = lease_;
+    c.value = opts_.value;
+    if (t->succeeded) c.revision = t->reply.header.revision;
+    else if (!t->ranges.empty() && !t->ranges[0].kvs.empty()) c.revision = t->ranges[0].kvs[0].create_revision;
+    if (c.revision <= 0) return make_error_code(Errc::malformed_data);
+    candidate_ = c;
+    return Ok{};
+}
+
+// One round: true when our key is the first created (won_ set), false when
+// the leader key was deleted meanwhile (look again), an error otherwise
+// (Errc::timeout: not yet).
+Result<bool> EtcdElector::lead_or_wait(const std::string& prefix, const std::string& key,
+                                       const std::function<Ms()>& left) {
+    // The counter comes along (same revision): once we lead nobody else
+    // can move it, so the token needs one round trip, not two.
+    auto r = http_->post("/v3/kv/txn", etcd::leader_and_counter_request(prefix, etcd_counter_key(opts_.election)),
+                         left());
+    if (!r) return r.error();
+    auto t = etcd::parse_txn(r->body);
+    if (!t) return server_error(r->body, t.error());
+    if (t->reply.header.cluster_id) cluster_id_ = t->reply.header.cluster_id;
+    if (t->ranges.size() != 2) return make_error_code(Errc::malformed_data);
+    const etcd::RangeReply* range = &t->ranges[0];
+    if (range->kvs.empty() || range->kvs[0].create_revision > candidate_->revision) {
+        // Our key is gone while the lease lives (deleted by hand): queue again.
+        candidate_.reset();
+        return make_error_code(Errc::timeout);
+    }
+    const etcd::Kv& first = range->kvs[0];
+    if (first.key == key) {
+        LeaderInfo l = *candidate_;
+        l.revision = first.create_revision;
+        won_ = l;
+        seen_counter_ = SeenCounter{l.revision, !t->ranges[1].kvs.empty(), {}, 0};
+        if (seen_counter_->present) {
+            seen_counter_->value = t->ranges[1].kvs[0].value;
+            seen_counter_->mod_revision = t->ranges[1].kvs[0].mod_revision;
+        }
+        return true;
+    }
+    if (left() < kMinCallMs) return make_error_code(Errc::timeout);
+    bool gone = false;
+    std::error_code bad;
+    Http::LineSink sink = [&](std::string_view line) {
+        auto w = etcd::parse_watch(line);
+        if (!w) {
+            bad = w.error();
+            return true;
+        }
+        // Canceled (the start revision was compacted): look again.
+        gone = w->canceled ||
+               std::any_of(w->events.begin(), w->events.end(), [](const etcd::WatchEvent& e) { return e.deleted; });
+        return gone;
+    };
+    auto wr = http_->post("/v3/watch", etcd::watch_request(first.key, t->reply.header.revision + 1), left(), &sink);
+    if (bad) return server_error(std::string(), bad);
+    if (gone) return false;
+    if (!wr) return wr.error();
+    return make_error_code(Errc::timeout);
+}
+
 Result<LeaderInfo> EtcdElector::campaign(Ms timeout) {
     const auto deadline = Clock::now() + timeout;
-    auto left = [&] { return std::chrono::duration_cast<Ms>(deadline - Clock::now()); };
-    auto server_error = [&](const std::string& body, std::error_code ec) {
-        if (auto e = etcd::parse_error(body)) last_error_ = e->message;
-        if (ec == make_error_code(ElectorErrc::lease_expired)) {
-            lease_ = 0;
-            won_.reset();
-            candidate_.reset();
-        }
-        return ec;
-    };
+    const std::function<Ms()> left = [&] { return std::chrono::duration_cast<Ms>(deadline - Clock::now()); };
     if (lease_ == 0) {
-        auto r = http_->post("/v3/lease/grant", etcd::grant_request(opts_.ttl_s), timeout);
-        if (!r) return r.error();
-        auto g = etcd::parse_lease_grant(r->body);
-        if (!g) return server_error(r->body, g.error());
-        lease_ = g->id;
-        candidate_.reset();
-        if (g->reply.header.cluster_id) cluster_id_ = g->reply.header.cluster_id;
+        if (auto g = grant_lease(timeout); !g) return g.error();
     }
     // etcd's own election, client side (its concurrency package): the
     // candidate key <election>/<lease in hex> on our lease; the leader is
@@ -294,77 +372,67 @@ Result<LeaderInfo> EtcdElector::campaign(Ms timeout) {
     const std::string key = prefix + hex;
     if (!candidate_) {
         if (left() < kMinCallMs) return make_error_code(Errc::timeout);
-        auto r = http_->post("/v3/kv/txn", etcd::candidacy_txn_request(key, lease_, opts_.value), left());
-        if (!r) return r.error();
-        auto t = etcd::parse_txn(r->body);
-        if (!t) return server_error(r->body, t.error());
-        if (t->reply.header.cluster_id) cluster_id_ = t->reply.header.cluster_id;
-        LeaderInfo c;
-        c.key = key;
-        c.lease = lease_;
-        c.value = opts_.value;
-        if (t->succeeded) {
-            c.revision = t->reply.header.revision;
-        } else if (!t->ranges.empty() && !t->ranges[0].kvs.empty()) {
-            // Our key from an earlier slice (same lease): still queued.
-            c.revision = t->ranges[0].kvs[0].create_revision;
-        }
-        if (c.revision <= 0) return make_error_code(Errc::malformed_data);
-        candidate_ = c;
+        if (auto q = queue_candidacy(key, left()); !q) return q.error();
     }
     // Until our key is the first created, wait for the leader key's deletion.
     for (int round = 0; round < kCampaignRounds; ++round) {
         if (left() < kMinCallMs) return make_error_code(Errc::timeout);
-        // The counter comes along (same revision): once we lead nobody else
-        // can move it, so the token needs one round trip, not two.
-        auto r = http_->post("/v3/kv/txn", etcd::leader_and_counter_request(prefix, etcd_counter_key(opts_.election)),
-                             left());
-        if (!r) return r.error();
-        auto t = etcd::parse_txn(r->body);
-        if (!t) return server_error(r->body, t.error());
-        if (t->reply.header.cluster_id) cluster_id_ = t->reply.header.cluster_id;
-        if (t->ranges.size() != 2) return make_error_code(Errc::malformed_data);
-        const etcd::RangeReply* range = &t->ranges[0];
-        if (range->kvs.empty() || range->kvs[0].create_revision > candidate_->revision) {
-            // Our key is gone while the lease lives (deleted by hand): queue again.
-            candidate_.reset();
-            return make_error_code(Errc::timeout);
-        }
-        const etcd::Kv& first = range->kvs[0];
-        if (first.key == key) {
-            LeaderInfo l = *candidate_;
-            l.revision = first.create_revision;
-            won_ = l;
-            seen_counter_ = SeenCounter{l.revision, !t->ranges[1].kvs.empty(), {}, 0};
-            if (seen_counter_->present) {
-                seen_counter_->value = t->ranges[1].kvs[0].value;
-                seen_counter_->mod_revision = t->ranges[1].kvs[0].mod_revision;
-            }
-            return l;
-        }
-        if (left() < kMinCallMs) return make_error_code(Errc::timeout);
-        bool gone = false;
-        std::error_code bad;
-        Http::LineSink sink = [&](std::string_view line) {
-            auto w = etcd::parse_watch(line);
-            if (!w) {
-                bad = w.error();
-                return true;
-            }
-            // Canceled (the start revision was compacted): look again.
-            gone = w->canceled || std::any_of(w->events.begin(), w->events.end(), [](const etcd::WatchEvent& e) {
-                       return e.deleted;
-                   });
-            return gone;
-        };
-        auto wr = http_->post("/v3/watch", etcd::watch_request(first.key, t->reply.header.revision + 1), left(),
-                              &sink);
-        if (bad) return server_error(std::string(), bad);
-        if (gone) continue;
-        if (!wr) return wr.error();
-        return make_error_code(Errc::timeout);
+        auto led = lead_or_wait(prefix, key, left);
+        if (!led) return led.error();
+        if (*led) return *won_;
     }
     return make_error_code(Errc::timeout);
+}
+
+Result<EtcdElector::CounterRead> EtcdElector::read_counter(const std::string& counter_key, Ms timeout) {
+    auto rr = http_->post("/v3/kv/range", etcd::range_request(counter_key), timeout);
+    if (!rr) return rr.error();
+    auto range = etcd::parse_range(rr->body);
+    if (!range) return range.error();
+    if (range->reply.header.cluster_id) cluster_id_ = range->reply.header.cluster_id;
+    CounterRead c;
+    if (!range->kvs.empty()) {
+        c.present = true;
+        c.text = range->kvs.front().value;
+        c.mod_rev = range->kvs.front().mod_revision;
+    }
+    return c;
+}
+
+Result<std::optional<uint32_t>> EtcdElector::issue_token(const std::string& counter_key, uint32_t base,
+                                                         int64_t mod_rev, const TokenStore* store,
+                                                         Clock::time_point deadline) {
+    if (!usable_epoch(base + 1)) {
+        // A token above the key's epochs could never be used; one write
+        // to the counter must not make this host store it (it would
+        // never take over again). Refused, nothing stored.
+        last_error_ = "no token above " + std::to_string(base) + ": the key's epochs end at " +
+                      std::to_string(kEpochCeiling - 1) + " (counter " + counter_key +
+                      "; docs/ETCD.md \"A counter at the ceiling\")";
+        return make_error_code(Errc::epoch_out_of_range);
+    }
+    const etcd::CounterValue next{base + 1, won_->revision};
+    // Persisted before etcd hears of it: a crash in between leaves a gap,
+    // never a reuse.
+    if (store) {
+        if (auto s = store->raise_to(cluster_id_, next.epoch); !s) return s.error();
+    }
+    const auto left = std::chrono::duration_cast<Ms>(deadline - Clock::now());
+    if (left < kMinCallMs) return make_error_code(Errc::timeout);
+    auto tr = http_->post("/v3/kv/txn", etcd::token_txn_request(counter_key, *won_, mod_rev, next), left);
+    if (!tr) return tr.error();
+    auto txn = etcd::parse_txn(tr->body);
+    if (!txn) return txn.error();
+    if (txn->succeeded) return std::optional<uint32_t>(next.epoch);
+    // Failed compare: the leadership is gone, or the counter moved (a
+    // concurrent writer; only an operator could): read again.
+    const bool leader_alive = !txn->ranges.empty() && !txn->ranges[0].kvs.empty() &&
+                              txn->ranges[0].kvs[0].create_revision == won_->revision;
+    if (!leader_alive) {
+        won_.reset();
+        return make_error_code(ElectorErrc::not_leader);
+    }
+    return std::optional<uint32_t>();
 }
 
 Result<Term> EtcdElector::term(uint32_t at_least, Ms timeout) {
@@ -385,30 +453,19 @@ Result<Term> EtcdElector::term(uint32_t at_least, Ms timeout) {
     std::optional<SeenCounter> seen = std::exchange(seen_counter_, std::nullopt);
     if (seen && seen->leader_rev != won_->revision) seen.reset();
     for (int attempt = 0; attempt < kTokenAttempts; ++attempt) {
-        auto left = std::chrono::duration_cast<Ms>(deadline - Clock::now());
+        const auto left = std::chrono::duration_cast<Ms>(deadline - Clock::now());
         if (left < kMinCallMs) return make_error_code(Errc::timeout);
-        std::optional<etcd::CounterValue> cur;
-        int64_t mod_rev = 0;
-        std::string text;
-        bool present = false;
+        CounterRead c;
         if (attempt == 0 && seen) {
-            present = seen->present;
-            text = seen->value;
-            mod_rev = seen->mod_revision;
+            c = CounterRead{seen->present, seen->value, seen->mod_revision};
         } else {
-            auto rr = http_->post("/v3/kv/range", etcd::range_request(counter_key), left);
-            if (!rr) return rr.error();
-            auto range = etcd::parse_range(rr->body);
-            if (!range) return range.error();
-            if (range->reply.header.cluster_id) cluster_id_ = range->reply.header.cluster_id;
-            if (!range->kvs.empty()) {
-                present = true;
-                text = range->kvs.front().value;
-                mod_rev = range->kvs.front().mod_revision;
-            }
+            auto rc = read_counter(counter_key, left);
+            if (!rc) return rc.error();
+            c = std::move(*rc);
         }
-        if (present) {
-            cur = etcd::parse_counter(text);
+        std::optional<etcd::CounterValue> cur;
+        if (c.present) {
+            cur = etcd::parse_counter(c.text);
             if (!cur) {
                 last_error_ = "counter " + counter_key + " holds no `<epoch> <revision>`";
                 return make_error_code(Errc::malformed_data);
@@ -427,38 +484,12 @@ Result<Term> EtcdElector::term(uint32_t at_least, Ms timeout) {
             }
             return t;
         }
-        uint32_t base = std::max({cur ? cur->epoch : 0u, floor.epoch, at_least});
-        if (!usable_epoch(base + 1)) {
-            // A token above the key's epochs could never be used; one write
-            // to the counter must not make this host store it (it would
-            // never take over again). Refused, nothing stored.
-            last_error_ = "no token above " + std::to_string(base) + ": the key's epochs end at " +
-                          std::to_string(kEpochCeiling - 1) + " (counter " + counter_key + "; docs/ETCD.md \"A counter at the ceiling\")";
-            return make_error_code(Errc::epoch_out_of_range);
-        }
-        const etcd::CounterValue next{base + 1, won_->revision};
-        // Persisted before etcd hears of it: a crash in between leaves a gap,
-        // never a reuse.
-        if (store) {
-            if (auto s = store->raise_to(cluster_id_, next.epoch); !s) return s.error();
-        }
-        left = std::chrono::duration_cast<Ms>(deadline - Clock::now());
-        if (left < kMinCallMs) return make_error_code(Errc::timeout);
-        auto tr = http_->post("/v3/kv/txn", etcd::token_txn_request(counter_key, *won_, mod_rev, next), left);
-        if (!tr) return tr.error();
-        auto txn = etcd::parse_txn(tr->body);
-        if (!txn) return txn.error();
-        if (txn->succeeded) {
-            t.epoch = next.epoch;
+        const uint32_t base = std::max({cur ? cur->epoch : 0u, floor.epoch, at_least});
+        auto issued = issue_token(counter_key, base, c.mod_rev, store ? &*store : nullptr, deadline);
+        if (!issued) return issued.error();
+        if (*issued) {
+            t.epoch = **issued;
             return t;
-        }
-        // Failed compare: the leadership is gone, or the counter moved (a
-        // concurrent writer; only an operator could): read again.
-        const bool leader_alive = !txn->ranges.empty() && !txn->ranges[0].kvs.empty() &&
-                                  txn->ranges[0].kvs[0].create_revision == won_->revision;
-        if (!leader_alive) {
-            won_.reset();
-            return make_error_code(ElectorErrc::not_leader);
         }
     }
     return make_error_code(Errc::timeout);
