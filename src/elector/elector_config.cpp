@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <cerrno>
 #include <cstring>
 
@@ -160,34 +161,12 @@ const std::vector<std::string>& elector_setting_keys() {
     return k;
 }
 
-Result<ElectorSettings> parse_elector_settings(const std::map<std::string, std::string>& kv,
-                                               const std::string& volume, std::string& why) {
-    ElectorSettings s;
-    auto get = [&](const char* k) -> const std::string* {
-        auto it = kv.find(k);
-        return it == kv.end() ? nullptr : &it->second;
-    };
-    for (const auto& k : elector_setting_keys()) {
-        if (const auto* v = get(k.c_str()); v && v->size() > kMaxValueBytes)
-            return bad(why, k, v->substr(0, 32) + "...", "longer than 4096 bytes");
-    }
-    if (const auto* v = get("elector")) {
-        if (*v == "none") s.kind = ElectorKind::none;
-        else if (*v == "etcd") s.kind = ElectorKind::etcd;
-        else return bad(why, "elector", *v, "must be none or etcd");
-    }
-    if (s.kind == ElectorKind::none) {
-        for (const auto& k : elector_setting_keys()) {
-            if (k != "elector" && get(k.c_str()))
-                return bad(why, k, *get(k.c_str()), "needs elector = etcd (elector is none)");
-        }
-        return s;
-    }
+namespace {
 
-    // The agent's own key: only etcd may make a host acquire.
-    if (const auto* r = get("role"); r && *r == "acquire")
-        return bad(why, "role", *r, "must be standby with elector = etcd (the election decides who acquires)");
+using Getter = std::function<const std::string*(const char*)>;
 
+// etcd_endpoints and the TLS files that go with https:// ones.
+Status parse_endpoints(const Getter& get, ElectorSettings& s, std::string& why) {
     const auto* eps = get("etcd_endpoints");
     if (!eps || split_list(*eps).empty()) return bad(why, "etcd_endpoints", eps ? *eps : "", "required with elector = etcd");
     s.endpoints = split_list(*eps);
@@ -216,18 +195,11 @@ Result<ElectorSettings> parse_elector_settings(const std::map<std::string, std::
         const char* k = s.cert_file.empty() ? "etcd_key_file" : "etcd_cert_file";
         return bad(why, k, *get(k), "etcd_cert_file and etcd_key_file go together");
     }
-    if (auto a = parse_auth_keys(get("etcd_user"), get("etcd_password_file"), s, why); !a) return a.error();
+    return Ok{};
+}
 
-    if (const auto* v = get("election_name")) {
-        if (v->empty() || v->size() > 200 || !printable_no_space(*v))
-            return bad(why, "election_name", *v, "must be 1 to 200 printable characters without spaces");
-        if (v->back() == '/') return bad(why, "election_name", *v, "must not end with '/'");
-        s.election_name = *v;
-    } else {
-        if (volume.empty()) return bad(why, "election_name", "", "no volume name to default to nvfence/VOLUME");
-        s.election_name = "nvfence/" + volume;
-    }
-
+// The lease's TTL and the margins and timeouts derived from it.
+Status parse_timing(const Getter& get, ElectorSettings& s, std::string& why) {
     if (const auto* v = get("lease_ttl_s")) {
         auto n = parse_uint(*v, 2, 3600);
         if (!n) return bad(why, "lease_ttl_s", *v, "must be a whole number from 2 to 3600 (etcd's minimum TTL is 2 s)");
@@ -255,6 +227,53 @@ Result<ElectorSettings> parse_elector_settings(const std::map<std::string, std::
         else if (*v == "hold") s.lease_loss = LeaseLossAction::hold;
         else return bad(why, "lease_loss", *v, "must be fence or hold");
     }
+    return Ok{};
+}
+
+}  // namespace
+
+Result<ElectorSettings> parse_elector_settings(const std::map<std::string, std::string>& kv,
+                                               const std::string& volume, std::string& why) {
+    ElectorSettings s;
+    const Getter get = [&](const char* k) -> const std::string* {
+        auto it = kv.find(k);
+        return it == kv.end() ? nullptr : &it->second;
+    };
+    for (const auto& k : elector_setting_keys()) {
+        if (const auto* v = get(k.c_str()); v && v->size() > kMaxValueBytes)
+            return bad(why, k, v->substr(0, 32) + "...", "longer than 4096 bytes");
+    }
+    if (const auto* v = get("elector")) {
+        if (*v == "none") s.kind = ElectorKind::none;
+        else if (*v == "etcd") s.kind = ElectorKind::etcd;
+        else return bad(why, "elector", *v, "must be none or etcd");
+    }
+    if (s.kind == ElectorKind::none) {
+        for (const auto& k : elector_setting_keys()) {
+            if (k != "elector" && get(k.c_str()))
+                return bad(why, k, *get(k.c_str()), "needs elector = etcd (elector is none)");
+        }
+        return s;
+    }
+
+    // The agent's own key: only etcd may make a host acquire.
+    if (const auto* r = get("role"); r && *r == "acquire")
+        return bad(why, "role", *r, "must be standby with elector = etcd (the election decides who acquires)");
+
+    if (auto e = parse_endpoints(get, s, why); !e) return e.error();
+    if (auto a = parse_auth_keys(get("etcd_user"), get("etcd_password_file"), s, why); !a) return a.error();
+
+    if (const auto* v = get("election_name")) {
+        if (v->empty() || v->size() > 200 || !printable_no_space(*v))
+            return bad(why, "election_name", *v, "must be 1 to 200 printable characters without spaces");
+        if (v->back() == '/') return bad(why, "election_name", *v, "must not end with '/'");
+        s.election_name = *v;
+    } else {
+        if (volume.empty()) return bad(why, "election_name", "", "no volume name to default to nvfence/VOLUME");
+        s.election_name = "nvfence/" + volume;
+    }
+
+    if (auto t = parse_timing(get, s, why); !t) return t.error();
     return s;
 }
 
