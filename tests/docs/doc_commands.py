@@ -412,9 +412,9 @@ def substitute(words: list, where: str) -> list:
             out.append(w)
             continue
         if w == "...":
-            if prev.startswith("--") and prev in OPTION_SAMPLES and (n + 1 == len(words) or True):
-                out.append(OPTION_SAMPLES[prev])
-            continue  # "and so on"
+            if prev in OPTION_SAMPLES:
+                out.append(OPTION_SAMPLES[prev])  # the option's value, elided
+            continue  # elsewhere: "and so on"
         if w.startswith("--<") or w.startswith("<") and w.endswith(">") and w[1:-1] in MAN_METAVARS:
             name = w[3:-1] if w.startswith("--<") else w[1:-1]
             assert name in MAN_METAVARS, f"{where}: unknown man page metavariable {w!r} in {' '.join(words)}"
