@@ -14,11 +14,15 @@ completed, and only so:
   readable file, its password file by a file of mode 0600 (nvfenced refuses
   unreadable TLS files and password files others can read).
 Also: docs/AGENT.md's example of the error an invalid value gives is the
-error nvfenced prints. Run by CTest (doc_config_examples, label unit)."""
+error nvfenced prints, and what docs/ETCD.md says --check-config refuses
+(other elector keys with elector = none, role = acquire with etcd, mixed
+http/https endpoints, TLS files with http) it refuses, naming the key. Run by CTest (doc_config_examples, label unit)."""
 import os
 import re
 import subprocess
 import tempfile
+
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOCS = ["README.md", "docs/AGENT.md", "docs/ETCD.md"]
@@ -168,3 +172,29 @@ def test_agent_md_error_example_is_what_nvfenced_prints():
                            text=True, timeout=30)
     assert r.returncode == 2, r
     assert r.stderr.strip() == f"{line} (in {conf})", f"docs/AGENT.md: `{line} (in {path})`, nvfenced: {r.stderr}"
+
+
+# docs/ETCD.md's statements of what --check-config refuses: (the sentence,
+# settings it refuses, what the error names, the same minus what is refused).
+NONE = "With `elector = none` any other of these keys is refused"
+ACQUIRE = "With `elector = etcd`, the agent's `role = acquire` is refused"
+MIXING = "Mixing `http://` and `https://` endpoints, or TLS files with `http://` endpoints, is refused"
+HTTP = ("etcd_endpoints", "http://127.0.0.1:2379")
+ETCD_REFUSALS = [
+    (NONE, [("elector", "none"), ("lease_ttl_s", "5")], "lease_ttl_s", [("elector", "none")]),
+    (NONE, [("elector", "none"), HTTP], "etcd_endpoints", [("elector", "none")]),
+    (ACQUIRE, [("elector", "etcd"), HTTP, ("role", "acquire")], "role", [("elector", "etcd"), HTTP]),
+    (MIXING, [("elector", "etcd"), ("etcd_endpoints", "http://127.0.0.1:2379,https://127.0.0.2:2379")],
+     "etcd_endpoints", [("elector", "etcd"), ("etcd_endpoints", "https://127.0.0.1:2379,https://127.0.0.2:2379")]),
+    (MIXING, [("elector", "etcd"), HTTP, ("etcd_ca_file", "x")], "etcd_ca_file", [("elector", "etcd"), HTTP]),
+]
+
+
+@pytest.mark.parametrize("sentence,refused,named,accepted", ETCD_REFUSALS)
+def test_etcd_md_refusals_are_nvfenceds(sentence, refused, named, accepted):
+    text = " ".join(read(os.path.join(ROOT, "docs", "ETCD.md")).split())
+    assert sentence in text, f"docs/ETCD.md no longer says: {sentence}"
+    r = check_config(refused)
+    assert r.returncode == 2 and named in r.stderr, (sentence, refused, r.returncode, r.stderr)
+    r = check_config(accepted)
+    assert r.returncode == 0, (accepted, r.stderr)
