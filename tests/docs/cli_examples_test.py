@@ -188,7 +188,7 @@ def check_nvfenced(kind, words, where, env):
     if not {"-h", "--help", "--version"} & set(words):
         if "--check-config" not in words:
             words.append("--check-config")
-        if not {"--config", "--device", "--device_timeout_ms"} & set(words) and "--name" not in words:
+        if not {"--config", "--device", "--name"} & set(words):
             words += ["--device", "/dev/nvme0n1"]
     r = run([os.environ["NVFENCED"]] + words[1:], env)
     return None if r.returncode == 0 else f"`{' '.join(words)}`: exit {r.returncode}: {r.stderr.strip()}"
