@@ -54,3 +54,23 @@ def test_every_key_has_an_option_with_a_description():
     for k in keys:
         h = option_help(text, k)
         assert len(re.sub(r"\b(TEXT|TEXT \.\.\.|--\S+)\b", "", h).strip()) > 10, f"--{k}: no description: {h!r}"
+
+
+def test_every_option_that_is_not_a_key_is_in_the_man_page():
+    """--config, --check-config, --version, -h/--help...: nvfenced(8)
+    OPTIONS names each (the keys' options are nvfenced.conf(5)'s)."""
+    keys = set(subprocess.run([os.environ["NVFENCE_CONFIG_KEYS"]], capture_output=True, text=True,
+                              check=True).stdout.split())
+    names = set()
+    for line in help_text().splitlines():
+        m = re.match(r"^\s+(-[^\s]+)", line)
+        if m:
+            names |= set(m.group(1).split(","))
+    own = {n for n in names if n.lstrip("-").replace("-", "_") not in keys}
+    assert {"--config", "--check-config", "--version", "--help"} <= own, own
+    with open(os.path.join(ROOT, "man", "nvfenced.8"), encoding="utf-8") as f:
+        man = f.read().replace("\\-", "-")
+    options = re.search(r"^\.SH OPTIONS\n(.*?)^\.SH ", man, re.S | re.M).group(1)
+    for n in sorted(own):
+        assert re.search(rf"^\.B[IR]? .*?(?<![\w-]){re.escape(n)}(?![\w-])", options, re.M), (
+            f"nvfenced --help has {n}; nvfenced(8) OPTIONS does not describe it")
