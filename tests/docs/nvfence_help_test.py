@@ -19,8 +19,7 @@ nvfence(8) and README.md's CLI reference, and with what the binary does.
 - Every default --help states is the man page's; --timeout-ms's default
   for status is what status waits (an agent socket that never answers).
 - With --json, failures print the object nvfence(8) names, {"error",
-  "exit_code", "cause"}; for an agent command that reached no agent they
-  do not (xfail: the fix is in tools/nvfence/agent_cmds.cpp).
+  "exit_code", "cause"}, an agent command's too.
 Not checked here (they need a device or an agent): --wait-s's 120 s wait,
 --state-dir's (NVFENCE_STATE_DIR) effect. tests/cli_exit_codes.sh checks
 the exit codes of specific bad values. Run by CTest (doc_nvfence_help,
@@ -366,9 +365,6 @@ def test_json_failures_of_device_commands_and_usage_are_the_documented_object():
         assert keys <= set(obj), f"nvfence {' '.join(args)}: {sorted(obj)}, nvfence(8): {sorted(keys)}"
 
 
-@pytest.mark.xfail(strict=True, reason="agent commands' failures print {command, error, exit_code} without the "
-                   "'cause' nvfence(8) and README promise for every --json failure (tools/nvfence/agent_cmds.cpp "
-                   "fail(); fixing it is C++)")
 def test_json_failures_of_agent_commands_are_the_documented_object():
     keys = json_failure_keys()
     obj = json_failure("status", "--socket", "/nonexistent/nvfence-test.sock", "--json")

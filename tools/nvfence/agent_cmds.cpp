@@ -60,14 +60,17 @@ const char* verb(const AgentCli& st) {
     return "rejoin";
 }
 
-int fail(const AgentCli& st, const std::string& what, int rc, const std::string& hint = {}) {
+// As every nvfence failure: one line on stderr, and with --json the object
+// {"command", "error", "exit_code", "cause"} (nvfence(8)), @p cause the
+// error behind it.
+int fail(const AgentCli& st, const std::string& what, int rc, std::error_code cause, const std::string& hint = {}) {
     std::string line = std::string("nvfence: ") + verb(st) + ": " + what;
     if (!hint.empty()) line += ": " + hint;
     std::cerr << line << "\n";
     if (st.json) {
         Json j;
         j.begin_object().key("command").str(verb(st)).key("error").str(line);
-        j.key("exit_code").num(static_cast<uint64_t>(rc)).end_object();
+        j.key("exit_code").num(static_cast<uint64_t>(rc)).key("cause").str(cause.message()).end_object();
         std::cout << j.text() << "\n";
     }
     return rc;
@@ -79,7 +82,7 @@ std::optional<std::string> socket_path(const AgentCli& st, int& rc) {
     if (!st.socket.empty()) return st.socket;
     if (!st.volume.empty()) {
         if (!valid_instance_name(st.volume)) {
-            rc = fail(st, "\"" + st.volume + "\" is not a volume name", code(ExitCode::usage),
+            rc = fail(st, "\"" + st.volume + "\" is not a volume name", code(ExitCode::usage), make_error_code(Errc::invalid_argument),
                       "give the volume id or instance name (e.g. vol-0123456789abcdef0), or --socket PATH");
             return std::nullopt;
         }
@@ -95,27 +98,27 @@ std::optional<std::string> socket_path(const AgentCli& st, int& rc) {
     std::string hint = "give VOLUME or --socket PATH";
     if (found.empty()) hint += " (no agent socket in " + std::string(kRunDir) + ")";
     else hint += " (several agents run here)";
-    rc = fail(st, "which agent?", code(ExitCode::usage), hint);
+    rc = fail(st, "which agent?", code(ExitCode::usage), make_error_code(Errc::invalid_argument), hint);
     return std::nullopt;
 }
 
 int fail_transport(const AgentCli& st, const std::string& path, std::error_code ec, uint32_t timeout_ms) {
     if (ec == errno_error(ENOENT))
-        return fail(st, "no nvfenced listening at " + path, code(ExitCode::failure),
+        return fail(st, "no nvfenced listening at " + path, code(ExitCode::failure), ec,
                     "is the agent running? (systemctl status 'nvfenced@*')");
     if (ec == errno_error(ECONNREFUSED))
-        return fail(st, "nvfenced is not running (stale socket " + path + ")", code(ExitCode::failure));
+        return fail(st, "nvfenced is not running (stale socket " + path + ")", code(ExitCode::failure), ec);
     if (ec == errno_error(EACCES) || ec == errno_error(EPERM))
-        return fail(st, "permission denied on " + path, code(ExitCode::permission),
+        return fail(st, "permission denied on " + path, code(ExitCode::permission), ec,
                     "run as root or as a member of the agent's socket_group");
     if (ec == Errc::timeout)
         return fail(st, "no answer from " + path + " within " + std::to_string(timeout_ms) + " ms",
-                    code(ExitCode::failure), "the agent may be stuck on a slow device; see its journal");
+                    code(ExitCode::failure), ec, "the agent may be stuck on a slow device; see its journal");
     if (ec == Errc::protocol)
-        return fail(st, "unexpected answer from " + path, code(ExitCode::failure),
+        return fail(st, "unexpected answer from " + path, code(ExitCode::failure), ec,
                     "nvfence and nvfenced may be different versions (control protocol " +
                         std::to_string(kControlVersion) + " here)");
-    return fail(st, path + ": " + ec.message(), code(exit_code_for(ec)));
+    return fail(st, path + ": " + ec.message(), code(exit_code_for(ec)), ec);
 }
 
 void json_reply(Json& j, const ControlReply& r) {
@@ -241,6 +244,7 @@ std::optional<int> run_agent_commands(const AgentCli& st) {
         auto k = parse_cli_key(st.victim);
         if (!k)
             return fail(st, "--victim \"" + st.victim + "\" is not a reservation key", code(ExitCode::usage),
+                        make_error_code(Errc::invalid_argument),
                         "use nf:TAG:NODE:EPOCH, 0x followed by 1-16 hex digits, or a decimal number");
         req.victim = *k;
     }
