@@ -13,7 +13,7 @@ _nvfence() {
         --type) COMPREPLY=($(compgen -W "$types" -- "$cur")); return ;;
         --state-dir) COMPREPLY=($(compgen -d -- "$cur")); return ;;
         --socket) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-        --tag|--node|--epoch|--victim|--lba|--blocks|--max|--initial-bytes|--timeout-ms) return ;;
+        --tag|--node|--epoch|--victim|--victim-node|--lba|--blocks|--wait-s|--max|--initial-bytes|--timeout-ms) return ;;
     esac
 
     local cmd="" i
@@ -30,9 +30,9 @@ _nvfence() {
         report) opts+=" --initial-bytes" ;;
         register) opts+=" --node --epoch --replace --ptpl" ;;
         acquire) opts+=" --type" ;;
-        preempt) opts+=" --node --victim --holder --no-abort --type" ;;
+        preempt) opts+=" --node --victim --victim-node --holder --no-abort --type" ;;
         clear) opts+=" --force" ;;
-        write|read) opts+=" --lba --blocks --passthrough" ;;
+        write|read) opts+=" --lba --blocks --wait-s --passthrough" ;;
         notifications) opts+=" --max" ;;
         status|takeover|handoff|rejoin) opts="--json --socket --timeout-ms --help"
             [[ $cmd == takeover ]] && opts+=" --victim"

@@ -15,11 +15,7 @@ import nvfence_help_test as nh
 SCRIPT = os.path.join(nh.ROOT, "completion", "nvfence.bash")
 # Commands whose completion lacks options their --help has; the fix is in
 # completion/nvfence.bash (not docs text): strict, so the fix must remove it.
-KNOWN_GAPS = {
-    "preempt": "completion/nvfence.bash does not offer preempt's --victim-node",
-    "write": "completion/nvfence.bash does not offer write's --wait-s",
-    "read": "completion/nvfence.bash does not offer read's --wait-s",
-}
+KNOWN_GAPS: dict = {}  # sub -> why its options are not all offered (none now)
 
 
 def complete(*words: str) -> set:
@@ -49,7 +45,7 @@ def test_every_option_of_a_command(sub):
     assert got == want, f"nvfence {sub} --<TAB>: missing {sorted(want - got)}, extra {sorted(got - want)}"
 
 
-VALUE_GAPS = {("preempt", "--victim-node"), ("write", "--wait-s"), ("read", "--wait-s")}
+VALUE_GAPS: set = set()  # (sub, option) whose value the completion does not know (none now)
 VALUE_OPTIONS = sorted({(sub, o.name) for sub in nh.SUBS for o in nh.options(sub)
                         if o.takes_value and (o.range or o.name == "--victim")})
 
