@@ -503,6 +503,30 @@ TEST(FenceAgentActions, OffExclusiveHolder) {
     EXPECT_EQ(c.t.type, ResvType::write_exclusive);
 }
 
+// The fencer takes the reservation from a holder of a newer epoch: it
+// re-keys first (Register replace of exactly its key), so the new holder's
+// epoch is above the old one's (rule 4), and the floor in state_dir rises.
+TEST(FenceAgentActions, OffOfANewerHolderReKeysTheFencerAboveIt) {
+    Cluster c;
+    c.t.add(make_host(1), key(1, 1));
+    c.t.add(make_host(2), key(2, 5));
+    c.t.hold(make_host(2), ResvType::write_exclusive_reg_only);
+    ASSERT_EQ(c.run("n1", kMap + "action=off\nplug=n2"), kExitOk) << c.all_logs();
+    EXPECT_FALSE(c.registered(2));
+    ASSERT_NE(c.t.find(make_host(1)), nullptr);
+    EXPECT_EQ(c.t.find(make_host(1))->key, key(1, 6));
+    EXPECT_TRUE(c.t.is_holder(make_host(1)));
+    EXPECT_EQ(c.t.count(opcode::kResvRegister), 1u) << "one Register: the replace";
+    EXPECT_TRUE(c.logged("re-keyed")) << c.all_logs();
+    // A fencer whose epoch is the highest already keeps its key.
+    Cluster k;
+    unfence_all(k);  // n1 holds with epoch 1, n3 has epoch 3
+    const size_t regs = k.t.count(opcode::kResvRegister);
+    ASSERT_EQ(k.run("n3", kMap + "action=off\nplug=n1"), kExitOk) << k.all_logs();
+    EXPECT_EQ(k.t.count(opcode::kResvRegister), regs);
+    EXPECT_TRUE(k.t.is_holder(make_host(3)));
+}
+
 TEST(FenceAgentActions, OffRemovesEveryKeyOfTheNodeWhateverItsEpoch) {
     Cluster c;
     unfence_all(c);
