@@ -2,8 +2,8 @@
 #pragma once
 /// @file fence.hpp
 /// The ownership protocol on one namespace: join (register), acquire,
-/// takeover (preempt-and-abort the holder), release, leave (unregister),
-/// clear, verify. Every change is followed by a Report, and the outcome says
+/// takeover (preempt-and-abort the holder), evict a cluster node (fencing),
+/// release, leave (unregister), clear, verify. Every change is followed by a Report, and the outcome says
 /// what the Report showed: the device decides, this object only remembers
 /// what the device last said.
 ///
