@@ -492,11 +492,17 @@ TEST(FenceAgentActions, OffOfTheHolderMovesTheReservationToTheFencer) {
     EXPECT_EQ(c.t.type, ResvType::write_exclusive_reg_only);
 }
 
+// n1 registered with epoch @p e1; n2, with epoch @p e2, holds a reservation
+// of type @p t.
+void n2_holds(Cluster& c, uint32_t e1, uint32_t e2, ResvType t) {
+    c.t.add(make_host(1), key(1, e1));
+    c.t.add(make_host(2), key(2, e2));
+    c.t.hold(make_host(2), t);
+}
+
 TEST(FenceAgentActions, OffExclusiveHolder) {
     Cluster c;
-    c.t.add(make_host(1), key(1, 1));
-    c.t.add(make_host(2), key(2, 1));
-    c.t.hold(make_host(2), ResvType::write_exclusive);
+    n2_holds(c, 1, 1, ResvType::write_exclusive);
     ASSERT_EQ(c.run("n1", kMap + "reservation_type=exclusive\naction=off\nplug=n2"), kExitOk) << c.all_logs();
     EXPECT_FALSE(c.registered(2));
     EXPECT_TRUE(c.t.is_holder(make_host(1)));
@@ -505,12 +511,10 @@ TEST(FenceAgentActions, OffExclusiveHolder) {
 
 // The fencer takes the reservation from a holder of a newer epoch: it
 // re-keys first (Register replace of exactly its key), so the new holder's
-// epoch is above the old one's (rule 4), and the floor in state_dir rises.
+// epoch is above the old one's (rule 4).
 TEST(FenceAgentActions, OffOfANewerHolderReKeysTheFencerAboveIt) {
     Cluster c;
-    c.t.add(make_host(1), key(1, 1));
-    c.t.add(make_host(2), key(2, 5));
-    c.t.hold(make_host(2), ResvType::write_exclusive_reg_only);
+    n2_holds(c, 1, 5, ResvType::write_exclusive_reg_only);
     ASSERT_EQ(c.run("n1", kMap + "action=off\nplug=n2"), kExitOk) << c.all_logs();
     EXPECT_FALSE(c.registered(2));
     ASSERT_NE(c.t.find(make_host(1)), nullptr);
