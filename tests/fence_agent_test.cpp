@@ -492,15 +492,43 @@ TEST(FenceAgentActions, OffOfTheHolderMovesTheReservationToTheFencer) {
     EXPECT_EQ(c.t.type, ResvType::write_exclusive_reg_only);
 }
 
+// n1 registered with epoch @p e1; n2, with epoch @p e2, holds a reservation
+// of type @p t.
+void n2_holds(Cluster& c, uint32_t e1, uint32_t e2, ResvType t) {
+    c.t.add(make_host(1), key(1, e1));
+    c.t.add(make_host(2), key(2, e2));
+    c.t.hold(make_host(2), t);
+}
+
 TEST(FenceAgentActions, OffExclusiveHolder) {
     Cluster c;
-    c.t.add(make_host(1), key(1, 1));
-    c.t.add(make_host(2), key(2, 1));
-    c.t.hold(make_host(2), ResvType::write_exclusive);
+    n2_holds(c, 1, 1, ResvType::write_exclusive);
     ASSERT_EQ(c.run("n1", kMap + "reservation_type=exclusive\naction=off\nplug=n2"), kExitOk) << c.all_logs();
     EXPECT_FALSE(c.registered(2));
     EXPECT_TRUE(c.t.is_holder(make_host(1)));
     EXPECT_EQ(c.t.type, ResvType::write_exclusive);
+}
+
+// The fencer takes the reservation from a holder of a newer epoch: it
+// re-keys first (Register replace of exactly its key), so the new holder's
+// epoch is above the old one's (rule 4).
+TEST(FenceAgentActions, OffOfANewerHolderReKeysTheFencerAboveIt) {
+    Cluster c;
+    n2_holds(c, 1, 5, ResvType::write_exclusive_reg_only);
+    ASSERT_EQ(c.run("n1", kMap + "action=off\nplug=n2"), kExitOk) << c.all_logs();
+    EXPECT_FALSE(c.registered(2));
+    ASSERT_NE(c.t.find(make_host(1)), nullptr);
+    EXPECT_EQ(c.t.find(make_host(1))->key, key(1, 6));
+    EXPECT_TRUE(c.t.is_holder(make_host(1)));
+    EXPECT_EQ(c.t.count(opcode::kResvRegister), 1u) << "one Register: the replace";
+    EXPECT_TRUE(c.logged("re-keyed")) << c.all_logs();
+    // A fencer whose epoch is the highest already keeps its key.
+    Cluster k;
+    unfence_all(k);  // n1 holds with epoch 1, n3 has epoch 3
+    const size_t regs = k.t.count(opcode::kResvRegister);
+    ASSERT_EQ(k.run("n3", kMap + "action=off\nplug=n1"), kExitOk) << k.all_logs();
+    EXPECT_EQ(k.t.count(opcode::kResvRegister), regs);
+    EXPECT_TRUE(k.t.is_holder(make_host(3)));
 }
 
 TEST(FenceAgentActions, OffRemovesEveryKeyOfTheNodeWhateverItsEpoch) {

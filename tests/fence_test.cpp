@@ -1312,5 +1312,274 @@ TEST_F(TokenTakeoverTest, ARetryOfTheTermChangesNothingAndFinishesAHalfDoneOne) 
     EXPECT_EQ(target.log.size(), sent + 1) << "only the Report";
 }
 
+// ------------------------------------------------------------- evict_node
+
+// The Acquire @p c preempts (and aborts, @p abort) @p prkey with @p crkey
+// under Write Exclusive, bit for bit.
+void expect_preempt(const Command& c, uint64_t crkey, uint64_t prkey, bool abort = true) {
+    EXPECT_EQ(c.cdw[0], abort ? 0x102u : 0x101u) << "RACQA preempt(-and-abort), RTYPE WE";
+    EXPECT_EQ(test::get_le64(c.payload.data()), crkey);
+    EXPECT_EQ(test::get_le64(c.payload.data() + 8), prkey);
+}
+
+// The commands @p h sent with opcode @p op, in order.
+std::vector<Command> sent_by(const FakeTarget& t, const HostId& h, uint8_t op) {
+    std::vector<Command> out;
+    for (const auto& s : t.log)
+        if (s.host == h && s.cmd.opcode == op && s.cmd.queue == Queue::io) out.push_back(s.cmd);
+    return out;
+}
+
+TEST_F(FenceTest, EvictNodeRemovesEveryKeyOfTheNodeWithTheRegisteredKeyAndKeepsAThirdHolder) {
+    auto a = node(1), b = node(2), c = node(3);
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));  // epoch 1
+    ASSERT_TRUE(a->fence.acquire());
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));  // epoch 2
+    ASSERT_TRUE(c->fence.join(std::nullopt, false));  // epoch 3
+    target.add(make_host(9), key(2, 41));  // node 2 through a second host id, a newer epoch
+    const uint64_t kc = key_of(*c);
+    const size_t regs_before = target.count(opcode::kResvRegister);
+
+    auto o = c->fence.evict_node(2);
+    ASSERT_TRUE(o) << o.error().message();
+    EXPECT_TRUE(o->changed);
+    EXPECT_EQ(o->removed, (std::vector<uint64_t>{key(2, 2), key(2, 41)}));
+    EXPECT_EQ(o->key, kc) << "this host's key is unchanged: it does not take the reservation";
+    EXPECT_FALSE(o->completion_error);
+    EXPECT_EQ(target.count(opcode::kResvRegister), regs_before) << "nothing registered or re-keyed";
+    const auto acq = sent_by(target, c->id, opcode::kResvAcquire);
+    ASSERT_EQ(acq.size(), 2u);
+    expect_preempt(acq[0], kc, key(2, 2));
+    expect_preempt(acq[1], kc, key(2, 41));
+    EXPECT_TRUE(target.is_holder(a->id)) << "a third holder keeps the reservation";
+    EXPECT_NE(target.find(c->id), nullptr);
+    EXPECT_TRUE(node_keys(o->after, kTag, 2).empty());
+    EXPECT_TRUE(is_fenced(b->write()));
+}
+
+TEST_F(FenceTest, EvictNodeOfTheHolderTakesTheReservationWithTheFreshestKey) {
+    auto a = node(1), b = node(2);
+    ASSERT_TRUE(a->fence.join(std::nullopt, false));  // epoch 1
+    ASSERT_TRUE(a->fence.acquire());
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));  // epoch 2: above every other epoch
+    const size_t regs_before = target.count(opcode::kResvRegister);
+    auto o = b->fence.evict_node(1);
+    ASSERT_TRUE(o) << o.error().message();
+    EXPECT_EQ(o->previous_holder, key(1, 1));
+    EXPECT_EQ(o->removed, std::vector<uint64_t>{key(1, 1)});
+    EXPECT_EQ(target.count(opcode::kResvRegister), regs_before) << "its epoch is the highest: no re-key";
+    const auto acq = sent_by(target, b->id, opcode::kResvAcquire);
+    ASSERT_EQ(acq.size(), 1u);
+    expect_preempt(acq[0], key(2, 2), key(1, 1));
+    EXPECT_TRUE(target.is_holder(b->id));
+    EXPECT_EQ(target.type, ResvType::write_exclusive);
+    ASSERT_EQ(target.aborted.size(), 1u);
+    EXPECT_EQ(target.aborted[0], a->id);
+}
+
+TEST_F(FenceTest, EvictNodeReKeysAboveTheVictimBeforeTakingTheReservation) {
+    auto b = node(2);
+    target.add(make_host(1), key(1, 5));
+    target.add(b->id, key(2, 3));
+    target.hold(make_host(1), ResvType::write_exclusive);
+    auto o = b->fence.evict_node(1);
+    ASSERT_TRUE(o) << o.error().message();
+    EXPECT_EQ(o->key, key(2, 6)) << "a fresh epoch above the victim's";
+    EXPECT_EQ(o->replaced, key(2, 3));
+    const Command* reg = last(opcode::kResvRegister);
+    ASSERT_NE(reg, nullptr);
+    EXPECT_EQ(reg->cdw[0] & 7u, 2u) << "RREGA replace: exactly its current key";
+    EXPECT_EQ(payload_key(*reg, 0), key(2, 3));
+    EXPECT_EQ(payload_key(*reg, 8), key(2, 6));
+    const auto acq = sent_by(target, b->id, opcode::kResvAcquire);
+    ASSERT_EQ(acq.size(), 1u);
+    expect_preempt(acq[0], key(2, 6), key(1, 5));
+    EXPECT_TRUE(target.is_holder(b->id));
+    EXPECT_EQ(*b->store.load(), 6u);
+}
+
+TEST_F(FenceTest, EvictNodeTakesAFreeReservation) {
+    auto a = node(1, {.abort = false});
+    target.add(a->id, key(1, 1));
+    target.add(make_host(2), key(2, 2));  // nobody holds: under Write Exclusive everyone writes
+    auto o = a->fence.evict_node(2);
+    ASSERT_TRUE(o) << o.error().message();
+    EXPECT_EQ(o->key, key(1, 3));
+    const auto acq = sent_by(target, a->id, opcode::kResvAcquire);
+    ASSERT_EQ(acq.size(), 2u);
+    expect_preempt(acq[0], key(1, 3), key(2, 2), false);
+    EXPECT_EQ(acq[1].cdw[0], 0x100u) << "Acquire, WE";
+    EXPECT_EQ(test::get_le64(acq[1].payload.data()), key(1, 3));
+    EXPECT_TRUE(target.is_holder(a->id));
+    EXPECT_TRUE(target.aborted.empty()) << "--no-abort: plain preempt";
+}
+
+TEST_F(FenceTest, EvictNodeNeverRegistersThisHost) {
+    auto a = node(1), c = node(3);
+    target.add(a->id, key(1, 1));
+    target.add(make_host(2), key(2, 2));
+    target.hold(a->id, ResvType::write_exclusive);
+    const size_t before = target.state_commands();
+    auto o = c->fence.evict_node(2);
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::not_registered);
+    EXPECT_EQ(target.state_commands(), before) << "nothing sent";
+    EXPECT_EQ(target.find(c->id), nullptr);
+    EXPECT_NE(target.find(make_host(2)), nullptr);
+}
+
+TEST_F(FenceTest, EvictNodePreemptedBeforeItsReKeyDoesNotRegisterAgain) {
+    auto b = node(2);
+    target.add(make_host(1), key(1, 5));
+    target.add(b->id, key(2, 3));
+    target.hold(make_host(1), ResvType::write_exclusive);
+    HostPort p1(target, make_host(1));
+    Reservations r1(p1, 1);
+    target.fail = [&](const HostId& h, const Command& cmd) -> std::optional<std::error_code> {
+        if (h == b->id && cmd.opcode == opcode::kResvRegister) {
+            AcquireArgs p;  // the holder fences b first
+            p.action = AcquireAction::preempt_and_abort;
+            p.crkey = key(1, 5);
+            p.prkey = key(2, 3);
+            EXPECT_TRUE(r1.acquire(p).ok());
+        }
+        return std::nullopt;
+    };
+    auto o = b->fence.evict_node(1);
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::not_registered);
+    EXPECT_EQ(target.find(b->id), nullptr) << "the Register replaces exactly its key: refused";
+    EXPECT_EQ(target.count(opcode::kResvAcquire), 1u) << "only the holder's preempt";
+    EXPECT_TRUE(target.is_holder(make_host(1)));
+}
+
+TEST_F(FenceTest, EvictNodeRefusesItsOwnNode) {
+    auto a = node(1);
+    auto z = node_opts(4, {.tag = kTag});  // no node in the options: the one of its key
+    target.add(a->id, key(1, 1));
+    target.add(z->id, key(4, 2));
+    target.hold(a->id, ResvType::write_exclusive);
+    const size_t before = target.state_commands();
+    auto o = a->fence.evict_node(1);
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::own_key);
+    o = z->fence.evict_node(4);
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::own_key);
+    EXPECT_EQ(target.state_commands(), before);
+}
+
+TEST_F(FenceTest, EvictNodeOfANodeWithoutKey) {
+    auto a = node(1), b = node(2, {.tag = kTag, .node = 2});
+    target.add(a->id, key(1, 1));
+    target.add(b->id, key(2, 2));
+    const size_t before = target.state_commands();
+    // Nobody holds: a failed compare, or (fence) take the reservation.
+    auto o = a->fence.evict_node(5, EvictAbsent::compare);
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::invalid_key);
+    EXPECT_EQ(target.state_commands(), before);
+    o = a->fence.evict_node(5);
+    ASSERT_TRUE(o) << o.error().message();
+    EXPECT_TRUE(o->changed);
+    EXPECT_TRUE(target.is_holder(a->id));
+    EXPECT_EQ(o->key, key(1, 3));
+    EXPECT_TRUE(o->removed.empty());
+    // Held: nothing to do for the holder; another host's failed compare.
+    const size_t held = target.state_commands();
+    o = a->fence.evict_node(5, EvictAbsent::compare);
+    ASSERT_TRUE(o);
+    EXPECT_FALSE(o->changed);
+    o = b->fence.evict_node(5, EvictAbsent::compare);
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::lost_race);
+    o = b->fence.evict_node(5);
+    ASSERT_TRUE(o);
+    EXPECT_FALSE(o->changed) << "fenced already";
+    EXPECT_EQ(target.state_commands(), held);
+}
+
+TEST_F(FenceTest, EvictNodeWhoseCompletionIsLostIsConfirmedByTheReport) {
+    auto a = node(1), b = node(2);
+    target.add(a->id, key(1, 1));
+    target.add(b->id, key(2, 2));
+    target.hold(a->id, ResvType::write_exclusive);
+    lose_completion(target, *a, opcode::kResvAcquire, sys(ETIMEDOUT), true);
+    auto o = a->fence.evict_node(2);
+    ASSERT_TRUE(o) << o.error().message();
+    ASSERT_TRUE(o->completion_error);
+    EXPECT_EQ(*o->completion_error, sys(ETIMEDOUT));
+    EXPECT_EQ(o->removed, std::vector<uint64_t>{key(2, 2)});
+    // Lost, and it did not run: the next round sends it again.
+    target.add(b->id, key(2, 3));
+    lose_completion(target, *a, opcode::kResvAcquire, sys(EIO), false);
+    o = a->fence.evict_node(2);
+    ASSERT_TRUE(o) << o.error().message();
+    EXPECT_FALSE(o->completion_error) << "the second round's preempt completed";
+    EXPECT_EQ(target.find(b->id), nullptr);
+    // An error that proves nothing ran ends it.
+    target.add(b->id, key(2, 4));
+    lose_completion(target, *a, opcode::kResvAcquire, test::nvme_err(NvmeStatus::invalid_field), false);
+    o = a->fence.evict_node(2);
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), test::nvme_err(NvmeStatus::invalid_field));
+}
+
+TEST_F(FenceTest, EvictNodeLosingToAnotherFencerIsSuccess) {
+    auto a = node(1), c = node(3);
+    target.add(a->id, key(1, 1));
+    target.add(make_host(2), key(2, 2));
+    target.add(c->id, key(3, 3));
+    target.hold(a->id, ResvType::write_exclusive);
+    bool raced = false;
+    target.fail = [&](const HostId& h, const Command& cmd) -> std::optional<std::error_code> {
+        if (!raced && h == a->id && cmd.opcode == opcode::kResvAcquire) {
+            raced = true;
+            AcquireArgs p;
+            p.action = AcquireAction::preempt_and_abort;
+            p.crkey = key(3, 3);
+            p.prkey = key(2, 2);
+            EXPECT_TRUE(c->resv.acquire(p).ok());  // c fences node 2 first
+        }
+        return std::nullopt;
+    };
+    auto o = a->fence.evict_node(2);
+    ASSERT_TRUE(o) << o.error().message();
+    ASSERT_TRUE(o->completion_error);
+    EXPECT_TRUE(is_nvme(*o->completion_error, NvmeStatus::reservation_conflict));
+    EXPECT_TRUE(target.is_holder(a->id));
+}
+
+TEST_F(FenceTest, EvictNodeRetriesAVictimThatRegistersAgainABoundedNumberOfTimes) {
+    auto a = node(1);
+    target.add(a->id, key(1, 1));
+    target.add(make_host(2), key(2, 2));
+    target.hold(a->id, ResvType::write_exclusive);
+    HostPort p2(target, make_host(2));
+    Reservations r2(p2, 1);
+    uint32_t epoch = 10;
+    int again = 0, limit = 1;
+    target.after = [&](const HostId& h, const Command& cmd) {
+        if (again < limit && h == a->id && cmd.opcode == opcode::kResvAcquire) {
+            ++again;  // node 2 registers again before a verifies
+            RegisterArgs r;
+            r.nrkey = key(2, epoch++);
+            EXPECT_TRUE(r2.reg(r).ok());
+        }
+    };
+    auto o = a->fence.evict_node(2);
+    ASSERT_TRUE(o) << o.error().message();
+    EXPECT_EQ(target.count(opcode::kResvAcquire), 2u);
+    EXPECT_EQ(target.find(make_host(2)), nullptr);
+    // Always back: kEvictRounds preempts, then a failure.
+    target.add(make_host(2), key(2, 20));
+    again = 0;
+    limit = 100;
+    o = a->fence.evict_node(2);
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::verify_failed);
+    EXPECT_EQ(target.count(opcode::kResvAcquire), 2u + kEvictRounds);
+}
+
 }  // namespace
 }  // namespace nvfence

@@ -165,6 +165,14 @@ def test_cli_preempt_victim_node(lab):
     assert nvf(b, "register", "--node", "2", "--replace").rc == OK
     kb = [x["key"] for x in report(b)["registrants"] if x["node"] == 2]
     assert len(kb) == 1 and node_keys(report(b))[2][0] > 1
+    # c is not registered: --victim-node never registers it (a fenced host
+    # must not fence others), nothing is sent. (It registered c until the
+    # eviction became Fence::evict_node, fence_nvfence off's routine.)
+    r = nvf(c, "preempt", "--node", "3", "--victim-node", "2")
+    assert r.rc == CONFLICT and "not registered" in r.err, r
+    st = report(c)
+    assert [x["key"] for x in st["registrants"] if x["node"] == 2] == kb and 3 not in node_keys(st), st
+    assert nvf(c, "register", "--node", "3").rc == OK
     r = nvf(c, "preempt", "--node", "3", "--victim-node", "2")
     assert r.rc == OK, r
     assert r.json["removed"] == kb, r
@@ -175,10 +183,14 @@ def test_cli_preempt_victim_node(lab):
     r = nvf(c, "preempt", "--victim-node", "1")
     assert r.rc == OK and holder_node(report(c)) == 3, r
     assert write(a, 121).rc == CONFLICT
-    # Node 2 has no key now: c holds, so nothing to do; from a host that
-    # does not hold, the holder is named (exit 6).
+    # Node 2 has no key now: c holds, so nothing to do; from a registered
+    # host that does not hold, the holder is named (exit 6); b, fenced,
+    # is refused first (not registered, exit 3).
     r = nvf(c, "preempt", "--victim-node", "2")
     assert r.rc == OK and r.json["changed"] is False, r
+    r = nvf(b, "preempt", "--node", "2", "--victim-node", "1")
+    assert r.rc == CONFLICT and "not registered" in r.err, r
+    assert nvf(b, "register", "--node", "2").rc == OK
     r = nvf(b, "preempt", "--node", "2", "--victim-node", "1")
     assert r.rc == LOST_RACE and "holds the reservation" in r.err, r
     # A host's own node is refused.

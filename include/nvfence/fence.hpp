@@ -2,8 +2,8 @@
 #pragma once
 /// @file fence.hpp
 /// The ownership protocol on one namespace: join (register), acquire,
-/// takeover (preempt-and-abort the holder), release, leave (unregister),
-/// clear, verify. Every change is followed by a Report, and the outcome says
+/// takeover (preempt-and-abort the holder), evict a cluster node (fencing),
+/// release, leave (unregister), clear, verify. Every change is followed by a Report, and the outcome says
 /// what the Report showed: the device decides, this object only remembers
 /// what the device last said.
 ///
@@ -63,6 +63,30 @@ struct NVFENCE_API Outcome {
     /// reservation), which an idempotent re-run would accept as well.
     std::optional<std::error_code> completion_error;
 };
+
+/// How Fence::evict_node treats a victim node that has no key of this
+/// Fence's tag in the first Report.
+enum class EvictAbsent : uint8_t {
+    /// Still a fence: when nobody holds, this host takes the reservation
+    /// (nobody holding lets every host write, the victim too); when a
+    /// reservation is held, success without change. fence_nvfence's 'off'.
+    fence,
+    /// A failed compare (as Fence::takeover's victim): nothing is sent;
+    /// success without change when this host holds, Errc::lost_race when
+    /// another host holds, Errc::invalid_key when nobody holds. `nvfence
+    /// preempt --victim-node`.
+    compare,
+};
+
+/// Rounds of Fence::evict_node (Report, preempts, Report) before it gives
+/// up: a victim that registers again between rounds is preempted again, a
+/// bounded number of times.
+inline constexpr int kEvictRounds = 3;
+
+/// Keys of node @p node of cluster tag @p tag registered in @p st, each
+/// once, in the Report's order. Foreign keys and other tags' are never
+/// decoded as a node's.
+NVFENCE_API std::vector<uint64_t> node_keys(const ReservationStatus& st, uint8_t tag, uint8_t node);
 
 /// The ownership protocol for this host on one namespace.
 class NVFENCE_API Fence {
@@ -149,6 +173,36 @@ public:
     /// fence: a newer leader's preempt removes exactly the key acquired.
     Result<Outcome> takeover_with_token(const ReservationStatus& seen, uint32_t token,
                                         const std::function<bool()>& may_act = nullptr);
+    /// Evicts node @p victim_node of this Fence's tag (fencing): removes
+    /// every key of that node, whatever its epoch, and leaves a reservation
+    /// held. What a cluster manager knows is the node, not its current key.
+    ///  - This host must be registered: it never registers to evict (a
+    ///    fenced host whose stale cluster stack comes back must not be able
+    ///    to fence the healthy nodes). Not registered: Errc::not_registered,
+    ///    nothing sent. Its own node (options().node, or the node of its
+    ///    registered key): Errc::own_key, nothing sent.
+    ///  - Each victim key is preempted (and aborted, options().abort) with
+    ///    this host's current registered key. When the victim holds the
+    ///    reservation, or nobody holds (under Write Exclusive every host
+    ///    then writes), this host takes it: first it re-keys with a fresh
+    ///    epoch (a Register that replaces exactly its current key, refused
+    ///    by the device when that key was preempted meanwhile), then the
+    ///    preempt of the holder, or an Acquire of options().type, gives it
+    ///    the reservation. A third host's reservation is kept, and so are
+    ///    every other registrant (standbys stay candidates): this is not a
+    ///    takeover.
+    ///  - An error completion that may hide a command that ran (see
+    ///    Outcome::completion_error) is decided by the Report that follows:
+    ///    the victim's keys gone and a reservation held is success, the
+    ///    error kept in completion_error.
+    ///  - Each round is verified by a Report; a victim key still (or again)
+    ///    registered gets another round, at most kEvictRounds in all, then
+    ///    the last uncertain error or Errc::verify_failed.
+    /// A victim node with no key in the first Report: see EvictAbsent.
+    /// Outcome::removed lists the victim's keys gone (and any other key that
+    /// disappeared meanwhile), Outcome::replaced this host's key before the
+    /// re-key.
+    Result<Outcome> evict_node(uint8_t victim_node, EvictAbsent absent = EvictAbsent::fence);
     /// Releases the reservation if this host holds it. An error completion
     /// that may hide a Release that ran (see Outcome::completion_error) is
     /// success when the Report then shows nobody holding.
@@ -186,6 +240,11 @@ private:
     Status token_usable(const ReservationStatus& seen, uint32_t token, uint64_t key) const;
     Result<Outcome> verify_rekeyed(Outcome& o, uint64_t key);
     Outcome finish(Outcome o, const ReservationStatus& after) const;
+    Status evict_allowed(const ReservationStatus& st, uint8_t victim_node) const;
+    Result<ReservationStatus> evict_round(Outcome& o, const ReservationStatus& st, uint8_t victim_node,
+                                          std::error_code& uncertain);
+    Result<uint64_t> evict_rekey(Outcome& o, const ReservationStatus& st, const Registrant& me);
+    Status evict_send(const AcquireArgs& a, std::error_code& uncertain);
 
     Reservations& resv_;
     HostId self_;

@@ -421,6 +421,130 @@ Result<Outcome> Fence::verify_rekeyed(Outcome& o, uint64_t key) {
     return make_error_code(Errc::verify_failed);
 }
 
+std::vector<uint64_t> node_keys(const ReservationStatus& st, uint8_t tag, uint8_t node) {
+    std::vector<uint64_t> keys;
+    for (const auto& r : st.registrants) {
+        auto f = decode_key(r.key);
+        if (f && f->tag == tag && f->node == node && std::find(keys.begin(), keys.end(), r.key) == keys.end())
+            keys.push_back(r.key);
+    }
+    return keys;
+}
+
+// Whether this host may evict @p victim_node, on @p st: registered (never
+// registering to evict), not that node itself, and its key the node the
+// options name.
+Status Fence::evict_allowed(const ReservationStatus& st, uint8_t victim_node) const {
+    if (victim_node == 0) return make_error_code(Errc::invalid_argument);
+    if (opts_.node == victim_node) return make_error_code(Errc::own_key);
+    const Registrant* me = mine(st);
+    if (!me) return make_error_code(Errc::not_registered);
+    const auto f = decode_key(me->key);
+    if (f && f->tag == opts_.tag && f->node == victim_node) return make_error_code(Errc::own_key);
+    if (f && f->tag == opts_.tag && opts_.node != 0 && f->node != opts_.node)
+        return make_error_code(Errc::host_id_conflict);
+    return Ok{};
+}
+
+Result<Outcome> Fence::evict_node(uint8_t victim_node, EvictAbsent absent) {
+    auto started = start();
+    if (!started) return started.error();
+    Outcome o = std::move(*started);
+    if (auto s = evict_allowed(o.before, victim_node); !s) return s.error();
+    if (node_keys(o.before, opts_.tag, victim_node).empty()) {
+        const bool held = o.before.type != ResvType::none;
+        if (absent == EvictAbsent::compare && !mine(o.before)->holder)
+            return make_error_code(held ? Errc::lost_race : Errc::invalid_key);
+        if (held) return finish(o, o.before);  // fenced already
+    }
+    ReservationStatus st = o.before;
+    std::error_code uncertain;
+    for (int round = 0; round < kEvictRounds; ++round) {
+        uncertain = {};  // only an error of the round the Report confirms is kept
+        auto now = evict_round(o, st, victim_node, uncertain);
+        if (!now) return now.error();
+        st = std::move(*now);
+        if (node_keys(st, opts_.tag, victim_node).empty() && st.type != ResvType::none) {
+            Outcome done = finish(o, st);
+            if (uncertain) done.completion_error = uncertain;
+            return done;
+        }
+    }
+    return uncertain ? uncertain : make_error_code(Errc::verify_failed);
+}
+
+// One round of evict_node on @p st, the last Report: preempts (and aborts)
+// every key of the victim node with this host's key, which first becomes a
+// fresh one when this host is to take the reservation (the victim holds it,
+// or nobody does); Acquires when nobody holds after. Returns the Report
+// that follows.
+Result<ReservationStatus> Fence::evict_round(Outcome& o, const ReservationStatus& st, uint8_t victim_node,
+                                             std::error_code& uncertain) {
+    const Registrant* me = mine(st);
+    // Preempted since the last Report: never register again to go on.
+    if (!me) return make_error_code(Errc::not_registered);
+    const auto victims = node_keys(st, opts_.tag, victim_node);
+    const Registrant* h = st.holder();
+    const bool take =
+        !me->holder && (!h || std::find(victims.begin(), victims.end(), h->key) != victims.end());
+    uint64_t key = me->key;
+    if (take) {
+        auto k = evict_rekey(o, st, *me);
+        if (!k) return k.error();
+        key = *k;
+    }
+    AcquireArgs a;
+    a.type = opts_.type;
+    a.crkey = key;
+    a.action = opts_.abort ? AcquireAction::preempt_and_abort : AcquireAction::preempt;
+    for (uint64_t v : victims) {
+        a.prkey = v;
+        if (auto s = evict_send(a, uncertain); !s) return s.error();
+    }
+    o.changed = true;
+    auto now = verify();
+    // Preempting a victim that did not hold leaves the reservation free.
+    if (!now || !take || now->type != ResvType::none || !mine(*now)) return now;
+    AcquireArgs acq;
+    acq.type = opts_.type;
+    acq.crkey = key;
+    if (auto s = evict_send(acq, uncertain); !s) return s.error();
+    return verify();
+}
+
+// The key this host takes the reservation with: its own when its epoch is
+// already above every other plausible epoch of its tag on the device and
+// the floor (rule 4), else a fresh one, by a Register that replaces exactly
+// @p me's key (refused by the device when that key is gone: never a new
+// registration).
+Result<uint64_t> Fence::evict_rekey(Outcome& o, const ReservationStatus& st, const Registrant& me) {
+    const auto next = next_epoch(st);
+    const auto f = decode_key(me.key);
+    if (next && f && f->tag == opts_.tag && *next == f->epoch + 1) return me.key;
+    auto node = node_for(st);
+    if (!node) return node.error();
+    auto key = fresh_key(st, *node, std::nullopt);
+    if (!key) return key.error();
+    if (auto s = register_fresh(register_args(&me, *key), o); !s) {
+        // The device refuses to replace a key that is gone: this host was
+        // preempted after the Report.
+        if (is_nvme(s.error(), NvmeStatus::reservation_conflict)) return make_error_code(Errc::not_registered);
+        return s.error();
+    }
+    o.changed = true;
+    return *key;
+}
+
+// One Acquire of evict_node: an error that may hide a command that ran is
+// kept in @p uncertain for the next Report to decide; any other ends it.
+Status Fence::evict_send(const AcquireArgs& a, std::error_code& uncertain) {
+    auto s = resv_.acquire(a);
+    if (s) return Ok{};
+    if (!maybe_done(s.error())) return s.error();
+    uncertain = s.error();
+    return Ok{};
+}
+
 Result<Outcome> Fence::release() {
     auto started = start();
     if (!started) return started.error();

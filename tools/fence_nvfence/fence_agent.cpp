@@ -37,18 +37,6 @@ std::string key_words(uint64_t key) {
     return format_key_hex(key) + " (foreign)";
 }
 
-// Keys of node @p node and tag @p tag registered in @p st.
-std::vector<uint64_t> node_keys(const ReservationStatus& st, uint8_t tag, uint8_t node) {
-    std::vector<uint64_t> keys;
-    for (const auto& r : st.registrants) {
-        auto f = decode_key(r.key);
-        if (f && f->tag == tag && f->node == node &&
-            std::find(keys.begin(), keys.end(), r.key) == keys.end())
-            keys.push_back(r.key);
-    }
-    return keys;
-}
-
 Result<std::map<std::string, uint8_t>> node_map(const Ctx& c, std::string& why) {
     return parse_node_map(c.o.node_ids, why);
 }
@@ -379,60 +367,36 @@ void preempt_through_agent(const Ctx& c, const std::string& sock, const std::vec
     }
 }
 
-// Preempts-and-aborts every key of @p victims with this host's @p mykey, and
-// takes the reservation when none is held. True when anything was sent.
-bool preempt_direct(const Ctx& c, Device& d, uint64_t mykey, const std::vector<uint64_t>& victims,
-                    std::string& last_problem) {
-    const ResvType type = resv_type_for(c.o.mode);
-    bool sent = false;
-    for (uint64_t k : victims) {
-        AcquireArgs a;
-        a.action = AcquireAction::preempt_and_abort;
-        a.type = type;
-        a.crkey = mykey;
-        a.prkey = k;
-        if (auto s = d.resv().acquire(a); !s) {
-            // A conflict is also what a fencer that lost the race to
-            // another fencer gets: the Report decides.
-            last_problem = "preempt-and-abort of " + key_words(k) + " failed: " + s.error().message();
-            c.log(Level::warning, d.path() + ": " + last_problem);
-        } else {
-            c.info(d.path() + ": preempted-and-aborted " + key_words(k));
-        }
-        sent = true;
-    }
-    auto now = d.resv().report();
-    if (now && now->type == ResvType::none) {
-        // Without a reservation an unregistered host still writes.
-        AcquireArgs a;
-        a.action = AcquireAction::acquire;
-        a.type = type;
-        a.crkey = mykey;
-        if (auto s = d.resv().acquire(a); !s)
-            last_problem = "acquiring the reservation failed: " + s.error().message();
-        else
-            c.info(d.path() + ": took the " + std::string(resv_type_name(type)) + " reservation");
-        sent = true;
-    }
-    return sent;
+// The failure of 'off' on @p d after @p rounds rounds, @p st the last Report
+// (if any) naming what is still registered.
+void log_not_fenced(const Ctx& c, const Device& d, uint8_t victim, const std::optional<ReservationStatus>& st,
+                    const std::string& last_problem) {
+    std::string left;
+    if (st)
+        for (uint64_t k : node_keys(*st, c.o.tag, victim)) left += " " + key_words(k);
+    c.error(d.path() + ": node " + std::to_string(victim) + " could not be fenced after " + std::to_string(kOffRounds) +
+            " rounds" + (left.empty() ? std::string(": no reservation is held") : ": still registered:" + left) +
+            (last_problem.empty() ? "" : " (last: " + last_problem + ")"));
 }
 
-OffResult off_device(const Ctx& c, Device& d, uint8_t victim) {
-    std::optional<std::string> sock;
-    bool looked_for_agent = false;
+// This host is registered as @p victim itself.
+OffResult refuse_local(const Ctx& c, const Device& d, uint8_t victim, uint64_t mykey) {
+    c.error(d.path() + ": refusing to fence node " + std::to_string(victim) + ": this host is registered with its key " +
+            key_words(mykey) + " (it is the local node)");
+    return OffResult::refused;
+}
+
+// Through the local nvfenced: rounds of Report and the agent's takeover of
+// each key of the victim, until none is registered and a reservation is held.
+OffResult off_through_agent(const Ctx& c, Device& d, const std::string& sock, uint8_t victim) {
     bool changed = false;
     std::string last_problem;
     for (int round = 0; round < kOffRounds; ++round) {
         auto st = read_reservation(c, d, d.path());
         if (!st) return OffResult::failed;
-        const Registrant* me = st->find_host(d.host_id());
-        if (me) {
+        if (const Registrant* me = st->find_host(d.host_id())) {
             auto f = decode_key(me->key);
-            if (f && f->tag == c.o.tag && f->node == victim) {
-                c.error(d.path() + ": refusing to fence node " + std::to_string(victim) +
-                        ": this host is registered with its key " + key_words(me->key) + " (it is the local node)");
-                return OffResult::refused;
-            }
+            if (f && f->tag == c.o.tag && f->node == victim) return refuse_local(c, d, victim, me->key);
         }
         const auto victims = node_keys(*st, c.o.tag, victim);
         if (victims.empty() && st->type != ResvType::none) {
@@ -444,36 +408,62 @@ OffResult off_device(const Ctx& c, Device& d, uint8_t victim) {
             c.debug(d.path() + ": node " + std::to_string(victim) + " is not registered: already off");
             return changed ? OffResult::fenced : OffResult::already_off;
         }
-        if (!looked_for_agent) {
-            sock = agent_for(c, d);
-            looked_for_agent = true;
-        }
-        if (sock) {
-            preempt_through_agent(c, *sock, victims, last_problem);
-            changed = true;
-        } else {
-            if (!me) {
-                // Only 'on' registers. A host without a key here was fenced
-                // (or never unfenced): were it to register in order to
-                // preempt, a fenced node whose stale cluster stack rejoins
-                // could fence the healthy nodes. The fencer tries another
-                // node.
-                c.error(d.path() + ": this host is not registered (fenced, or never unfenced), so it cannot fence "
-                        "node " + std::to_string(victim) + ": only 'on' registers a node");
-                return OffResult::failed;
-            }
-            if (preempt_direct(c, d, me->key, victims, last_problem)) changed = true;
-        }
+        preempt_through_agent(c, sock, victims, last_problem);
+        changed = true;
     }
     auto st = d.resv().report();
     if (st && node_keys(*st, c.o.tag, victim).empty() && st->type != ResvType::none) return OffResult::fenced;
-    std::string left;
-    if (st)
-        for (uint64_t k : node_keys(*st, c.o.tag, victim)) left += " " + key_words(k);
-    c.error(d.path() + ": node " + std::to_string(victim) + " could not be fenced after " + std::to_string(kOffRounds) +
-            " rounds" + (left.empty() ? std::string(": no reservation is held") : ": still registered:" + left) +
-            (last_problem.empty() ? "" : " (last: " + last_problem + ")"));
+    log_not_fenced(c, d, victim, st ? std::optional<ReservationStatus>(*st) : std::nullopt, last_problem);
     return OffResult::failed;
+}
+
+// Why Fence::evict_node failed, in fence_nvfence's words.
+OffResult off_direct_failed(const Ctx& c, const Device& d, const Fence& f, uint8_t victim, std::error_code ec) {
+    const auto& st = f.last_report();
+    if (ec == Errc::own_key && st && f.mine(*st)) return refuse_local(c, d, victim, f.mine(*st)->key);
+    if (ec == Errc::not_registered) {
+        // Only 'on' registers. A host without a key here was fenced (or never
+        // unfenced): were it to register in order to preempt, a fenced node
+        // whose stale cluster stack rejoins could fence the healthy nodes.
+        // The fencer tries another node.
+        c.error(d.path() + ": this host is not registered (fenced, or never unfenced), so it cannot fence node " +
+                std::to_string(victim) + ": only 'on' registers a node");
+    } else if (ec == Errc::verify_failed || completion_uncertain(ec)) {
+        log_not_fenced(c, d, victim, st, ec == Errc::verify_failed ? std::string() : ec.message());
+    } else {
+        c.error(d.path() + ": fencing node " + std::to_string(victim) + " failed: " + ec.message());
+    }
+    return OffResult::failed;
+}
+
+// Without nvfenced: Fence::evict_node with this host's registered key.
+OffResult off_direct(const Ctx& c, Device& d, uint8_t victim) {
+    EpochStore store(c.o.state_dir, d.volume());
+    FenceOptions fo;
+    fo.tag = c.o.tag;
+    fo.type = resv_type_for(c.o.mode);  // node 0: the node of this host's key
+    Fence f(d.resv(), d.host_id(), fo, &store);
+    auto o = f.evict_node(victim);
+    if (!o) return off_direct_failed(c, d, f, victim, o.error());
+    if (o->completion_error)
+        c.log(Level::warning, d.path() + ": a command completed with " + o->completion_error->message() +
+                                  ", but the Report shows it done (another fencer, or a command re-sent after a reset)");
+    if (!o->changed) {
+        c.debug(d.path() + ": node " + std::to_string(victim) + " is not registered: already off");
+        return OffResult::already_off;
+    }
+    for (uint64_t k : node_keys(o->before, c.o.tag, victim)) c.info(d.path() + ": preempted-and-aborted " + key_words(k));
+    if (o->replaced) c.info(d.path() + ": re-keyed to " + key_words(o->key) + " (above the victim's epoch)");
+    if (const Registrant* me = f.mine(o->after); me && me->holder && !(f.mine(o->before) && f.mine(o->before)->holder))
+        c.info(d.path() + ": took the " + std::string(resv_type_name(o->after.type)) + " reservation");
+    c.info(d.path() + ": node " + std::to_string(victim) + " fenced (verified: no key of it registered, " +
+           resv_type_name(o->after.type) + " held)");
+    return OffResult::fenced;
+}
+
+OffResult off_device(const Ctx& c, Device& d, uint8_t victim) {
+    if (auto sock = agent_for(c, d)) return off_through_agent(c, d, *sock, victim);
+    return off_direct(c, d, victim);
 }
 
 // The nodes of tag c.o.tag registered on @p st, as "1,3" (none: "none").

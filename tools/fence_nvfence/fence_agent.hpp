@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "nvfence/control.hpp"
+#include "nvfence/fence.hpp"
 #include "nvfence/reservation.hpp"
 #include "options.hpp"
 
@@ -34,8 +35,9 @@ inline constexpr int kExitOff = 2;    ///< status: OFF.
 
 /// Rounds of preempt-and-verify per device in `off` before giving up (a
 /// victim that re-registers between the Report and the preempt is
-/// preempted again, at most this often).
-inline constexpr int kOffRounds = 3;
+/// preempted again, at most this often). Without nvfenced, Fence::evict_node
+/// makes them.
+inline constexpr int kOffRounds = kEvictRounds;
 
 /// Where the udev rules link shared, reservation-capable namespaces by
 /// volume id (/dev/nvfence/VOLUME): the devices when none are given.

@@ -591,108 +591,67 @@ int cmd_preempt(const Common& c, unsigned node, ResvType type, std::optional<uin
     return 0;
 }
 
-// --victim-node N: preempt the key node N is registered with, whatever its
-// epoch (what a cluster manager knows is the node, not its current key).
-// The compare-and-swap of --victim still holds: the key is read here and
-// the takeover re-checks it.
-int cmd_preempt_node(const Common& c, unsigned node, ResvType type, unsigned victim_node, bool abort) {
-    int rc = 0;
-    auto ns = open_ns(c, rc);
-    if (!ns) return rc;
-    Reservations resv(ns->passthru(), ns->info().nsid);
-    auto st = resv.report();
-    if (!st) return fail(c, c.dev + ": reservation report failed: " + st.error().message(), st.error());
-    const auto& self = ns->info().host_id;
-    const Registrant* me = self ? st->find_host(*self) : nullptr;
-    const auto mine = me ? decode_key(me->key) : std::nullopt;
-    const std::string which = "--victim-node " + std::to_string(victim_node);
-    if (node == victim_node || (node == 0 && mine && mine->tag == c.tag && mine->node == victim_node))
-        return fail(c, "preempt: " + which + " is this host's own node", make_error_code(Errc::invalid_argument),
+// Why Fence::evict_node refused or failed, in the words of `nvfence preempt
+// --victim-node`.
+int fail_preempt_node(const Common& c, unsigned victim_node, std::error_code ec, const Fence& f) {
+    const std::string none = "preempt: node " + std::to_string(victim_node) + " (cluster tag " +
+                             std::to_string(c.tag) + ") has no key on " + c.dev;
+    const Registrant* h = f.last_report() ? f.last_report()->holder() : nullptr;
+    if (ec == Errc::own_key)
+        return fail(c, "preempt: --victim-node " + std::to_string(victim_node) + " is this host's own node", ec,
                     "a host cannot preempt itself (nothing was changed)");
-    std::vector<uint64_t> keys;
-    for (const auto& r : st->registrants) {
-        auto f = decode_key(r.key);
-        if (f && f->tag == c.tag && f->node == victim_node) keys.push_back(r.key);
-    }
-    if (keys.size() > 1) {
-        std::string list;
-        for (auto k : keys) list += " " + format_key(k);
-        return fail(c, "preempt: node " + std::to_string(victim_node) + " has " + std::to_string(keys.size()) +
-                           " keys on " + c.dev + ":" + list,
-                    make_error_code(Errc::invalid_argument), "name one with --victim KEY (nothing was changed)");
-    }
-    if (keys.empty()) {
-        const Registrant* h = st->holder();
-        const std::string none = "preempt: node " + std::to_string(victim_node) + " (cluster tag " +
-                                 std::to_string(c.tag) + ") has no key on " + c.dev;
-        if (h && self && h->host_id == *self) {
-            if (c.json) {
-                Json j;
-                j.begin_object().key("command").str("preempt").key("changed").boolean(false);
-                j.key("key").str(format_key_hex(h->key)).key("key_text").str(format_key(h->key)).end_object();
-                std::cout << j.text() << "\n";
-            } else {
-                std::printf("%s and this host holds it; nothing changed\n", none.c_str());
-            }
-            return 0;
-        }
-        if (h)
-            return fail(c, none + "; " + describe_key(h->key) + " holds the reservation",
-                        make_error_code(Errc::lost_race), "nothing was changed (see 'nvfence report')", h->key);
-        return fail(c, none + " and nobody holds the reservation", make_error_code(Errc::invalid_key),
-                    "nothing was changed; see 'nvfence report'");
-    }
-    const Registrant* h = st->holder();
-    const uint64_t victim = keys.front();
-    ns.reset();
-    // The victim holds, or nobody does: the takeover of --victim.
-    if (!h || h->key == victim || (self && h->host_id == *self))
-        return cmd_preempt(c, node, type, victim, abort);
-    // A third host holds: remove the victim only (the holder keeps the
-    // reservation), verified by a Report.
+    if (ec == Errc::not_registered)
+        return fail(c, "preempt: this host is not registered on " + c.dev + ", so it cannot preempt node " +
+                           std::to_string(victim_node),
+                    ec,
+                    "--victim-node never registers this host (a fenced host must not fence others): run "
+                    "'nvfence register DEV --node N' first, or use --victim KEY",
+                    h ? std::optional<uint64_t>(h->key) : std::nullopt);
+    if (ec == Errc::lost_race && h)
+        return fail(c, none + "; " + describe_key(h->key) + " holds the reservation", ec,
+                    "nothing was changed (see 'nvfence report')", h->key);
+    if (ec == Errc::invalid_key)
+        return fail(c, none + " and nobody holds the reservation", ec, "nothing was changed; see 'nvfence report'");
+    return fail_op(c, "preempt", ec, f);
+}
+
+// --victim-node N: Fence::evict_node, every key of node N whatever its epoch
+// (what a cluster manager knows is the node, not its current key), with
+// this host's registered key; a node with no key is a failed compare.
+int cmd_preempt_node(const Common& c, unsigned node, ResvType type, unsigned victim_node, bool abort) {
     FenceOptions o;
     o.node = static_cast<uint8_t>(node);
     o.type = type;
+    o.abort = abort;
+    int rc = 0;
     auto x = open_fence(c, o, rc);
     if (!x) return rc;
-    auto j = x->fence->join(std::nullopt, false);
-    if (!j) {
-        if (j.error() == Errc::invalid_argument)
-            return fail(c, "preempt: this host has no key of cluster tag " + std::to_string(c.tag) + " to reuse its node id",
-                        j.error(), "pass --node N (or set NVFENCE_NODE)");
-        return fail_op(c, "preempt", j.error(), *x->fence);
-    }
-    AcquireArgs a;
-    a.action = abort ? AcquireAction::preempt_and_abort : AcquireAction::preempt;
-    a.type = type;
-    a.crkey = j->key;
-    a.prkey = victim;
-    const auto sent = x->resv->acquire(a);
-    auto after = x->fence->verify();
-    if (!after) return fail(c, c.dev + ": reservation report failed: " + after.error().message(), after.error());
-    const bool gone = std::none_of(after->registrants.begin(), after->registrants.end(),
-                                   [&](const Registrant& r) { return r.key == victim; });
-    if (!gone)
-        return fail_op(c, "preempt", sent ? make_error_code(Errc::verify_failed) : sent.error(), *x->fence);
-    const Registrant* now = after->holder();
+    auto out = x->fence->evict_node(static_cast<uint8_t>(victim_node), EvictAbsent::compare);
+    if (!out) return fail_preempt_node(c, victim_node, out.error(), *x->fence);
+    const Registrant* now = out->after.holder();
+    const bool holds = now && x->fence->mine(out->after) == now;
     if (c.json) {
-        Json j2;
-        j2.begin_object().key("command").str("preempt").key("action").str(abort ? "preempt-and-abort" : "preempt");
-        j2.key("changed").boolean(true).key("key").str(format_key_hex(j->key)).key("key_text").str(format_key(j->key));
-        j2.key("removed").begin_array().str(format_key_hex(victim)).end_array();
-        j2.key("holder");
-        if (now) j2.str(format_key_hex(now->key)); else j2.null();
-        j2.key("generation").num(after->generation);
-        if (!sent) j2.key("completion_error").str(sent.error().message());
-        j2.end_object();
-        std::cout << j2.text() << "\n";
+        Json j;
+        j.begin_object().key("command").str("preempt").key("action").str(abort ? "preempt-and-abort" : "preempt");
+        json_outcome(j, *out, x->ns->info().host_id);
+        j.end_object();
+        std::cout << j.text() << "\n";
         return 0;
     }
-    std::printf("preempt: removed %s (%s); the holder keeps the reservation\n", describe_key(victim).c_str(),
-                abort ? "preempt-and-abort" : "preempt");
+    if (!out->changed)
+        std::printf("preempt: node %u (cluster tag %u) has no key on %s and this host holds it; nothing changed\n",
+                    victim_node, c.tag, c.dev.c_str());
+    else if (holds)
+        std::printf("preempt: this host now holds %s (%s)\n", c.dev.c_str(), abort ? "preempt-and-abort" : "preempt");
+    else
+        std::printf("preempt: removed node %u's keys (%s); the holder keeps the reservation\n", victim_node,
+                    abort ? "preempt-and-abort" : "preempt");
+    for (auto k : out->removed) std::printf("removed:     %s\n", describe_key(k).c_str());
+    if (out->replaced) std::printf("re-keyed:    this host's %s\n", describe_key(*out->replaced).c_str());
+    print_completion_note(*out);
     std::printf("holder:      %s\n", now ? describe_key(now->key).c_str() : "none");
-    std::printf("this host:   %s\n", describe_key(j->key).c_str());
-    std::printf("generation:  %u\n", after->generation);
+    std::printf("this host:   %s\n", describe_key(out->key).c_str());
+    std::printf("generation:  %u\n", out->after.generation);
     return 0;
 }
 
@@ -1073,7 +1032,8 @@ int main(int argc, char** argv) {
     auto* hopt = pre->add_flag("--holder", holder_flag, "preempt the current holder (the default)");
     vopt->excludes(hopt);
     unsigned victim_node = 0;
-    pre->add_option("--victim-node", victim_node, "preempt node N's key, whatever its epoch (1-255)")
+    pre->add_option("--victim-node", victim_node, "evict node N: every key of it, whatever its epoch, with this host's registered key "
+                    "(never registers this host) (1-255)")
         ->check(uint_in(1, 255))->excludes(vopt)->excludes(hopt);
     pre->add_flag("--no-abort", no_abort, "plain preempt: do not abort the victim's queued commands");
     pre->add_option("--type", type_s, "type to take: exclusive (default), shared, we, ea, wero, earo, wear, eaar")->check(type_text());
