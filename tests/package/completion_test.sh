@@ -20,7 +20,7 @@ bash -c 'source "$1" && complete -p nvfence' _ "$src/completion/nvfence.bash" | 
 expect "acquire" nvfence acq
 expect "preempt" nvfence pre
 expect "write-exclusive write-exclusive-registrants-only write-exclusive-all-registrants" nvfence acquire /dev/x --type write-ex
-expect "--victim" nvfence preempt /dev/x --vi
+expect "--victim --victim-node" nvfence preempt /dev/x --vi
 expect "--force" nvfence clear /dev/x --fo
 expect "--version" nvfence --ver
 echo "completion: $fails failures"
