@@ -49,6 +49,18 @@ protected:
         return std::make_unique<SimHost>(t, clock, n, options(n, role, type), tmp.path());
     }
     // A holder (host 1, role acquire) and a standby (host 2), both started.
+    // A fresh target of @p type with a holding (role acquire) and b started
+    // with @p b_role: hosts 1 and 2 under Registrants Only, 3 and 4 under
+    // Write Exclusive (their state directories are their own).
+    void pair_of(ResvType type, StartRole b_role) {
+        const uint8_t n = type == ResvType::write_exclusive ? 3 : 1;
+        t = FakeTarget{};
+        a = host(n, StartRole::acquire, type);
+        b = host(static_cast<uint8_t>(n + 1), b_role, type);
+        a->start_ok();
+        b->start_ok();
+        ASSERT_EQ(a->agent->state(), AgentState::holder);
+    }
     void holder_and_standby() {
         a = host(1, StartRole::acquire);
         a->start_ok();
@@ -705,14 +717,8 @@ TEST_F(AgentTest, RoleAcquireNeverReacquiresAfterPreemptionRejoinHandoffOrCrash)
 // writing: a rejoin never acquires (the test above).
 TEST_F(AgentTest, ARejoinUnderRegistrantsOnlyTakesTheReservationNobodyHolds) {
     for (ResvType type : {ResvType::write_exclusive_reg_only, ResvType::write_exclusive}) {
-        // Hosts 1 and 2, then 3 and 4 (their state directories are their own).
-        const uint8_t n = type == ResvType::write_exclusive ? 3 : 1;
-        t = FakeTarget{};
-        a = host(n, StartRole::acquire, type);
-        b = host(static_cast<uint8_t>(n + 1), StartRole::acquire, type);
-        a->start_ok();
-        b->start_ok();
-        ASSERT_EQ(a->agent->state(), AgentState::holder);
+        pair_of(type, StartRole::acquire);
+        if (HasFatalFailure()) return;
         ASSERT_EQ(b->agent->state(), AgentState::standby);
         // The target restarts without PTPL: every key and the reservation are gone.
         t.regs.clear();
@@ -789,13 +795,8 @@ TEST_F(AgentTest, UnderRegistrantsOnlyARejoinOfAStandbyTakesTheReservationNobody
 // looks at the device: its key gone, it is FENCED and refuses.
 TEST_F(AgentTest, AFencedHostThatHasNotCheckedYetRefusesATakeover) {
     for (ResvType type : {ResvType::write_exclusive_reg_only, ResvType::write_exclusive}) {
-        const uint8_t n = type == ResvType::write_exclusive ? 3 : 1;
-        t = FakeTarget{};
-        a = host(n, StartRole::acquire, type);
-        b = host(static_cast<uint8_t>(n + 1), StartRole::standby, type);
-        a->start_ok();
-        b->start_ok();
-        ASSERT_EQ(a->agent->state(), AgentState::holder);
+        pair_of(type, StartRole::standby);
+        if (HasFatalFailure()) return;
         ASSERT_EQ(b->request(ControlOp::takeover, a->agent->key()).exit_code, 0) << "b fences a";
         const uint64_t b_key = b->agent->key();
         ASSERT_EQ(a->agent->state(), AgentState::holder) << "a has not checked since (frozen)";
@@ -817,13 +818,8 @@ TEST_F(AgentTest, AFencedHostThatHasNotCheckedYetRefusesATakeover) {
 // is FENCED.
 TEST_F(AgentTest, AHostFencedBetweenItsCheckAndItsTakeoverIsNotRegisteredAgain) {
     for (ResvType type : {ResvType::write_exclusive_reg_only, ResvType::write_exclusive}) {
-        const uint8_t n = type == ResvType::write_exclusive ? 3 : 1;
-        t = FakeTarget{};
-        a = host(n, StartRole::acquire, type);
-        b = host(static_cast<uint8_t>(n + 1), StartRole::standby, type);
-        a->start_ok();
-        b->start_ok();
-        ASSERT_EQ(a->agent->state(), AgentState::holder);
+        pair_of(type, StartRole::standby);
+        if (HasFatalFailure()) return;
         const uint64_t a_key = a->agent->key();
         bool raced = false;
         int reports = 0;
