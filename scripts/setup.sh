@@ -21,6 +21,8 @@ packages=(
   # packaging tests: cpack's dpkg-shlibdeps, dpkg-deb, dpkg-buildflags (hardening); lintian
   # on the packages; man pages rendered by man(1)
   dpkg-dev lintian man-db groff-base bsdextrautils
+  # style: function lengths measured by ctags (function_length)
+  universal-ctags
   # libnvfence's ABI: abidw records the baseline (abi/), abidiff checks it (abi_check)
   abigail-tools
   # lab: systemd host guests (Debian root image, qcow2 overlays, debugfs); ext4 in the busybox guests

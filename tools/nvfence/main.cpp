@@ -297,6 +297,71 @@ std::string hostnqn_for(const NamespaceInfo& i) {
 
 // ---- commands -------------------------------------------------------------
 
+// The reservation types RESCAP says the namespace supports, in RESCAP's order.
+std::vector<ResvType> supported_types(const ResvCaps& r) {
+    std::vector<ResvType> out;
+    for (auto t : {ResvType::write_exclusive, ResvType::exclusive_access, ResvType::write_exclusive_reg_only,
+                   ResvType::exclusive_access_reg_only, ResvType::write_exclusive_all_regs,
+                   ResvType::exclusive_access_all_regs})
+        if (r.supports(t)) out.push_back(t);
+    return out;
+}
+
+void print_info_json(const NamespaceInfo& i, bool ok, const std::string& why, const std::string& hostnqn) {
+    const auto& r = i.ns.rescap;
+    Json j;
+    j.begin_object();
+    j.key("device").str(i.paths.block).key("generic").str(i.paths.generic);
+    j.key("controller").str(i.paths.controller).key("transport").str(i.paths.transport);
+    j.key("model").str(i.ctrl.model).key("serial").str(i.ctrl.serial).key("firmware").str(i.ctrl.firmware);
+    j.key("ebs_volume_id");
+    if (i.ebs_volume) j.str(*i.ebs_volume); else j.null();
+    j.key("volume_id").str(i.volume);
+    j.key("nsid").num(i.nsid).key("lba_bytes").num(i.ns.lba_bytes);
+    j.key("size_blocks").num(i.ns.size_blocks).key("capacity_bytes").num(i.ns.size_blocks * i.ns.lba_bytes);
+    j.key("shared").boolean(i.looks_shared());
+    j.key("reservations").boolean(ok);
+    j.key("oncs_reservations").boolean(i.ctrl.reservations);
+    j.key("rescap").num(i.ns.rescap_raw);
+    j.key("types").begin_array();
+    for (auto t : supported_types(r)) j.str(resv_type_short(t));
+    j.end_array();
+    j.key("ptpl").boolean(r.ptpl).key("iekey").boolean(r.iekey);
+    j.key("host_id");
+    if (i.host_id) j.str(format_host_id(*i.host_id)); else j.null();
+    j.key("hostnqn").str(hostnqn);
+    if (!ok) j.key("error").str("nvfence: " + why).key("exit_code").num(static_cast<uint64_t>(ExitCode::unsupported));
+    j.end_object();
+    std::cout << j.text() << "\n";
+}
+
+void print_info_text(const NamespaceInfo& i, bool ok, const std::string& hostnqn) {
+    const auto& r = i.ns.rescap;
+    std::printf("device:        %s\n", i.paths.block.c_str());
+    std::printf("generic:       %s\n", i.paths.generic.empty() ? "-" : i.paths.generic.c_str());
+    std::printf("controller:    %s (%s)\n", i.paths.controller.c_str(),
+                i.paths.transport.empty() ? "?" : i.paths.transport.c_str());
+    std::printf("model:         %s\n", i.ctrl.model.c_str());
+    std::printf("serial:        %s\n", i.ctrl.serial.c_str());
+    std::printf("firmware:      %s\n", i.ctrl.firmware.c_str());
+    if (i.ebs_volume) std::printf("EBS volume:    %s\n", i.ebs_volume->c_str());
+    std::printf("volume id:     %s\n", i.volume.c_str());
+    std::printf("nsid:          %u\n", i.nsid);
+    std::printf("LBA size:      %u bytes\n", i.ns.lba_bytes);
+    std::printf("capacity:      %llu blocks (%llu bytes)\n", static_cast<unsigned long long>(i.ns.size_blocks),
+                static_cast<unsigned long long>(i.ns.size_blocks * i.ns.lba_bytes));
+    std::printf("shared:        %s\n", i.looks_shared() ? "yes" : "no");
+    std::printf("reservations:  %s (ONCS bit %s, RESCAP 0x%02x)\n", ok ? "supported" : "NOT supported",
+                i.ctrl.reservations ? "set" : "clear", i.ns.rescap_raw);
+    std::printf("types:        ");
+    for (auto t : supported_types(r)) std::printf(" %s", resv_type_short(t));
+    std::printf("\nPTPL:          %s\nIEKEY:         %s\n", r.ptpl ? "yes" : "no", r.iekey ? "yes" : "no");
+    std::printf("host id:       %s\n", i.host_id ? format_host_id(*i.host_id).c_str() : "unknown");
+    std::printf("host NQN:      %s\n", hostnqn.empty() ? "-" : hostnqn.c_str());
+    std::printf("fencing:       the device refuses every write path of a preempted host\n"
+                "               (page cache, filesystems, other processes), not only nvfence's\n");
+}
+
 int cmd_info(const Common& c) {
     int rc = 0;
     auto ns = open_ns(c, rc, false);
@@ -304,64 +369,9 @@ int cmd_info(const Common& c) {
     const auto& i = ns->info();
     std::string why;
     const bool ok = ns->require_reservations(&why).ok();
-    const auto& r = i.ns.rescap;
     const std::string hostnqn = hostnqn_for(i);
-    if (c.json) {
-        Json j;
-        j.begin_object();
-        j.key("device").str(i.paths.block).key("generic").str(i.paths.generic);
-        j.key("controller").str(i.paths.controller).key("transport").str(i.paths.transport);
-        j.key("model").str(i.ctrl.model).key("serial").str(i.ctrl.serial).key("firmware").str(i.ctrl.firmware);
-        j.key("ebs_volume_id");
-        if (i.ebs_volume) j.str(*i.ebs_volume); else j.null();
-        j.key("volume_id").str(i.volume);
-        j.key("nsid").num(i.nsid).key("lba_bytes").num(i.ns.lba_bytes);
-        j.key("size_blocks").num(i.ns.size_blocks).key("capacity_bytes").num(i.ns.size_blocks * i.ns.lba_bytes);
-        j.key("shared").boolean(i.looks_shared());
-        j.key("reservations").boolean(ok);
-        j.key("oncs_reservations").boolean(i.ctrl.reservations);
-        j.key("rescap").num(i.ns.rescap_raw);
-        j.key("types").begin_array();
-        for (auto t : {ResvType::write_exclusive, ResvType::exclusive_access, ResvType::write_exclusive_reg_only,
-                       ResvType::exclusive_access_reg_only, ResvType::write_exclusive_all_regs,
-                       ResvType::exclusive_access_all_regs})
-            if (r.supports(t)) j.str(resv_type_short(t));
-        j.end_array();
-        j.key("ptpl").boolean(r.ptpl).key("iekey").boolean(r.iekey);
-        j.key("host_id");
-        if (i.host_id) j.str(format_host_id(*i.host_id)); else j.null();
-        j.key("hostnqn").str(hostnqn);
-        if (!ok) j.key("error").str("nvfence: " + why).key("exit_code").num(static_cast<uint64_t>(ExitCode::unsupported));
-        j.end_object();
-        std::cout << j.text() << "\n";
-    } else {
-        std::printf("device:        %s\n", i.paths.block.c_str());
-        std::printf("generic:       %s\n", i.paths.generic.empty() ? "-" : i.paths.generic.c_str());
-        std::printf("controller:    %s (%s)\n", i.paths.controller.c_str(),
-                    i.paths.transport.empty() ? "?" : i.paths.transport.c_str());
-        std::printf("model:         %s\n", i.ctrl.model.c_str());
-        std::printf("serial:        %s\n", i.ctrl.serial.c_str());
-        std::printf("firmware:      %s\n", i.ctrl.firmware.c_str());
-        if (i.ebs_volume) std::printf("EBS volume:    %s\n", i.ebs_volume->c_str());
-        std::printf("volume id:     %s\n", i.volume.c_str());
-        std::printf("nsid:          %u\n", i.nsid);
-        std::printf("LBA size:      %u bytes\n", i.ns.lba_bytes);
-        std::printf("capacity:      %llu blocks (%llu bytes)\n", static_cast<unsigned long long>(i.ns.size_blocks),
-                    static_cast<unsigned long long>(i.ns.size_blocks * i.ns.lba_bytes));
-        std::printf("shared:        %s\n", i.looks_shared() ? "yes" : "no");
-        std::printf("reservations:  %s (ONCS bit %s, RESCAP 0x%02x)\n", ok ? "supported" : "NOT supported",
-                    i.ctrl.reservations ? "set" : "clear", i.ns.rescap_raw);
-        std::printf("types:        ");
-        for (auto t : {ResvType::write_exclusive, ResvType::exclusive_access, ResvType::write_exclusive_reg_only,
-                       ResvType::exclusive_access_reg_only, ResvType::write_exclusive_all_regs,
-                       ResvType::exclusive_access_all_regs})
-            if (r.supports(t)) std::printf(" %s", resv_type_short(t));
-        std::printf("\nPTPL:          %s\nIEKEY:         %s\n", r.ptpl ? "yes" : "no", r.iekey ? "yes" : "no");
-        std::printf("host id:       %s\n", i.host_id ? format_host_id(*i.host_id).c_str() : "unknown");
-        std::printf("host NQN:      %s\n", hostnqn.empty() ? "-" : hostnqn.c_str());
-        std::printf("fencing:       the device refuses every write path of a preempted host\n"
-                    "               (page cache, filesystems, other processes), not only nvfence's\n");
-    }
+    if (c.json) print_info_json(i, ok, why, hostnqn);
+    else print_info_text(i, ok, hostnqn);
     if (!ok) {
         // One JSON document: the error is part of the info object above.
         std::cerr << "nvfence: " << why << "\n";
