@@ -41,8 +41,8 @@
 ///    Pacemaker is told is fenced is fenced);
 ///  - leader_unstable (etcd schedules): once a healed cluster is live (every
 ///    call in flight at the heal ended; the holder leads in etcd with its
-///    key's token, on a lease renewed after the heal, and has read the
-///    device since), the key holding the reservation stays the same for two
+///    key's token, on that leadership's lease renewed by etcd after those
+///    calls ended, and has read the device since), the key holding the reservation stays the same for two
 ///    leases (a leader that steps down without a fault is a needless
 ///    failover: the lease watchdog's defect of bba280b).
 

@@ -155,6 +155,14 @@ struct EtcdModel {
         std::erase_if(leases, [](const EtcdLease& l) { return !l.alive; });
     }
     const EtcdCandidate* leader() const { return queue.empty() ? nullptr : &queue.front(); }
+    // The leader at @p now and its lease, leases that ran out not counted
+    // (expire() runs only when a call reaches etcd).
+    std::pair<const EtcdCandidate*, const EtcdLease*> leader_at(int64_t now) const {
+        for (const auto& c : queue)
+            for (const auto& l : leases)
+                if (l.id == c.lease && l.alive && l.expires > now) return {&c, &l};
+        return {nullptr, nullptr};
+    }
 };
 
 class World;
@@ -265,7 +273,6 @@ struct Host {
     int64_t etcd_cut_until = 0;
     int64_t dev_cut_until = 0;
     int64_t lease_deadline_local = INT64_MIN;
-    int64_t lease_sent_world = INT64_MIN;  // world time of the last grant or renewal etcd confirmed
     int64_t last_view_local = 0;  // the agent's last successful Report (its clock)
     int64_t last_view_world = 0;  // the same, world time
     bool bridge_dirty = false;
@@ -500,7 +507,7 @@ Result<LeaderInfo> SimElector::campaign(Ms timeout) {
     const int64_t deadline = w_.now() + timeout.count();
     auto left = [&] { return Ms(std::max<int64_t>(0, deadline - w_.now())); };
     if (lease_ == 0) {
-        const int64_t sent = H.clock.local_ms(), sent_world = w_.now();
+        const int64_t sent = H.clock.local_ms();
         auto g = w_.etcd_call<int64_t>(host_, left(), [&]() -> Result<int64_t> {
             auto& e = w_.etcd();
             const int64_t id = e.next_lease++;
@@ -512,7 +519,6 @@ Result<LeaderInfo> SimElector::campaign(Ms timeout) {
         rev_.reset();
         tokens_.clear();
         H.lease_deadline_local = sent + w_.ttl();
-        H.lease_sent_world = sent_world;
     }
     if (!rev_) {
         auto r = w_.etcd_call<int64_t>(host_, left(), [&]() -> Result<int64_t> {
@@ -580,7 +586,7 @@ Result<Term> SimElector::term(uint32_t at_least, Ms timeout) {
 Result<LeaseStatus> SimElector::keepalive(Ms timeout) {
     if (lease_ == 0) return make_error_code(ElectorErrc::not_campaigning);
     Host& H = w_.host(host_);
-    const int64_t sent = H.clock.local_ms(), sent_world = w_.now();
+    const int64_t sent = H.clock.local_ms();
     auto k = w_.etcd_call<LeaseStatus>(host_, timeout, [&]() -> Result<LeaseStatus> {
         auto& e = w_.etcd();
         EtcdLease* l = e.lease(lease_);
@@ -588,10 +594,7 @@ Result<LeaseStatus> SimElector::keepalive(Ms timeout) {
         l->expires = w_.now() + e.ttl_ms;
         return LeaseStatus{e.ttl_ms};
     });
-    if (k) {
-        H.lease_deadline_local = std::max(H.lease_deadline_local, sent + w_.ttl());
-        H.lease_sent_world = std::max(H.lease_sent_world, sent_world);
-    }
+    if (k) H.lease_deadline_local = std::max(H.lease_deadline_local, sent + w_.ttl());
     else if (k.error() == make_error_code(ElectorErrc::lease_expired)) reset();
     return k;
 }
@@ -1829,16 +1832,16 @@ void World::check_liveness() {
         return;
     }
     // etcd: live, every call in flight at the heal ended, and a holder that
-    // leads in etcd with the token of its key, on a lease etcd granted or
-    // renewed after the heal, and read the device after it (a leadership of
-    // the faulty world may rightly be lost, a term won but not carried out
-    // yet is still to come: the window waits); then the same holder for
-    // three leases.
+    // leads in etcd with the token of its key, on a lease etcd renewed after
+    // that (so by a call of the healed world, whose answer came), and read
+    // the device since (a leadership of the faulty world may rightly be
+    // lost, a term won but not carried out yet is still to come: the window
+    // waits); then the same holder for kStableLeases leases.
     const int hh = device_holder();
-    const EtcdCandidate* leader = etcd_.leader();
+    const auto [leader, lease] = etcd_.leader_at(now_);
     const Host* holder = hh >= 0 ? hosts_[static_cast<size_t>(hh)].get() : nullptr;
     if (live && live_at_ == kNever && now_ >= calm_at_ && holder && leader && leader->host == hh &&
-        leader->token == epoch_of(holder_key()) && holder->lease_sent_world >= heal_at_ &&
+        leader->token == epoch_of(holder_key()) && lease->expires - etcd_.ttl_ms > calm_at_ &&
         holder->last_view_world >= calm_at_) {
         live_at_ = now_;
         live_holder_ = holder_key();
