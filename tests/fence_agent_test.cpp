@@ -349,6 +349,7 @@ struct Cluster {
     std::map<std::string, std::string> links;  // symbolic links: path -> canonical path
     std::vector<std::string> opened;           // every path given to Host::open
     bool ptpl_capable = false;                 // the devices' RESCAP PTPL bit (nvmet: clear)
+    std::function<bool()> requester_alive;     // set: Host::requester_alive
 
     static HostId host(const std::string& name) { return make_host(static_cast<uint8_t>(name.back() - '0')); }
 
@@ -394,6 +395,7 @@ struct Cluster {
         h.discover = [&] { return discovered; };
         h.sleep = [&](uint32_t s) { slept.push_back(s); };
         h.log = [&](Level l, const std::string& s) { logs.emplace_back(l, s); };
+        h.requester_alive = requester_alive;
         std::string out;
         const int rc = fence_agent::run(p, h, out);
         if (out_text) *out_text = out;
@@ -422,6 +424,35 @@ const std::string kMap = "devices=/dev/nvme1n1\nnode_ids=n1:1;n2:2;n3:3\n";
 void unfence_all(Cluster& c) {
     for (const char* n : {"n1", "n2", "n3"})
         ASSERT_EQ(c.run(n, kMap + "action=on\nnodename=" + n), kExitOk) << n << "\n" << c.all_logs();
+}
+
+// The cluster lab (CI of 2d89981): right after stonith_admin fenced node c,
+// the DC asked to unfence c (not yet seen lost); c's Pacemaker stopped (it
+// was fenced) and its fencer's `on`, left running, had c's nvfenced rejoin:
+// c was registered again two seconds after its fence. An `on` whose fencer
+// has exited changes nothing, directly or through nvfenced.
+TEST(FenceAgentActions, AnOnWhoseFencerHasExitedChangesNothing) {
+    for (bool through_agent : {false, true}) {
+        Cluster c;
+        if (through_agent)
+            c.agent = [](const ControlRequest& r) {  // a FENCED nvfenced of node 3
+                ControlReply rep;
+                rep.op = r.op;
+                rep.state = AgentState::fenced;
+                rep.node = 3;
+                return rep;
+            };
+        bool alive = false;
+        c.requester_alive = [&] { return alive; };
+        EXPECT_EQ(c.run("n3", kMap + "action=on\nport=n3"), kExitError) << c.all_logs();
+        EXPECT_FALSE(c.registered(3)) << "the node was registered by an orphaned unfencing";
+        EXPECT_TRUE(c.agent_requests.empty()) << "nvfenced was asked";
+        EXPECT_TRUE(c.logged("the process that asked for this unfencing has exited")) << c.all_logs();
+        if (through_agent) continue;
+        alive = true;
+        EXPECT_EQ(c.run("n3", kMap + "action=on\nport=n3"), kExitOk) << c.all_logs();
+        EXPECT_TRUE(c.registered(3));
+    }
 }
 
 TEST(FenceAgentActions, OnRegistersEveryNodeAndTheFirstTakesTheReservation) {

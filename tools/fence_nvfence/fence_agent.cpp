@@ -320,6 +320,16 @@ bool verify_on(const Ctx& c, Device& d, uint8_t node, bool through_agent) {
 }
 
 bool on_device(const Ctx& c, Device& d, uint8_t node) {
+    // An unfencing whose fencer has exited is not carried out: a node's
+    // Pacemaker that stops because the node was just fenced leaves its
+    // fencer's last `on` running, which would register the node again (the
+    // cluster lab: the DC asked to unfence the node it had just fenced,
+    // before it saw the node lost; the orphan rejoined it 2 s later).
+    if (c.host.requester_alive && !c.host.requester_alive()) {
+        c.error(d.path() + ": the process that asked for this unfencing has exited (its Pacemaker stopped, perhaps "
+                "because this node was just fenced): nothing was changed");
+        return false;
+    }
     if (c.o.aptpl && !d.ptpl_capable()) {
         c.error(d.path() + ": aptpl: the namespace does not support Persist Through Power Loss (RESCAP bit 0 "
                 "clear); nothing was changed");

@@ -94,6 +94,9 @@ struct Host {
     std::function<std::vector<std::string>()> discover;
     /// The devices under device-mapper device @p dm_name ("dm-3"), for messages.
     std::function<std::vector<std::string>(const std::string& dm_name)> dm_slaves;
+    /// False once the process that ran this agent (Pacemaker's fencer) has
+    /// exited: `on` then changes nothing. Unset: always alive.
+    std::function<bool()> requester_alive;
 };
 
 /// Runs the action of @p parsed and returns its exit code; what the agent

@@ -219,6 +219,7 @@ int main(int argc, char** argv) {
     ::openlog("fence_nvfence", LOG_PID, LOG_DAEMON);
 
     Host host;
+    host.requester_alive = [ppid = ::getppid()] { return ::getppid() == ppid; };
     host.local_name = local_node_name();
     host.resolve = canonical_path;
     host.dm_slaves = dm_slaves;
