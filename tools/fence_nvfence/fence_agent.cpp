@@ -203,6 +203,20 @@ Result<ControlReply> ask_agent(const Ctx& c, const std::string& sock, ControlOp 
 
 // ---- on --------------------------------------------------------------------
 
+// An unfencing whose fencer has exited is not carried out: a node's
+// Pacemaker that stops because the node was just fenced leaves its fencer's
+// last `on` running, which would register the node again (the cluster lab:
+// the DC asked to unfence the node it had just fenced, before it saw the
+// node lost; the orphan had nvfenced rejoin it 2 s later, once nvfenced had
+// run its fence action). Asked before every change: nvfenced answers only
+// after its fence action, by when the fencer may be gone.
+bool requester_gone(const Ctx& c, const std::string& path) {
+    if (!c.host.requester_alive || c.host.requester_alive()) return false;
+    c.error(path + ": the process that asked for this unfencing has exited (its Pacemaker stopped, perhaps "
+            "because this node was just fenced): not registering it");
+    return true;
+}
+
 // nvfenced holds this host's registration: re-keying behind its back would
 // look to it like another host using this host's id, so 'on' asks it.
 bool on_through_agent(const Ctx& c, Device& d, const std::string& sock, uint8_t node) {
@@ -218,6 +232,7 @@ bool on_through_agent(const Ctx& c, Device& d, const std::string& sock, uint8_t 
         return false;
     }
     if (st->state == AgentState::fenced) {
+        if (requester_gone(c, d.path())) return false;
         auto r = ask_agent(c, sock, ControlOp::rejoin);
         if (!r || r->exit_code != 0) {
             c.error(d.path() + ": nvfenced could not rejoin: " + (r ? r->message : r.error().message()));
@@ -232,6 +247,7 @@ bool on_through_agent(const Ctx& c, Device& d, const std::string& sock, uint8_t 
     if (c.o.mode == Mode::registrants_only) {
         auto now = read_reservation(c, d, d.path());
         if (now && now->type == ResvType::none) {
+            if (requester_gone(c, d.path())) return false;
             auto r = ask_agent(c, sock, ControlOp::rejoin);
             if (r && r->exit_code == 0 && r->changed) c.info(d.path() + ": nobody held the reservation: " + r->message);
         }
@@ -262,6 +278,7 @@ bool on_direct(const Ctx& c, Device& d, uint8_t node) {
     fo.type = type;
     fo.cptpl = c.o.aptpl ? Cptpl::set : Cptpl::no_change;
     Fence f(d.resv(), d.host_id(), fo, &store);
+    if (requester_gone(c, d.path())) return false;
     auto j = f.join(std::nullopt, false);
     if (!j) {
         if (j.error() == Errc::host_id_conflict && f.last_report()) {
@@ -320,16 +337,7 @@ bool verify_on(const Ctx& c, Device& d, uint8_t node, bool through_agent) {
 }
 
 bool on_device(const Ctx& c, Device& d, uint8_t node) {
-    // An unfencing whose fencer has exited is not carried out: a node's
-    // Pacemaker that stops because the node was just fenced leaves its
-    // fencer's last `on` running, which would register the node again (the
-    // cluster lab: the DC asked to unfence the node it had just fenced,
-    // before it saw the node lost; the orphan rejoined it 2 s later).
-    if (c.host.requester_alive && !c.host.requester_alive()) {
-        c.error(d.path() + ": the process that asked for this unfencing has exited (its Pacemaker stopped, perhaps "
-                "because this node was just fenced): nothing was changed");
-        return false;
-    }
+    if (requester_gone(c, d.path())) return false;
     if (c.o.aptpl && !d.ptpl_capable()) {
         c.error(d.path() + ": aptpl: the namespace does not support Persist Through Power Loss (RESCAP bit 0 "
                 "clear); nothing was changed");
