@@ -263,6 +263,7 @@ TEST(SimRegressions, Seed8ANewLeaseIsCountedFromItsGrantAndTheLeaderStays) {
         SimOptions o;
         o.seed = seed;
         o.cluster = Cluster::etcd;
+        o.stability = true;
         const ScheduleResult r = run_schedule(o);
         EXPECT_FALSE(r.violation) << "seed " << seed << ": " << what(r);
     }

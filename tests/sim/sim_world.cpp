@@ -1827,7 +1827,7 @@ void World::check_liveness() {
     auto v = checker_.live(views, device_holder());
     if (!v && pcmk_) v = cluster_live();
     const bool live = all_up && !v;
-    if (live && pcmk_) {
+    if (live && (pcmk_ || !opts_.stability)) {
         done_ = true;  // healed and live: the schedule passed
         return;
     }

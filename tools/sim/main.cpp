@@ -52,7 +52,7 @@ struct Args {
 const char kUsage[] =
     "usage: nvfence-sim --seed N [--trace] [--events] | (--schedules N | --seconds S) [--jobs J] [--first-seed S]\n"
     "       [--steps N] [--faults kind,...] [--known-defects] [--tolerate invariant,...] [--progress-ms N]\n"
-    "       [--fail-at-step N] [--cluster any|etcd|pacemaker] [--no-swarm]\n"
+    "       [--fail-at-step N] [--cluster any|etcd|pacemaker] [--no-swarm] [--stability]\n"
     "Runs the product's agent, elector driver, fence_nvfence and writer against a simulated device,\n"
     "etcd, Corosync/Pacemaker membership and hosts (--cluster any: the seed picks, one in four Pacemaker).\n"
     "Exit: 0 no violation, 1 an invariant broke (seed and trace printed), 2 usage.\n";
@@ -129,6 +129,7 @@ int parse_args(int argc, char** argv, Args& a) {
         else if (k == "--events") a.sim.events = a.trace = true;
         else if (k == "--known-defects") a.sim.known_defects = true;
         else if (k == "--no-swarm") a.sim.swarm = false;
+        else if (k == "--stability") a.sim.stability = true;
         else if (k == "--seed" && num(n)) a.seed = n;
         else if (k == "--schedules" && num(n)) a.schedules = n;
         else if (k == "--first-seed" && num(n)) a.first_seed = n;
@@ -175,7 +176,7 @@ void print_result(const ScheduleResult& r, bool with_trace, const SimOptions& gi
                      (given.cluster == nvfence::sim::Cluster::any
                           ? std::string()
                           : std::string(" --cluster ") + nvfence::sim::cluster_name(given.cluster)) +
-                     (given.swarm ? "" : " --no-swarm"))
+                     (given.swarm ? "" : " --no-swarm") + (given.stability ? " --stability" : ""))
                         .c_str());
 }
 
