@@ -21,6 +21,7 @@ this module adds is the database and its workload, as reusable parts:
 """
 from __future__ import annotations
 
+import datetime
 import re
 import shlex
 
@@ -349,7 +350,36 @@ PG_STEPS = (("file system mounted", r"pacemaker-controld\[.*Result of start oper
             ("PostgreSQL started", r"pacemaker-controld\[.*Result of start operation for pgsql on {node}: ok"))
 
 
+# The new primary's own server log (Debian's log_line_prefix '%m [%p] ':
+# "2026-12-04 18:55:01.123 UTC [1234] LOG:  ..."), from its start to its
+# first connection accepted.
+PGLOG = "/var/log/postgresql/postgresql-15-main.log"
+PG_LOG_STEPS = (("PostgreSQL: recovery started", r"database system was (interrupted|not properly shut down)"
+                 r"|automatic recovery in progress"),
+                ("PostgreSQL: redo done", r"redo done at"),
+                ("PostgreSQL: ready", r"database system is ready to accept connections"))
+
+
+def pg_log_times(text: str, since_wall: float, until_wall: float) -> dict:
+    """Seconds after since_wall of the first PG_LOG_STEPS line of each
+    kind in a server log's text (stamped in UTC) within the window."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?) UTC ", line)
+        if not m:
+            continue
+        stamp = datetime.datetime.fromisoformat(m.group(1)).replace(tzinfo=datetime.timezone.utc).timestamp()
+        if not since_wall - 1 <= stamp <= until_wall + 2:
+            continue
+        for name, pat in PG_LOG_STEPS:
+            if name not in out and re.search(pat, line):
+                out[name] = stamp - since_wall
+    return out
+
+
 def pg_steps(hosts, new_node, since_wall, until_wall) -> dict:
+    """The survivors' Pacemaker journals (PG_STEPS) and the new primary's
+    server log (PG_LOG_STEPS): seconds after since_wall."""
     out = {}
     for h in hosts:
         r = h.run(f"journalctl -o short-unix --no-pager --since @{since_wall - 2:.0f} --until @{until_wall + 2:.0f} "
@@ -364,5 +394,6 @@ def pg_steps(hosts, new_node, since_wall, until_wall) -> dict:
                         continue
                     if t >= -1 and (name not in out or t < out[name]):
                         out[name] = t
+        if h.name == new_node:
+            out.update(pg_log_times(h.run(f"tail -c 200000 {PGLOG}", timeout_s=60).out, since_wall, until_wall))
     return out
-

@@ -35,11 +35,10 @@ import nvlab
 from nvtest import CONFLICT, nvf, reset
 from pacemaker_lab import NO_ETCD, NODE_IDS, fence_steps, fenced_ok, keys_by_node
 from postgres_lab import (CLIENT_NODE, DB_NODES, MOUNT, PACKAGES, RECIPE_CIB, RECIPE_NODE, RECIPE_REJOIN, RECIPE_STORAGE,
-                          Client, PgCluster, check_rows, pg_steps)
+                          PGLOG, Client, PgCluster, check_rows, pg_steps)
 
 T0 = time.monotonic()
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PGLOG = "/var/log/postgresql/postgresql-15-main.log"
 
 
 @pytest.fixture(scope="module")
