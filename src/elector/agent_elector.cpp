@@ -766,8 +766,14 @@ milliseconds ElectorDriver::on_campaign_won(const LeaderInfo& won) {
          EventLevel::debug);
     // Acting on this leadership needs a lease etcd renewed lately: a renewal
     // that is due goes first, and the token transaction and the device work
-    // then have a whole TTL - margin.
-    if (guard_->verdict(won_at_) != GuardVerdict::hold) guard_->on_keepalive(won_at_, renew_lease());
+    // then have a whole TTL - margin. A keepalive that failed moved the
+    // renewal schedule on but not the deadline, so after one "not due" says
+    // nothing of the lease's age: renew first (nvfence-sim seed
+    // 272601258885307: a win after a renewal failed while etcd was down
+    // was acted on 56 ms before its act-before point, and the new leader
+    // stepped down right after taking the reservation).
+    if (guard_->verdict(won_at_) != GuardVerdict::hold || guard_->failures() > 0)
+        guard_->on_keepalive(won_at_, renew_lease());
     if (guard_->verdict(clock_.now()) == GuardVerdict::step_down ||
         guard_->verdict(clock_.now()) == GuardVerdict::hold_until_preempted) {
         give_up("won, but the lease could not be renewed: not acting on this leadership", true);

@@ -46,6 +46,7 @@ public:
     int timed_out = 0;            // keepalive() and term() cut short by their bound
     int64_t last_ok_sent_ms = -1;  // send time of the last keepalive answered
     int keepalive_cut = 0;         // the next N keepalives spend their bound and time out
+    int keepalive_down = 0;        // the next N keepalives fail at once: etcd is down (unreachable)
     // False: no lease is granted yet (EtcdElector's lease_ == 0): keepalive
     // fails with not_campaigning until a campaign succeeds, which grants one.
     bool lease = true;
@@ -90,6 +91,10 @@ public:
             clock.advance(timeout);
             ++timed_out;
             return make_error_code(Errc::timeout);
+        }
+        if (keepalive_down > 0) {
+            --keepalive_down;
+            return make_error_code(ElectorErrc::unreachable);
         }
         // etcd answers with the full TTL, counted from when it renewed.
         const int64_t sent_ms = clock.elapsed_ms();
@@ -845,6 +850,36 @@ TEST_F(AgentElectorTest, ALeaseGrantedAfterFailedGrantsIsCountedFromItsOwnGrant)
     // renewal point, whose keepalive finds no lease), then the grant and win.
     for (int i = 0; i < 2; ++i) elector.campaign_script.push_back(make_error_code(Errc::timeout));
     win();
+    const int64_t won_ms = clock.elapsed_ms();
+    for (int i = 0; i < 200 && clock.elapsed_ms() - won_ms < 3 * 2000; ++i) run(1);
+    EXPECT_GE(clock.elapsed_ms() - won_ms, 3 * 2000) << "three TTLs";
+    EXPECT_EQ(driver->phase(), ElectorDriver::Phase::leader) << b->hooks->dump();
+    EXPECT_EQ(b->agent->state(), AgentState::holder) << b->hooks->dump();
+    EXPECT_EQ(b->hooks->fence_actions, 0) << b->hooks->dump();
+}
+
+// nvfence-sim seed 272601258885307 (leader_unstable): a candidate's lease
+// was renewed, then etcd went down; its campaigns failed at once and backed
+// off past the renewal point, and the renewal sent after the back-off failed
+// too. A failed keepalive moves the renewal schedule on but not the lease's
+// deadline, so when etcd was back the campaign won while no renewal looked
+// due: the win was acted on without one, with the act-before point a few
+// ms away, and the new leader stepped down right after taking the
+// reservation (a needless failover). A win after a failed renewal renews
+// first.
+TEST_F(AgentElectorTest, AWinAfterAFailedRenewalRenewsBeforeActing) {
+    setup_as_nvfenced();
+    // The first campaign call runs to the renewal point (renewed there);
+    // then etcd is down: three campaigns fail at once (back-off 200, 400,
+    // 800 ms, past the next renewal point), and the renewal after them too.
+    elector.campaign_script = {make_error_code(Errc::timeout), make_error_code(ElectorErrc::unreachable),
+                               make_error_code(ElectorErrc::unreachable), make_error_code(ElectorErrc::unreachable)};
+    for (int i = 0; i < 20 && elector.keepalives == 0; ++i) run(1);
+    ASSERT_EQ(elector.keepalives, 1);
+    elector.keepalive_down = 1;
+    for (int i = 0; i < 100 && driver->phase() != ElectorDriver::Phase::leader; ++i) run(1);
+    ASSERT_EQ(driver->phase(), ElectorDriver::Phase::leader) << b->hooks->dump();
+    ASSERT_EQ(elector.keepalive_down, 0) << "the renewal after the back-off failed";
     const int64_t won_ms = clock.elapsed_ms();
     for (int i = 0; i < 200 && clock.elapsed_ms() - won_ms < 3 * 2000; ++i) run(1);
     EXPECT_GE(clock.elapsed_ms() - won_ms, 3 * 2000) << "three TTLs";

@@ -269,6 +269,22 @@ TEST(SimRegressions, Seed8ANewLeaseIsCountedFromItsGrantAndTheLeaderStays) {
     }
 }
 
+// leader_unstable, a1ee952's CI slice run locally (2026-12-04): host 1's
+// lease was renewed at 1999 ms, then etcd was down (3090-4910 ms); the
+// renewal it sent at 4327 ms after backing off failed, which moved its
+// renewal schedule on but not its lease's deadline. Its campaign won at
+// 5943 ms with no renewal due, the win was acted on 56 ms before the
+// act-before point, and the watchdog fenced the new leader at 6009 ms. A
+// win after a failed renewal now renews first.
+TEST(SimRegressions, Seed272601258885307AWinAfterAFailedRenewalRenewsAndTheLeaderStays) {
+    SimOptions o;
+    o.seed = 272601258885307ull;
+    o.stability = true;
+    const ScheduleResult r = run_schedule(o);
+    EXPECT_EQ(r.cluster, Cluster::etcd);
+    EXPECT_FALSE(r.violation) << what(r);
+}
+
 TEST(SimRegressions, PacemakerWindowOfSeeds1To1000) {
     for (uint64_t seed = 1; seed <= 1000; ++seed) {
         const ScheduleResult r = pacemaker(seed);

@@ -91,8 +91,9 @@ struct SimOptions {
     bool swarm = true;
     /// The stability window (Inv::leader_unstable): an etcd schedule runs
     /// two lease TTLs past the moment its healed cluster settles and its
-    /// holder must not change. Off by default (and in CI's slice) until its
-    /// open finding, seed 272601258885307, is understood.
+    /// holder must not change. Off by default (and in CI's slice) since its
+    /// finding, seed 272601258885307 (an elector defect, fixed), until a
+    /// longer run with it on shows nothing more.
     bool stability = false;
     /// Known-defect mode: the invariants the code under test is known to
     /// break (known_defect() != 0, issue 24) are counted, not violations.
