@@ -39,9 +39,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import nvlab  # noqa: E402
 from nvtest import reset  # noqa: E402
-from pacemaker_lab import NO_ETCD, NODE_IDS, STEPS, fence_steps, fenced_ok, keys_by_node  # noqa: E402
+from pacemaker_lab import NO_ETCD, STEPS  # noqa: E402
 from postgres_lab import (CLIENT_NODE, PACKAGES, PG_LOG_STEPS, PG_STEPS, Client, PgCluster, check_rows,  # noqa: E402
-                          pg_steps)  # noqa: E402
+                          failover_steps)
 
 SCENARIOS = ("freeze", "cut")
 ORDER = ([n for n, _ in STEPS] + [n for n, _ in PG_STEPS] + [n for n, _ in PG_LOG_STEPS]
@@ -83,13 +83,7 @@ def one_round(cl, client, scenario: str) -> dict:
         new = cl.wait_pg(timeout_s=900, exclude=(old,), via=via)
         first = client.wait_acks(1, node=new, after_wall=wall0, timeout_s=300)
         done = time.time()
-        hist = cl.history(via)
-        assert fenced_ok(hist, old), hist
-        keys = keys_by_node(cl.report(cl.by_name[new]))
-        assert NODE_IDS[old] not in keys, (keys, hist)
-        steps, lines = fence_steps(survivors, old, wall0, done)
-        steps.update(pg_steps(survivors, new, wall0, done))
-        steps["first commit"] = first - wall0
+        steps, lines = failover_steps(cl, survivors, old, new, wall0, first, done)
         back = undo(cl, h, scenario, wall0)
     except BaseException:
         if scenario == "freeze":

@@ -26,7 +26,7 @@ import re
 import shlex
 
 import nvlab
-from pacemaker_lab import HOST_LIST, NODE_MAP, Cluster, wait
+from pacemaker_lab import HOST_LIST, NODE_IDS, NODE_MAP, Cluster, fence_steps, fenced_ok, keys_by_node, wait
 
 # The cluster image's packages plus the database's: postgresql-15 (with
 # its contrib: amcheck), resource-agents (the Filesystem agent; already
@@ -347,6 +347,8 @@ def check_rows(cl: PgCluster, client: Client, node: str) -> dict:
 # A survivor's journal from the fence to the database, after
 # pacemaker_lab.STEPS (pacemaker 2.1.5's controller lines).
 PG_STEPS = (("file system mounted", r"pacemaker-controld\[.*Result of start operation for pgfs on {node}: ok"),
+            ("PostgreSQL start requested",
+             r"pacemaker-controld\[.*Initiating start operation pgsql_start_0 (locally )?on {node}\b"),
             ("PostgreSQL started", r"pacemaker-controld\[.*Result of start operation for pgsql on {node}: ok"))
 
 
@@ -354,7 +356,8 @@ PG_STEPS = (("file system mounted", r"pacemaker-controld\[.*Result of start oper
 # "2026-12-04 18:55:01.123 UTC [1234] LOG:  ..."), from its start to its
 # first connection accepted.
 PGLOG = "/var/log/postgresql/postgresql-15-main.log"
-PG_LOG_STEPS = (("PostgreSQL: recovery started", r"database system was (interrupted|not properly shut down)"
+PG_LOG_STEPS = (("PostgreSQL: server starting", r"LOG:  starting PostgreSQL "),
+                ("PostgreSQL: recovery started", r"database system was (interrupted|not properly shut down)"
                  r"|automatic recovery in progress"),
                 ("PostgreSQL: redo done", r"redo done at"),
                 ("PostgreSQL: ready", r"database system is ready to accept connections"))
@@ -397,3 +400,22 @@ def pg_steps(hosts, new_node, since_wall, until_wall) -> dict:
         if h.name == new_node:
             out.update(pg_log_times(h.run(f"tail -c 200000 {PGLOG}", timeout_s=60).out, since_wall, until_wall))
     return out
+
+
+def failover_steps(cl: PgCluster, survivors, old: str, new: str, wall0: float, first_wall: float,
+                   done_wall: float):
+    """A failover from `old` to `new` that began at wall0 (the fault), its
+    first commit acknowledged at first_wall: the fencing history shows
+    `old` fenced and its key is gone from the device (asserted, from the new
+    primary's view); returns the seconds after wall0 of every step (the
+    survivors' journals, the new primary's server log, the first commit)
+    and the journal lines."""
+    via = cl.by_name[new]
+    hist = cl.history(via)
+    assert fenced_ok(hist, old), hist
+    keys = keys_by_node(cl.report(via))
+    assert NODE_IDS[old] not in keys, (keys, hist)
+    steps, lines = fence_steps(survivors, old, wall0, done_wall)
+    steps.update(pg_steps(survivors, new, wall0, done_wall))
+    steps["first commit"] = first_wall - wall0
+    return steps, lines

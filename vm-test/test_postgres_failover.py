@@ -33,9 +33,9 @@ import pytest
 
 import nvlab
 from nvtest import CONFLICT, nvf, reset
-from pacemaker_lab import NO_ETCD, NODE_IDS, fence_steps, fenced_ok, keys_by_node
+from pacemaker_lab import NO_ETCD, NODE_IDS, keys_by_node
 from postgres_lab import (CLIENT_NODE, DB_NODES, MOUNT, PACKAGES, RECIPE_CIB, RECIPE_NODE, RECIPE_REJOIN, RECIPE_STORAGE,
-                          PGLOG, Client, PgCluster, check_rows, pg_steps)
+                          PGLOG, Client, PgCluster, check_rows, failover_steps)
 
 T0 = time.monotonic()
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -156,13 +156,7 @@ def test_2_freeze_primary_fails_over_nothing_acknowledged_lost(cl, client):
         client.wait_acks(20, node=new, after_wall=wall0, timeout_s=300)
         client.stop()
         done = time.time()
-        hist = cl.history(cl.member())
-        assert fenced_ok(hist, old), hist
-        keys = keys_by_node(cl.report())
-        assert NODE_IDS[old] not in keys, (keys, hist)
-        steps, lines = fence_steps(survivors, old, wall0, done)
-        steps.update(pg_steps(survivors, new, wall0, done))
-        steps["first commit"] = first - wall0
+        steps, lines = failover_steps(cl, survivors, old, new, wall0, first, done)
         steps["first commit seen by the test"] = seen - wall0
         # The media quiet: the group stopped on the new primary (a clean
         # shutdown: checkpoint, unmount), then its digest.
@@ -229,13 +223,7 @@ def test_3_cut_primary_cluster_link_storage_up(cl, client):
         client.wait_acks(20, node=new, after_wall=wall0, timeout_s=300)
         client.stop()
         done = time.time()
-        hist = cl.history(cl.by_name[new])
-        assert fenced_ok(hist, old), hist
-        keys = keys_by_node(cl.report(cl.by_name[new]))
-        assert NODE_IDS[old] not in keys, (keys, hist)
-        steps, lines = fence_steps(survivors, old, wall0, done)
-        steps.update(pg_steps(survivors, new, wall0, done))
-        steps["first commit"] = first - wall0
+        steps, lines = failover_steps(cl, survivors, old, new, wall0, first, done)
         print(f"cluster link of {old} cut (load before: {load}): "
               + ", ".join(f"{k} {v:.1f} s" for k, v in sorted(steps.items(), key=lambda kv: kv[1])), flush=True)
         # Its storage path is up: a write of its own reaches the device and
@@ -296,13 +284,7 @@ def test_4_kill_primary_fails_over_to_the_rejoined_node(cl, client):
     client.wait_acks(20, node=new, after_wall=wall0, timeout_s=300)
     client.stop()
     done = time.time()
-    hist = cl.history(cl.member())
-    assert fenced_ok(hist, old), hist
-    keys = keys_by_node(cl.report())
-    assert NODE_IDS[old] not in keys, (keys, hist)
-    steps, lines = fence_steps(survivors, old, wall0, done)
-    steps.update(pg_steps(survivors, new, wall0, done))
-    steps["first commit"] = first - wall0
+    steps, lines = failover_steps(cl, survivors, old, new, wall0, first, done)
     print(f"kill of {old} (load before: {load}): "
           + ", ".join(f"{k} {v:.1f} s" for k, v in sorted(steps.items(), key=lambda kv: kv[1])), flush=True)
     log = cl.by_name[new].run(f"tail -c +{log_at[new] + 1} {PGLOG}", timeout_s=60).out
