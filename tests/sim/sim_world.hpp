@@ -91,9 +91,9 @@ struct SimOptions {
     bool swarm = true;
     /// The stability window (Inv::leader_unstable): an etcd schedule runs
     /// two lease TTLs past the moment its healed cluster settles and its
-    /// holder must not change. Off by default (and in CI's slice) since its
-    /// finding, seed 272601258885307 (an elector defect, fixed), until a
-    /// longer run with it on shows nothing more.
+    /// holder must not change. Off by default, so that the schedules
+    /// recorded without it replay as they were; CI's slice turns it on
+    /// (scripts/test.sh).
     bool stability = false;
     /// Known-defect mode: the invariants the code under test is known to
     /// break (known_defect() != 0, issue 24) are counted, not violations.
