@@ -154,7 +154,8 @@ uint32_t effective_batch(const Params& p, uint32_t qd) {
     return p.batch_submit == 0 ? qd : std::min(p.batch_submit, qd);
 }
 
-RunResult run_nvfence(const Params& p, const NvFeatures& f, uint32_t qd) {
+// Opens the writer of one nvfence run; the I/O size must be whole blocks.
+std::unique_ptr<FencedWriter> open_nv_writer(const Params& p, const NvFeatures& f, uint32_t qd) {
     WriterOptions o;
     o.mode = p.mode;
     o.queue_depth = qd;
@@ -163,82 +164,111 @@ RunResult run_nvfence(const Params& p, const NvFeatures& f, uint32_t qd) {
     o.single_thread = f.single_thread;  // this thread opens, drives and destroys the writer
     auto wr = FencedWriter::open(p.target, o);
     if (!wr) die(p.target + ": cannot open FencedWriter: " + wr.error().message());
-    FencedWriter& w = **wr;
-    if (p.bs % w.block_bytes() != 0) die("--bs must be a multiple of the block size " + std::to_string(w.block_bytes()));
-    const uint64_t per_io_blocks = p.bs / w.block_bytes();
-    const uint64_t slots = std::min<uint64_t>(p.region_bytes, w.size_blocks() * w.block_bytes()) / p.bs;
-    if (slots == 0) die("region smaller than one I/O");
+    if (p.bs % (*wr)->block_bytes() != 0)
+        die("--bs must be a multiple of the block size " + std::to_string((*wr)->block_bytes()));
+    return std::move(*wr);
+}
 
-    // Everything the loop touches is allocated here, before the clock runs.
-    AlignedBuffer bufs(size_t{qd} * p.bs, std::max<size_t>(4096, w.block_bytes()));
-    uint64_t rng = 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(now_ns());
-    for (auto& b : bufs.span()) {
-        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-        b = static_cast<uint8_t>(rng);
+// One timed nvfence run over an open writer: random writes of p.bs to
+// `slots` slots of the region, qd in flight. Everything the loop touches is
+// allocated by the constructor, before the clock runs.
+class NvRun {
+public:
+    NvRun(const Params& p, FencedWriter& w, uint32_t qd, uint64_t slots)
+        : p_(p), w_(w), qd_(qd), slots_(slots), per_io_blocks_(p.bs / w.block_bytes()),
+          bufs_(size_t{qd} * p.bs, std::max<size_t>(4096, w.block_bytes())),
+          rng_(0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(now_ns())), started_(qd, 0), comps_(qd),
+          batch_(effective_batch(p, qd)) {
+        for (auto& b : bufs_.span()) b = static_cast<uint8_t>(next_random());
     }
-    if (f.fixed_bufs) {
-        const std::span<uint8_t> region = bufs.span();
-        if (auto st = w.register_buffers({&region, 1}); !st)
+
+    void register_buffers() {
+        const std::span<uint8_t> region = bufs_.span();
+        if (auto st = w_.register_buffers({&region, 1}); !st)
             die("register_buffers: " + st.error().message() + " (run without fixed buffers: --nv-features plain)");
     }
-    std::vector<int64_t> started(qd, 0);
-    std::vector<Completion> comps(qd);
-    Histogram h;
-    auto next_lba = [&] {
-        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-        const auto slot = static_cast<uint64_t>((static_cast<unsigned __int128>(rng) * slots) >> 64);
-        return slot * per_io_blocks;
-    };
-    const uint32_t batch = effective_batch(p, qd);
-    uint32_t queued = 0;
+
+    RunResult measure() {
+        const double cpu0 = thread_cpu_us();
+        const int64_t t0 = now_ns();
+        const int64_t measure_from = t0 + int64_t{p_.ramp_s} * 1'000'000'000;
+        const int64_t stop_at = measure_from + int64_t{p_.runtime_s} * 1'000'000'000;
+        for (uint32_t i = 0; i < qd_; ++i) issue(i, t0, i + 1 == qd_);
+        uint64_t counted = 0, all = 0;
+        while (w_.in_flight() > 0) {
+            queued_ = 0;
+            auto r = w_.submit_and_reap(comps_, 1);
+            if (!r)
+                die("submit_and_reap: " + r.error().message() + " (" + std::to_string(w_.in_flight()) +
+                    " I/Os in flight, " + std::to_string(all) + " completed)");
+            const int64_t t = now_ns();
+            for (size_t k = 0; k < *r; ++k) {
+                const Completion& c = comps_[k];
+                if (c.status != IoStatus::ok)
+                    die(std::string("write failed: ") + (c.status == IoStatus::fenced ? "FENCED: " : "") +
+                        c.error.message());
+                const auto i = static_cast<uint32_t>(c.user_data);
+                ++all;
+                if (t >= measure_from && t < stop_at) {
+                    h_.add(static_cast<uint64_t>(t - started_[i]));
+                    ++counted;
+                }
+                if (t < stop_at) issue(i, t, k + 1 == *r);
+            }
+        }
+        RunResult res;
+        res.cpu_us_per_io = (thread_cpu_us() - cpu0) / static_cast<double>(std::max<uint64_t>(all, 1));
+        res.ios = counted;
+        res.iops = static_cast<double>(counted) / static_cast<double>(p_.runtime_s);
+        res.p50_us = h_.quantile(0.50) / 1000.0;
+        res.p99_us = h_.quantile(0.99) / 1000.0;
+        res.p999_us = h_.quantile(0.999) / 1000.0;
+        return res;
+    }
+
+private:
+    uint64_t next_random() {
+        rng_ ^= rng_ << 13, rng_ ^= rng_ >> 7, rng_ ^= rng_ << 17;
+        return rng_;
+    }
+    uint64_t next_lba() {
+        const auto slot = static_cast<uint64_t>((static_cast<unsigned __int128>(next_random()) * slots_) >> 64);
+        return slot * per_io_blocks_;
+    }
     // `last`: the final I/O of this refill; it rides on the submit_and_reap
     // that waits next, as fio commits before it waits.
-    auto issue = [&](uint32_t i, int64_t t, bool last) {
-        started[i] = t;
-        auto st = w.queue_write(next_lba(), bufs.span().subspan(size_t{i} * p.bs, p.bs), i);
+    void issue(uint32_t i, int64_t t, bool last) {
+        started_[i] = t;
+        auto st = w_.queue_write(next_lba(), bufs_.span().subspan(size_t{i} * p_.bs, p_.bs), i);
         if (!st) die("queue_write: " + st.error().message());
-        if (++queued >= batch && !last) {
-            auto s = w.submit();
+        if (++queued_ >= batch_ && !last) {
+            auto s = w_.submit();
             if (!s) die("submit: " + s.error().message());
-            queued = 0;
-        }
-    };
-
-    const double cpu0 = thread_cpu_us();
-    const int64_t t0 = now_ns();
-    const int64_t measure_from = t0 + int64_t{p.ramp_s} * 1'000'000'000;
-    const int64_t stop_at = measure_from + int64_t{p.runtime_s} * 1'000'000'000;
-    for (uint32_t i = 0; i < qd; ++i) issue(i, t0, i + 1 == qd);
-    uint64_t counted = 0, all = 0;
-    while (w.in_flight() > 0) {
-        queued = 0;
-        auto r = w.submit_and_reap(comps, 1);
-        if (!r)
-            die("submit_and_reap: " + r.error().message() + " (" + std::to_string(w.in_flight()) +
-                " I/Os in flight, " + std::to_string(all) + " completed)");
-        const int64_t t = now_ns();
-        for (size_t k = 0; k < *r; ++k) {
-            const Completion& c = comps[k];
-            if (c.status != IoStatus::ok)
-                die(std::string("write failed: ") + (c.status == IoStatus::fenced ? "FENCED: " : "") +
-                    c.error.message());
-            const auto i = static_cast<uint32_t>(c.user_data);
-            ++all;
-            if (t >= measure_from && t < stop_at) {
-                h.add(static_cast<uint64_t>(t - started[i]));
-                ++counted;
-            }
-            if (t < stop_at) issue(i, t, k + 1 == *r);
+            queued_ = 0;
         }
     }
-    RunResult res;
-    res.cpu_us_per_io = (thread_cpu_us() - cpu0) / static_cast<double>(std::max<uint64_t>(all, 1));
-    res.ios = counted;
-    res.iops = static_cast<double>(counted) / static_cast<double>(p.runtime_s);
-    res.p50_us = h.quantile(0.50) / 1000.0;
-    res.p99_us = h.quantile(0.99) / 1000.0;
-    res.p999_us = h.quantile(0.999) / 1000.0;
-    return res;
+
+    const Params& p_;
+    FencedWriter& w_;
+    const uint32_t qd_;
+    const uint64_t slots_;
+    const uint64_t per_io_blocks_;
+    AlignedBuffer bufs_;
+    uint64_t rng_;
+    std::vector<int64_t> started_;
+    std::vector<Completion> comps_;
+    Histogram h_;
+    const uint32_t batch_;
+    uint32_t queued_ = 0;
+};
+
+RunResult run_nvfence(const Params& p, const NvFeatures& f, uint32_t qd) {
+    const std::unique_ptr<FencedWriter> w = open_nv_writer(p, f, qd);
+    const uint64_t slots = std::min<uint64_t>(p.region_bytes, w->size_blocks() * w->block_bytes()) / p.bs;
+    if (slots == 0) die("region smaller than one I/O");
+    NvRun run(p, *w, qd, slots);
+    if (f.fixed_bufs) run.register_buffers();
+    return run.measure();
 }
 
 // ------------------------------------------------------------------ fio
@@ -530,39 +560,39 @@ std::string first_line_of(const std::vector<std::string>& argv) {
     return out;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-    CLI::App app{
-        "nvfence-bench: 4 KiB random O_DIRECT writes through nvfence's FencedWriter and through fio, "
-        "alternating, on the same target with the same parameters; prints medians and ratios."};
+// The command line, as parsed.
+struct BenchArgs {
     Params p;
     std::string target, size_s = "1G", mode_s = "auto";
     std::vector<uint32_t> qds = {1, 32};
     std::vector<std::string> nv_list = {"fixed+st"}, fio_list = {"default", "same"};
     unsigned repeat = 5;
     bool no_fio = false, allow_device = false;
-    app.add_option("target", target,
+};
+
+void add_options(CLI::App& app, BenchArgs& a) {
+    Params& p = a.p;
+    app.add_option("target", a.target,
                    "A regular file (created and filled at --size if missing or of another size; left in place) "
                    "or an NVMe namespace device")
         ->required();
-    app.add_option("--size", size_s, "Region written, e.g. 1G (file size for a file target)")->capture_default_str();
+    app.add_option("--size", a.size_s, "Region written, e.g. 1G (file size for a file target)")->capture_default_str();
     app.add_option("--bs", p.bs, "I/O size in bytes")->capture_default_str();
-    app.add_option("--qd", qds, "Queue depths, comma separated")->delimiter(',')->capture_default_str();
+    app.add_option("--qd", a.qds, "Queue depths, comma separated")->delimiter(',')->capture_default_str();
     app.add_option("--runtime", p.runtime_s, "Measured seconds per run")->capture_default_str();
     app.add_option("--ramp", p.ramp_s, "Unmeasured warm-up seconds per run (fio --ramp_time)")->capture_default_str();
-    app.add_option("--repeat", repeat, "Rounds: runs per tool and queue depth (medians are reported)")
+    app.add_option("--repeat", a.repeat, "Rounds: runs per tool and queue depth (medians are reported)")
         ->capture_default_str();
-    app.add_option("--mode", mode_s, "nvfence mode on a device: auto, block, passthrough (a file is always block)")
+    app.add_option("--mode", a.mode_s, "nvfence mode on a device: auto, block, passthrough (a file is always block)")
         ->check(CLI::IsMember({"auto", "block", "passthrough"}))
         ->capture_default_str();
-    app.add_option("--nv-features", nv_list,
+    app.add_option("--nv-features", a.nv_list,
                    "nvfence variants, comma separated: plain, fixed (registered buffers), st "
                    "(WriterOptions::single_thread), fixed+st")
         ->delimiter(',')
         ->check(CLI::IsMember({"plain", "fixed", "st", "fixed+st"}))
         ->capture_default_str();
-    app.add_option("--fio-variants", fio_list,
+    app.add_option("--fio-variants", a.fio_list,
                    "fio variants, comma separated: default (fio's defaults), same (the io_uring features nvfence "
                    "uses: --registerfiles=1, and --fixedbufs=1 if an nvfence variant uses fixed buffers)")
         ->delimiter(',')
@@ -573,80 +603,99 @@ int main(int argc, char** argv) {
                    "fio as --iodepth_batch_submit (fio's default is 1: each I/O as soon as it is queued)")
         ->capture_default_str();
     app.add_option("--fio", p.fio, "fio executable")->capture_default_str();
-    app.add_flag("--no-fio", no_fio, "Run nvfence only");
-    app.add_flag("--destroy-device-data", allow_device,
+    app.add_flag("--no-fio", a.no_fio, "Run nvfence only");
+    app.add_flag("--destroy-device-data", a.allow_device,
                  "Required to write to a device target: its contents in the region are overwritten");
-    CLI11_PARSE(app, argc, argv);
+}
 
-    if (repeat == 0 || p.runtime_s == 0 || qds.empty() || p.bs == 0 || p.bs % 512 != 0 || nv_list.empty())
+// Checks what CLI11 cannot, and sets the region and the targets.
+void validate(BenchArgs& a) {
+    Params& p = a.p;
+    if (a.repeat == 0 || p.runtime_s == 0 || a.qds.empty() || p.bs == 0 || p.bs % 512 != 0 || a.nv_list.empty())
         die("--repeat, --runtime, --qd, --nv-features and --bs (a multiple of 512) must be positive");
-    for (auto q : qds)
+    for (auto q : a.qds)
         if (q < 1 || q > 1024) die("--qd values must be in 1..1024");
-    p.region_bytes = parse_size(size_s) / p.bs * p.bs;
-    p.target = target;
-    p.fio_target = target;
+    p.region_bytes = parse_size(a.size_s) / p.bs * p.bs;
+    p.target = a.target;
+    p.fio_target = a.target;
+}
 
+// The contenders: the nvfence variants first, then (unless --no-fio) fio's.
+// Sets p.fio_fixedbufs when an nvfence variant uses fixed buffers.
+std::vector<Tool> make_tools(BenchArgs& a) {
     std::vector<Tool> tools;
-    for (const auto& n : nv_list) {
+    for (const auto& n : a.nv_list) {
         Tool t;
         t.is_nv = true;
         t.nv.name = n;
         t.nv.fixed_bufs = n == "fixed" || n == "fixed+st";
         t.nv.single_thread = n == "st" || n == "fixed+st";
-        t.label = nv_list.size() == 1 ? "nvfence" : "nv:" + n;
-        if (t.nv.fixed_bufs) p.fio_fixedbufs = true;
+        t.label = a.nv_list.size() == 1 ? "nvfence" : "nv:" + n;
+        if (t.nv.fixed_bufs) a.p.fio_fixedbufs = true;
         tools.push_back(t);
     }
-    const size_t n_nv = tools.size();
-    if (!no_fio) {
-        for (const auto& f : fio_list) {
+    if (!a.no_fio) {
+        for (const auto& f : a.fio_list) {
             Tool t;
             t.fio_same = f == "same";
             t.label = t.fio_same ? "fio-same" : "fio";
             tools.push_back(t);
         }
     }
+    return tools;
+}
 
+// A file target is created or refilled and written in block mode; a device
+// needs --destroy-device-data, and both tools get the node of the mode
+// nvfence resolves to.
+void prepare_target(BenchArgs& a) {
+    Params& p = a.p;
+    const std::string& target = a.target;
     struct stat st {};
     const bool exists = ::stat(target.c_str(), &st) == 0;
     if (!exists || S_ISREG(st.st_mode)) {
         prepare_file(target, p.region_bytes);
         p.mode = WriterMode::block;
-    } else {
-        if (!allow_device) die(target + " is a device: pass --destroy-device-data to overwrite it");
-        auto paths = resolve_namespace(target);
-        if (!paths) die(target + ": " + paths.error().message());
-        p.mode = mode_s == "block" ? WriterMode::block
-                 : mode_s == "passthrough" ? WriterMode::passthrough
-                                          : WriterMode::automatic;
-        // Learn which mode automatic resolves to, so fio gets the same path.
-        WriterOptions o;
-        o.mode = p.mode;
-        auto w = FencedWriter::open(target, o);
-        if (!w) die(target + ": " + w.error().message());
-        p.mode = (*w)->mode();
-        p.region_bytes = std::min(p.region_bytes, (*w)->size_blocks() * (*w)->block_bytes()) / p.bs * p.bs;
-        p.target = p.mode == WriterMode::passthrough ? paths->generic : paths->block;
-        p.fio_target = p.target;
+        return;
     }
+    if (!a.allow_device) die(target + " is a device: pass --destroy-device-data to overwrite it");
+    auto paths = resolve_namespace(target);
+    if (!paths) die(target + ": " + paths.error().message());
+    p.mode = a.mode_s == "block" ? WriterMode::block
+             : a.mode_s == "passthrough" ? WriterMode::passthrough
+                                         : WriterMode::automatic;
+    // Learn which mode automatic resolves to, so fio gets the same path.
+    WriterOptions o;
+    o.mode = p.mode;
+    auto w = FencedWriter::open(target, o);
+    if (!w) die(target + ": " + w.error().message());
+    p.mode = (*w)->mode();
+    p.region_bytes = std::min(p.region_bytes, (*w)->size_blocks() * (*w)->block_bytes()) / p.bs * p.bs;
+    p.target = p.mode == WriterMode::passthrough ? paths->generic : paths->block;
+    p.fio_target = p.target;
+}
 
+// The "# ..." lines that say what runs, and the per-run table's heading.
+void print_header(const BenchArgs& a, const std::vector<Tool>& tools, size_t n_nv) {
+    const Params& p = a.p;
     utsname u{};
     ::uname(&u);
     std::printf("# kernel %s, %ld online CPUs, nvfence mode %s, target %s, region %llu MiB, bs %u, runtime %us + "
                 "ramp %us, %u rounds, batch-submit %u%s\n",
                 u.release, ::sysconf(_SC_NPROCESSORS_ONLN), writer_mode_name(p.mode), p.target.c_str(),
-                static_cast<unsigned long long>(p.region_bytes >> 20), p.bs, p.runtime_s, p.ramp_s, repeat,
+                static_cast<unsigned long long>(p.region_bytes >> 20), p.bs, p.runtime_s, p.ramp_s, a.repeat,
                 p.batch_submit, p.batch_submit == 0 ? " (= queue depth)" : "");
     for (size_t i = 0; i < n_nv; ++i)
         std::printf("# %-8s FencedWriter %s mode, registered file%s%s\n", tools[i].label.c_str(),
                     writer_mode_name(p.mode), tools[i].nv.fixed_bufs ? ", fixed buffers (register_buffers)" : "",
                     tools[i].nv.single_thread ? ", single_thread (SINGLE_ISSUER|DEFER_TASKRUN, registered ring fd)"
                                               : ", COOP_TASKRUN");
-    if (!no_fio) {
+    if (!a.no_fio) {
         std::printf("# %s\n", first_line_of({p.fio, "--version"}).c_str());
         for (size_t i = n_nv; i < tools.size(); ++i) {
             std::string cmd;
-            for (const auto& a : fio_argv(p, qds.front(), tools[i].fio_same)) cmd += (cmd.empty() ? "" : " ") + a;
+            for (const auto& arg : fio_argv(p, a.qds.front(), tools[i].fio_same))
+                cmd += (cmd.empty() ? "" : " ") + arg;
             std::printf("# %-8s %s  (%s with --qd)\n", tools[i].label.c_str(), cmd.c_str(),
                         p.batch_submit == 0 ? "iodepth and iodepth_batch_submit vary" : "iodepth varies");
         }
@@ -657,18 +706,23 @@ int main(int argc, char** argv) {
     std::printf("%-4s %-11s %-3s %10s %9s %9s %9s %7s\n", "qd", "tool", "run", "IOPS", "p50_us", "p99_us",
                 "p99.9_us", "cpu/io");
     std::fflush(stdout);
+}
 
-    // results[qd][tool] = one RunResult per round
-    std::map<uint32_t, std::vector<std::vector<RunResult>>> res;
-    for (uint32_t qd : qds) res[qd].assign(tools.size(), {});
-    for (unsigned rep = 0; rep < repeat; ++rep) {
-        for (uint32_t qd : qds) {
+// results[qd][tool] = one RunResult per round
+using Results = std::map<uint32_t, std::vector<std::vector<RunResult>>>;
+
+// Every round runs every tool at every queue depth, one line a run.
+Results run_rounds(const BenchArgs& a, const std::vector<Tool>& tools) {
+    Results res;
+    for (uint32_t qd : a.qds) res[qd].assign(tools.size(), {});
+    for (unsigned rep = 0; rep < a.repeat; ++rep) {
+        for (uint32_t qd : a.qds) {
             // Rotate which tool goes first so drift on a shared machine
             // does not favour one of them.
             for (size_t k = 0; k < tools.size(); ++k) {
                 const size_t ti = (k + rep) % tools.size();
                 const Tool& t = tools[ti];
-                RunResult r = t.is_nv ? run_nvfence(p, t.nv, qd) : run_fio(p, qd, t.fio_same);
+                RunResult r = t.is_nv ? run_nvfence(a.p, t.nv, qd) : run_fio(a.p, qd, t.fio_same);
                 res[qd][ti].push_back(r);
                 std::printf("%-4u %-11s %-3u %10.0f %9.1f %9.1f %9.1f %7.2f", qd, t.label.c_str(), rep + 1, r.iops,
                             r.p50_us, r.p99_us, r.p999_us, r.cpu_us_per_io);
@@ -678,49 +732,76 @@ int main(int argc, char** argv) {
             }
         }
     }
+    return res;
+}
 
-    auto med = [](const std::vector<RunResult>& v, double RunResult::*f) {
-        std::vector<double> x;
-        for (const auto& r : v) x.push_back(r.*f);
-        return median(x);
-    };
-    std::printf("\nMedians of %u rounds (latency in microseconds)\n", repeat);
+// The median over rounds of one field of the results.
+double median_of(const std::vector<RunResult>& v, double RunResult::*f) {
+    std::vector<double> x;
+    for (const auto& r : v) x.push_back(r.*f);
+    return median(x);
+}
+
+void print_medians(const BenchArgs& a, const std::vector<Tool>& tools, Results& res) {
+    std::printf("\nMedians of %u rounds (latency in microseconds)\n", a.repeat);
     std::printf("%-4s %-15s %10s %9s %9s %9s %7s\n", "qd", "tool", "IOPS", "p50", "p99", "p99.9", "cpu/io");
-    for (uint32_t qd : qds) {
+    for (uint32_t qd : a.qds) {
         for (size_t ti = 0; ti < tools.size(); ++ti) {
-            const auto& a = res[qd][ti];
+            const auto& r = res[qd][ti];
             const std::string l = tools[ti].is_nv ? tools[ti].label : tools[ti].label + " clat";
-            std::printf("%-4u %-15s %10.0f %9.1f %9.1f %9.1f %7.2f\n", qd, l.c_str(), med(a, &RunResult::iops),
-                        med(a, &RunResult::p50_us), med(a, &RunResult::p99_us), med(a, &RunResult::p999_us),
-                        med(a, &RunResult::cpu_us_per_io));
+            std::printf("%-4u %-15s %10.0f %9.1f %9.1f %9.1f %7.2f\n", qd, l.c_str(), median_of(r, &RunResult::iops),
+                        median_of(r, &RunResult::p50_us), median_of(r, &RunResult::p99_us),
+                        median_of(r, &RunResult::p999_us), median_of(r, &RunResult::cpu_us_per_io));
             if (!tools[ti].is_nv)
                 std::printf("%-4u %-15s %10s %9.1f %9.1f %9.1f\n", qd, (tools[ti].label + " lat").c_str(), "",
-                            med(a, &RunResult::lat_p50_us), med(a, &RunResult::lat_p99_us),
-                            med(a, &RunResult::lat_p999_us));
+                            median_of(r, &RunResult::lat_p50_us), median_of(r, &RunResult::lat_p99_us),
+                            median_of(r, &RunResult::lat_p999_us));
         }
     }
-    if (tools.size() > n_nv) {
-        std::printf("\nRatios nvfence/fio of the medians (IOPS: higher is better; p99 and cpu/io: lower is better);\n"
-                    "IOPS/pair = median over rounds of the IOPS ratio of the two runs of the same round\n");
-        std::printf("%-4s %-22s %8s %10s %13s %12s %8s\n", "qd", "nvfence vs", "IOPS", "IOPS/pair", "p99/fio-clat",
-                    "p99/fio-lat", "cpu/io");
-        for (uint32_t qd : qds) {
-            for (size_t ni = 0; ni < n_nv; ++ni) {
-                for (size_t fi = n_nv; fi < tools.size(); ++fi) {
-                    const auto& a = res[qd][ni];
-                    const auto& b = res[qd][fi];
-                    std::vector<double> pair;
-                    for (size_t r = 0; r < a.size() && r < b.size(); ++r)
-                        if (b[r].iops > 0) pair.push_back(a[r].iops / b[r].iops);
-                    const std::string l = tools[ni].label + " / " + tools[fi].label;
-                    std::printf("%-4u %-22s %8.3f %10.3f %13.3f %12.3f %8.3f\n", qd, l.c_str(),
-                                med(a, &RunResult::iops) / med(b, &RunResult::iops), median(pair),
-                                med(a, &RunResult::p99_us) / med(b, &RunResult::p99_us),
-                                med(a, &RunResult::p99_us) / med(b, &RunResult::lat_p99_us),
-                                med(a, &RunResult::cpu_us_per_io) / med(b, &RunResult::cpu_us_per_io));
-                }
+}
+
+// Each nvfence variant against each fio variant; printed only when fio ran.
+void print_ratios(const BenchArgs& a, const std::vector<Tool>& tools, size_t n_nv, Results& res) {
+    if (tools.size() <= n_nv) return;
+    std::printf("\nRatios nvfence/fio of the medians (IOPS: higher is better; p99 and cpu/io: lower is better);\n"
+                "IOPS/pair = median over rounds of the IOPS ratio of the two runs of the same round\n");
+    std::printf("%-4s %-22s %8s %10s %13s %12s %8s\n", "qd", "nvfence vs", "IOPS", "IOPS/pair", "p99/fio-clat",
+                "p99/fio-lat", "cpu/io");
+    for (uint32_t qd : a.qds) {
+        for (size_t ni = 0; ni < n_nv; ++ni) {
+            for (size_t fi = n_nv; fi < tools.size(); ++fi) {
+                const auto& x = res[qd][ni];
+                const auto& y = res[qd][fi];
+                std::vector<double> pair;
+                for (size_t r = 0; r < x.size() && r < y.size(); ++r)
+                    if (y[r].iops > 0) pair.push_back(x[r].iops / y[r].iops);
+                const std::string l = tools[ni].label + " / " + tools[fi].label;
+                std::printf("%-4u %-22s %8.3f %10.3f %13.3f %12.3f %8.3f\n", qd, l.c_str(),
+                            median_of(x, &RunResult::iops) / median_of(y, &RunResult::iops), median(pair),
+                            median_of(x, &RunResult::p99_us) / median_of(y, &RunResult::p99_us),
+                            median_of(x, &RunResult::p99_us) / median_of(y, &RunResult::lat_p99_us),
+                            median_of(x, &RunResult::cpu_us_per_io) / median_of(y, &RunResult::cpu_us_per_io));
             }
         }
     }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{
+        "nvfence-bench: 4 KiB random O_DIRECT writes through nvfence's FencedWriter and through fio, "
+        "alternating, on the same target with the same parameters; prints medians and ratios."};
+    BenchArgs a;
+    add_options(app, a);
+    CLI11_PARSE(app, argc, argv);
+    validate(a);
+    const std::vector<Tool> tools = make_tools(a);
+    const size_t n_nv = a.nv_list.size();
+    prepare_target(a);
+    print_header(a, tools, n_nv);
+    Results res = run_rounds(a, tools);
+    print_medians(a, tools, res);
+    print_ratios(a, tools, n_nv, res);
     return 0;
 }

@@ -33,6 +33,8 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -159,187 +161,265 @@ int plain_write(const std::string& path, const std::string& mode, uint64_t start
     return werr || serr ? 1 : 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-    CLI::App app{"nvfence-load: stamped FencedWriter workload (lab tool)"};
+// The command line, as parsed.
+struct LoadArgs {
     std::string dev, key_s;
     uint64_t start = 0, count = 1024;
     uint32_t qd = 32, timeout_ms = 30000, interval_us = 0, writer_id = static_cast<uint32_t>(::getpid());
     uint32_t max_errors = 64, blocks_per_io = 1;
     bool passthrough = false, bad = false;
     std::string plain, tag = "x";
-    app.add_option("device", dev, "namespace block device or /dev/ngXnY")->required();
-    app.add_option("--start", start, "first LBA");
-    app.add_option("--count", count, "blocks to write, one I/O each")->check(CLI::Range(1ull, 1ull << 32));
-    app.add_option("--qd", qd, "I/Os in flight (1-1024)")->check(CLI::Range(1u, 1024u));
-    app.add_option("--key", key_s, "reservation key to stamp (nf:T:N:E or 0x...)");
-    app.add_option("--writer-id", writer_id, "stamped writer id");
-    app.add_option("--timeout-ms", timeout_ms, "bound on every wait")->check(CLI::Range(1u, 600000u));
-    app.add_option("--interval-us", interval_us, "pause between submissions (0: none)")->check(CLI::Range(0u, 1000000u));
-    app.add_option("--max-errors", max_errors, "stop submitting after this many I/O errors (a device gone)")
+};
+
+void add_options(CLI::App& app, LoadArgs& a) {
+    app.add_option("device", a.dev, "namespace block device or /dev/ngXnY")->required();
+    app.add_option("--start", a.start, "first LBA");
+    app.add_option("--count", a.count, "blocks to write, one I/O each")->check(CLI::Range(1ull, 1ull << 32));
+    app.add_option("--qd", a.qd, "I/Os in flight (1-1024)")->check(CLI::Range(1u, 1024u));
+    app.add_option("--key", a.key_s, "reservation key to stamp (nf:T:N:E or 0x...)");
+    app.add_option("--writer-id", a.writer_id, "stamped writer id");
+    app.add_option("--timeout-ms", a.timeout_ms, "bound on every wait")->check(CLI::Range(1u, 600000u));
+    app.add_option("--interval-us", a.interval_us, "pause between submissions (0: none)")
+        ->check(CLI::Range(0u, 1000000u));
+    app.add_option("--max-errors", a.max_errors, "stop submitting after this many I/O errors (a device gone)")
         ->check(CLI::Range(1u, 1000000u));
-    app.add_option("--blocks-per-io", blocks_per_io,
+    app.add_option("--blocks-per-io", a.blocks_per_io,
                    "blocks per write (each stamped with its own LBA and the write's seq); I/O i covers LBAs "
                    "start + i*N .. start + i*N + N-1")
         ->check(CLI::Range(1u, 65536u));
-    app.add_flag("--passthrough", passthrough, "NVMe passthrough on /dev/ngXnY");
-    app.add_option("--plain", plain, "write as a plain program would: pwrite (O_DIRECT), pwrite-buffered, mmap");
-    app.add_option("--tag", tag, "--plain: text put in every record");
-    app.add_flag("--bad-input", bad, "check that bad input fails before reaching the device");
+    app.add_flag("--passthrough", a.passthrough, "NVMe passthrough on /dev/ngXnY");
+    app.add_option("--plain", a.plain, "write as a plain program would: pwrite (O_DIRECT), pwrite-buffered, mmap");
+    app.add_option("--tag", a.tag, "--plain: text put in every record");
+    app.add_flag("--bad-input", a.bad, "check that bad input fails before reaching the device");
+}
+
+// --key as a number (0 when not given): 0, or the exit code 2 with the
+// reason on stderr.
+int parse_key_arg(const std::string& key_s, uint64_t& key) {
+    key = 0;
+    if (key_s.empty()) return 0;
+    auto k = parse_key(key_s);
+    if (!k) {
+        std::fprintf(stderr, "nvfence-load: --key: %s\n", k.error().message().c_str());
+        return 2;
+    }
+    key = *k;
+    return 0;
+}
+
+// The writes must fit the writer: 0, or the exit code 2 with the reason on
+// stderr.
+int check_span(const LoadArgs& a, const FencedWriter& w) {
+    if (uint64_t{a.blocks_per_io} * w.block_bytes() > w.max_io_bytes()) {
+        std::fprintf(stderr, "nvfence-load: --blocks-per-io %u is above this writer's max_io_bytes %u\n",
+                     a.blocks_per_io, w.max_io_bytes());
+        return 2;
+    }
+    const uint64_t span_blocks = a.count * a.blocks_per_io;
+    if (a.start + span_blocks > w.size_blocks()) {
+        std::fprintf(stderr, "nvfence-load: LBAs %llu..%llu are past the end (%llu blocks)\n",
+                     static_cast<unsigned long long>(a.start), static_cast<unsigned long long>(a.start + span_blocks),
+                     static_cast<unsigned long long>(w.size_blocks()));
+        return 2;
+    }
+    return 0;
+}
+
+// The stamped workload: --count writes, --qd in flight, one log line per
+// event (see the top of this file), and the summary.
+class StampedLoad {
+public:
+    StampedLoad(const LoadArgs& a, FencedWriter& w, uint64_t key, const std::optional<KeyFields>& fields)
+        : a_(a), w_(w), key_(key), fields_(fields), bs_(w.block_bytes()), comps_(a.qd) {
+        // One buffer per slot: a buffer is reused only after its completion.
+        for (uint32_t i = 0; i < a.qd; ++i) {
+            slots_.emplace_back(size_t{bs_} * a.blocks_per_io, 4096);
+            free_slots_.push_back(i);
+        }
+        ::gethostname(host_, sizeof host_ - 1);
+    }
+
+    // Runs to the end; returns the exit code.
+    int run() {
+        t0_ = std::chrono::steady_clock::now();
+        int rc = 0;
+        while (true) {
+            const Fill filled = fill_slots();
+            if (filled == Fill::failed) return 1;
+            if (filled == Fill::queued) {
+                if (auto n = w_.submit(); !n) {
+                    std::fprintf(stderr, "nvfence-load: submit: %s\n", n.error().message().c_str());
+                    return 1;
+                }
+            }
+            if (w_.in_flight() == 0 && next_ >= a_.count) break;
+            auto r = w_.reap(comps_, a_.interval_us && next_ < a_.count ? 0 : 1);
+            if (!r) {
+                std::fprintf(stderr, "nvfence-load: reap: %s (%u in flight)\n", r.error().message().c_str(),
+                             w_.in_flight());
+                rc = 1;
+                break;
+            }
+            for (size_t i = 0; i < *r; ++i) on_completion(comps_[i]);
+            note_settled();
+            if (a_.interval_us && next_ < a_.count)
+                std::this_thread::sleep_for(std::chrono::microseconds(a_.interval_us));
+        }
+        probe_latch(rc);
+        print_summary();
+        if (rc) return rc;
+        return n_fenced_ ? 3 : (n_err_ ? 1 : 0);
+    }
+
+private:
+    enum class Fill { none, queued, failed };
+
+    // Queues as many writes as there are free slots, unless latched (one a
+    // round when paced). `failed`: a queue error other than the latch,
+    // already reported.
+    Fill fill_slots() {
+        Fill filled = Fill::none;
+        while (next_ < a_.count && !free_slots_.empty()) {
+            const uint32_t slot = free_slots_.back();
+            // AlignedBuffer rounds its size up to 4096: write exactly the blocks of this I/O.
+            auto span = slots_[slot].span().first(size_t{bs_} * a_.blocks_per_io);
+            const uint64_t lba0 = a_.start + next_ * a_.blocks_per_io;
+            stamp_blocks(span, lba0);
+            const uint64_t user = (next_ << 16) | slot;
+            auto st = w_.queue_write(lba0, span, user);
+            if (!st) {
+                if (st.error() == Errc::fenced) {
+                    std::printf("L %llu %s\n", static_cast<unsigned long long>(next_), st.error().message().c_str());
+                    ++latched_rejects_;
+                    next_ = a_.count;  // the writer is latched: stop producing
+                    break;
+                }
+                std::fprintf(stderr, "nvfence-load: queue: %s\n", st.error().message().c_str());
+                return Fill::failed;
+            }
+            free_slots_.pop_back();
+            ++next_;
+            filled = Fill::queued;
+            if (a_.interval_us) break;  // paced: one per round
+        }
+        return filled;
+    }
+
+    // Stamps every block of the write of seq next_ at lba0.
+    void stamp_blocks(std::span<uint8_t> span, uint64_t lba0) {
+        Stamp s;
+        s.key = key_;
+        s.epoch = fields_ ? fields_->epoch : 0;
+        s.node = fields_ ? fields_->node : 0;
+        s.tag = fields_ ? fields_->tag : 0;
+        s.seq = next_;
+        s.time_ns = now_ns();
+        s.host = host_;
+        s.writer_id = a_.writer_id;
+        for (uint32_t j = 0; j < a_.blocks_per_io; ++j) {
+            s.lba = lba0 + j;
+            write_stamp(span.subspan(size_t{j} * bs_, bs_), s);
+        }
+    }
+
+    void on_completion(const Completion& c) {
+        const uint64_t seq = c.user_data >> 16;
+        free_slots_.push_back(static_cast<uint32_t>(c.user_data & 0xffff));
+        std::printf("C %llu %llu %s %s\n", static_cast<unsigned long long>(a_.start + seq * a_.blocks_per_io),
+                    static_cast<unsigned long long>(seq), status_word(c.status),
+                    c.error ? c.error.message().c_str() : "-");
+        if (c.status == IoStatus::ok) {
+            ++n_ok_;
+            if (seen_fenced_) ++ok_after_fenced_;
+        } else if (c.status == IoStatus::fenced) {
+            ++n_fenced_;
+            if (!seen_fenced_) {
+                std::printf("F %llu\n", static_cast<unsigned long long>(next_));
+                t_fenced_ = std::chrono::steady_clock::now();
+            }
+            seen_fenced_ = true;
+        } else {
+            ++n_err_;
+            if (n_err_ == a_.max_errors && next_ < a_.count) {
+                std::printf("E stopping after %llu I/O errors (last: %s)\n", static_cast<unsigned long long>(n_err_),
+                            c.error ? c.error.message().c_str() : "-");
+                next_ = a_.count;  // bounded: a device that is gone fails every write
+            }
+        }
+    }
+
+    // The Q line, once: after the first fenced completion, when the writer settles.
+    void note_settled() {
+        if (seen_fenced_ && !settled_seen_ && w_.settled()) {
+            settled_seen_ = true;
+            settled_ms_ =
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_fenced_).count();
+            std::printf("Q %.1f %llu\n", settled_ms_, static_cast<unsigned long long>(ok_after_fenced_));
+        }
+    }
+
+    // After the latch, one more submission must fail at once, unsent.
+    void probe_latch(int& rc) {
+        if (!w_.fenced()) return;
+        auto probe = w_.queue_write(a_.start, slots_[0].span().first(bs_), ~0ull);  // one block is enough
+        std::printf("L probe %s\n", probe ? "ACCEPTED" : probe.error().message().c_str());
+        if (probe) rc = 1;
+        else ++latched_rejects_;
+    }
+
+    void print_summary() const {
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+        std::printf("S {\"ok\":%llu,\"fenced\":%llu,\"error\":%llu,\"latched_rejects\":%llu,\"ok_after_first_fenced\":%llu,"
+                    "\"latched\":%s,\"settled\":%s,\"settled_ms\":%.1f,\"in_flight\":%u,\"seconds\":%.3f,\"mode\":\"%s\",\"qd\":%u,\"max_io_bytes\":%u,\"blocks_per_io\":%u}\n",
+                    static_cast<unsigned long long>(n_ok_), static_cast<unsigned long long>(n_fenced_),
+                    static_cast<unsigned long long>(n_err_), static_cast<unsigned long long>(latched_rejects_),
+                    static_cast<unsigned long long>(ok_after_fenced_), w_.fenced() ? "true" : "false",
+                    w_.settled() ? "true" : "false", settled_ms_, w_.in_flight(), secs, writer_mode_name(w_.mode()),
+                    a_.qd, w_.max_io_bytes(), a_.blocks_per_io);
+    }
+
+    const LoadArgs& a_;
+    FencedWriter& w_;
+    const uint64_t key_;
+    const std::optional<KeyFields> fields_;
+    const uint32_t bs_;
+    std::vector<AlignedBuffer> slots_;
+    std::vector<uint32_t> free_slots_;
+    std::vector<Completion> comps_;
+    char host_[32] = {};
+    uint64_t next_ = 0, n_ok_ = 0, n_fenced_ = 0, n_err_ = 0, latched_rejects_ = 0, ok_after_fenced_ = 0;
+    bool seen_fenced_ = false, settled_seen_ = false;
+    double settled_ms_ = -1;
+    std::chrono::steady_clock::time_point t_fenced_ = std::chrono::steady_clock::now();
+    std::chrono::steady_clock::time_point t0_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"nvfence-load: stamped FencedWriter workload (lab tool)"};
+    LoadArgs a;
+    add_options(app, a);
     CLI11_PARSE(app, argc, argv);
 
-    if (!plain.empty()) return plain_write(dev, plain, start, count, tag);
+    if (!a.plain.empty()) return plain_write(a.dev, a.plain, a.start, a.count, a.tag);
     uint64_t key = 0;
-    if (!key_s.empty()) {
-        auto k = parse_key(key_s);
-        if (!k) {
-            std::fprintf(stderr, "nvfence-load: --key: %s\n", k.error().message().c_str());
-            return 2;
-        }
-        key = *k;
-    }
+    if (const int rc = parse_key_arg(a.key_s, key); rc) return rc;
     const auto fields = decode_key(key);
     WriterOptions wo;
-    wo.mode = passthrough ? WriterMode::passthrough : WriterMode::block;
-    wo.queue_depth = qd;
-    wo.timeout_ms = timeout_ms;
+    wo.mode = a.passthrough ? WriterMode::passthrough : WriterMode::block;
+    wo.queue_depth = a.qd;
+    wo.timeout_ms = a.timeout_ms;
     wo.epoch = fields ? fields->epoch : 0;
-    auto opened = FencedWriter::open(dev, wo);
+    auto opened = FencedWriter::open(a.dev, wo);
     if (!opened) {
-        std::fprintf(stderr, "nvfence-load: %s: %s\n", dev.c_str(), opened.error().message().c_str());
+        std::fprintf(stderr, "nvfence-load: %s: %s\n", a.dev.c_str(), opened.error().message().c_str());
         return exit_code_for(opened.error()) == ExitCode::ok ? 1 : static_cast<int>(exit_code_for(opened.error()));
     }
     auto& w = **opened;
     setvbuf(stdout, nullptr, _IOLBF, 0);
-    if (bad) return bad_input(w);
-    if (uint64_t{blocks_per_io} * w.block_bytes() > w.max_io_bytes()) {
-        std::fprintf(stderr, "nvfence-load: --blocks-per-io %u is above this writer's max_io_bytes %u\n", blocks_per_io,
-                     w.max_io_bytes());
-        return 2;
-    }
-    const uint64_t span_blocks = count * blocks_per_io;
-    if (start + span_blocks > w.size_blocks()) {
-        std::fprintf(stderr, "nvfence-load: LBAs %llu..%llu are past the end (%llu blocks)\n",
-                     static_cast<unsigned long long>(start), static_cast<unsigned long long>(start + span_blocks),
-                     static_cast<unsigned long long>(w.size_blocks()));
-        return 2;
-    }
-    const uint32_t bs = w.block_bytes();
-    // One buffer per slot: a buffer is reused only after its completion.
-    std::vector<AlignedBuffer> slots;
-    std::vector<uint32_t> free_slots;
-    for (uint32_t i = 0; i < qd; ++i) {
-        slots.emplace_back(size_t{bs} * blocks_per_io, 4096);
-        free_slots.push_back(i);
-    }
-    std::vector<Completion> comps(qd);
-    char host[32] = {};
-    ::gethostname(host, sizeof host - 1);
-    uint64_t next = 0, n_ok = 0, n_fenced = 0, n_err = 0, latched_rejects = 0, ok_after_fenced = 0;
-    bool seen_fenced = false, settled_seen = false;
-    double settled_ms = -1;
-    auto t_fenced = std::chrono::steady_clock::now();
-    const auto t0 = std::chrono::steady_clock::now();
-    int rc = 0;
-    while (true) {
-        // Queue as many as there are free slots, unless latched.
-        bool queued_any = false;
-        while (next < count && !free_slots.empty()) {
-            const uint32_t slot = free_slots.back();
-            // AlignedBuffer rounds its size up to 4096: write exactly the blocks of this I/O.
-            auto span = slots[slot].span().first(size_t{bs} * blocks_per_io);
-            const uint64_t lba0 = start + next * blocks_per_io;
-            Stamp s;
-            s.key = key;
-            s.epoch = fields ? fields->epoch : 0;
-            s.node = fields ? fields->node : 0;
-            s.tag = fields ? fields->tag : 0;
-            s.seq = next;
-            s.time_ns = now_ns();
-            s.host = host;
-            s.writer_id = writer_id;
-            for (uint32_t j = 0; j < blocks_per_io; ++j) {
-                s.lba = lba0 + j;
-                write_stamp(span.subspan(size_t{j} * bs, bs), s);
-            }
-            const uint64_t user = (next << 16) | slot;
-            auto st = w.queue_write(lba0, span, user);
-            if (!st) {
-                if (st.error() == Errc::fenced) {
-                    std::printf("L %llu %s\n", static_cast<unsigned long long>(next), st.error().message().c_str());
-                    ++latched_rejects;
-                    next = count;  // the writer is latched: stop producing
-                    break;
-                }
-                std::fprintf(stderr, "nvfence-load: queue: %s\n", st.error().message().c_str());
-                return 1;
-            }
-            free_slots.pop_back();
-            ++next;
-            queued_any = true;
-            if (interval_us) break;  // paced: one per round
-        }
-        if (queued_any) {
-            if (auto n = w.submit(); !n) {
-                std::fprintf(stderr, "nvfence-load: submit: %s\n", n.error().message().c_str());
-                return 1;
-            }
-        }
-        if (w.in_flight() == 0 && next >= count) break;
-        auto r = w.reap(comps, interval_us && next < count ? 0 : 1);
-        if (!r) {
-            std::fprintf(stderr, "nvfence-load: reap: %s (%u in flight)\n", r.error().message().c_str(), w.in_flight());
-            rc = 1;
-            break;
-        }
-        for (size_t i = 0; i < *r; ++i) {
-            const auto& c = comps[i];
-            const uint64_t seq = c.user_data >> 16;
-            free_slots.push_back(static_cast<uint32_t>(c.user_data & 0xffff));
-            std::printf("C %llu %llu %s %s\n", static_cast<unsigned long long>(start + seq * blocks_per_io),
-                        static_cast<unsigned long long>(seq), status_word(c.status),
-                        c.error ? c.error.message().c_str() : "-");
-            if (c.status == IoStatus::ok) {
-                ++n_ok;
-                if (seen_fenced) ++ok_after_fenced;
-            } else if (c.status == IoStatus::fenced) {
-                ++n_fenced;
-                if (!seen_fenced) {
-                    std::printf("F %llu\n", static_cast<unsigned long long>(next));
-                    t_fenced = std::chrono::steady_clock::now();
-                }
-                seen_fenced = true;
-            } else {
-                ++n_err;
-                if (n_err == max_errors && next < count) {
-                    std::printf("E stopping after %llu I/O errors (last: %s)\n", static_cast<unsigned long long>(n_err),
-                                c.error ? c.error.message().c_str() : "-");
-                    next = count;  // bounded: a device that is gone fails every write
-                }
-            }
-        }
-        if (seen_fenced && !settled_seen && w.settled()) {
-            settled_seen = true;
-            settled_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_fenced).count();
-            std::printf("Q %.1f %llu\n", settled_ms, static_cast<unsigned long long>(ok_after_fenced));
-        }
-        if (interval_us && next < count) std::this_thread::sleep_for(std::chrono::microseconds(interval_us));
-    }
-    // After the latch, one more submission must fail at once, unsent.
-    if (w.fenced()) {
-        auto probe = w.queue_write(start, slots[0].span().first(bs), ~0ull);  // one block is enough
-        std::printf("L probe %s\n", probe ? "ACCEPTED" : probe.error().message().c_str());
-        if (probe) rc = 1;
-        else ++latched_rejects;
-    }
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("S {\"ok\":%llu,\"fenced\":%llu,\"error\":%llu,\"latched_rejects\":%llu,\"ok_after_first_fenced\":%llu,"
-                "\"latched\":%s,\"settled\":%s,\"settled_ms\":%.1f,\"in_flight\":%u,\"seconds\":%.3f,\"mode\":\"%s\",\"qd\":%u,\"max_io_bytes\":%u,\"blocks_per_io\":%u}\n",
-                static_cast<unsigned long long>(n_ok), static_cast<unsigned long long>(n_fenced),
-                static_cast<unsigned long long>(n_err), static_cast<unsigned long long>(latched_rejects),
-                static_cast<unsigned long long>(ok_after_fenced), w.fenced() ? "true" : "false", w.settled() ? "true" : "false", settled_ms, w.in_flight(), secs,
-                writer_mode_name(w.mode()), qd, w.max_io_bytes(), blocks_per_io);
-    if (rc) return rc;
-    return n_fenced ? 3 : (n_err ? 1 : 0);
+    if (a.bad) return bad_input(w);
+    if (const int rc = check_span(a, w); rc) return rc;
+    StampedLoad load(a, w, key, fields);
+    return load.run();
 }
