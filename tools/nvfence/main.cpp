@@ -1010,43 +1010,44 @@ struct Args {
              *rel = nullptr, *clr = nullptr, *wr = nullptr, *rd = nullptr, *notif = nullptr, *probe = nullptr;
 };
 
+// A subcommand on one device: its summary, the options every such command
+// has (add_common) and an example at the end of its help.
+CLI::App* add_device_command(CLI::App& app, Common& c, const char* name, const char* about, const char* example) {
+    CLI::App* sub = app.add_subcommand(name, about);
+    add_common(sub, c);
+    sub->footer(std::string("\nExample: ") + example);
+    return sub;
+}
+
 // info, report, register, unregister, acquire: looking at the reservation and
 // this host's own key.
 void add_key_commands(CLI::App& app, Args& a) {
-    Common& c = a.c;
-    a.info = app.add_subcommand("info", "identity, reservation capabilities and host id of a namespace");
-    add_common(a.info, c);
-    a.info->footer("\nExample: nvfence info /dev/nvme1n1 --json");
-    a.report = app.add_subcommand("report", "the reservation: generation, type, holder, every registrant");
-    add_common(a.report, c);
-    a.report->footer("\nExample: nvfence report /dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_vol0123456789abcdef0");
+    a.info = add_device_command(app, a.c, "info", "identity, reservation capabilities and host id of a namespace",
+                                "nvfence info /dev/nvme1n1 --json");
+    a.report = add_device_command(app, a.c, "report", "the reservation: generation, type, holder, every registrant",
+                                  "nvfence report /dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_vol0123456789abcdef0");
     a.report->add_option("--initial-bytes", a.initial_s,
                          "diagnostic: size of the first Report read (64-1048576); a size too small for every "
                          "registrant makes nvfence re-read with the size the device asks for")
         ->check(uint_in(64, 1u << 20));
-    a.reg = app.add_subcommand("register", "register this host with a fresh key (epoch above all seen)");
-    add_common(a.reg, c);
-    a.reg->footer("\nExample: nvfence register /dev/nvme1n1 --node 2");
+    a.reg = add_device_command(app, a.c, "register", "register this host with a fresh key (epoch above all seen)",
+                               "nvfence register /dev/nvme1n1 --node 2");
     a.reg->add_option("--node", a.node, "this host's node id (env NVFENCE_NODE)")->check(uint_in(1, 255))->envname("NVFENCE_NODE")->required();
     a.reg->add_option("--epoch", a.epoch_s, "use this epoch instead of a fresh one")->check(uint_in(1, kEpochCeiling - 1));
     a.reg->add_flag("--replace", a.replace, "replace the key this host is registered with");
     a.reg->add_flag("--ptpl", a.ptpl, "ask the device to persist the registration through power loss");
-    a.unreg = app.add_subcommand("unregister", "remove this host's registration (releases if holder)");
-    add_common(a.unreg, c);
-    a.unreg->footer("\nExample: nvfence unregister /dev/nvme1n1");
-    a.acq = app.add_subcommand("acquire", "acquire the reservation with this host's key");
-    add_common(a.acq, c);
-    a.acq->footer("\nExample: nvfence acquire /dev/nvme1n1 --type write-exclusive");
+    a.unreg = add_device_command(app, a.c, "unregister", "remove this host's registration (releases if holder)",
+                                 "nvfence unregister /dev/nvme1n1");
+    a.acq = add_device_command(app, a.c, "acquire", "acquire the reservation with this host's key",
+                               "nvfence acquire /dev/nvme1n1 --type write-exclusive");
     a.acq->add_option("--type", a.type_s, "exclusive (=we, Write Exclusive), shared (=wero), ea, earo, wear, eaar")->check(type_text());
 }
 
 // preempt, release, clear: taking the reservation from another host or giving
 // it up.
 void add_takeover_commands(CLI::App& app, Args& a) {
-    Common& c = a.c;
-    a.pre = app.add_subcommand("preempt", "failover: take the reservation, preempt-and-abort the holder, verify");
-    add_common(a.pre, c);
-    a.pre->footer("\nExample: nvfence preempt /dev/nvme1n1 --node 2 --victim nf:0:1:7");
+    a.pre = add_device_command(app, a.c, "preempt", "failover: take the reservation, preempt-and-abort the holder, verify",
+                               "nvfence preempt /dev/nvme1n1 --node 2 --victim nf:0:1:7");
     a.pre->add_option("--node", a.node, "this host's node id (env NVFENCE_NODE; default: from its current key)")
         ->check(uint_in(1, 255))->envname("NVFENCE_NODE");
     auto* vopt = a.pre->add_option("--victim", a.victim_s, "key to preempt (default: the current holder)")->check(key_text());
@@ -1057,22 +1058,18 @@ void add_takeover_commands(CLI::App& app, Args& a) {
         ->check(uint_in(1, 255))->excludes(vopt)->excludes(hopt);
     a.pre->add_flag("--no-abort", a.no_abort, "plain preempt: do not abort the victim's queued commands");
     a.pre->add_option("--type", a.type_s, "type to take: exclusive (default), shared, we, ea, wero, earo, wear, eaar")->check(type_text());
-    a.rel = app.add_subcommand("release", "release the reservation this host holds");
-    add_common(a.rel, c);
-    a.rel->footer("\nExample: nvfence release /dev/nvme1n1");
-    a.clr = app.add_subcommand("clear", "clear the reservation and ALL registrations (needs --force)");
-    add_common(a.clr, c);
-    a.clr->footer("\nExample: nvfence clear /dev/nvme1n1 --force");
+    a.rel = add_device_command(app, a.c, "release", "release the reservation this host holds",
+                               "nvfence release /dev/nvme1n1");
+    a.clr = add_device_command(app, a.c, "clear", "clear the reservation and ALL registrations (needs --force)",
+                               "nvfence clear /dev/nvme1n1 --force");
     a.clr->add_flag("--force", a.force, "really remove every host's registration");
 }
 
 // write, read, notifications, udev-probe: diagnostics of the data path and the
 // device's log, and udev's probe.
 void add_io_commands(CLI::App& app, Args& a) {
-    Common& c = a.c;
-    a.wr = app.add_subcommand("write", "diagnostic write of stamped blocks: accepted or fenced?");
-    add_common(a.wr, c);
-    a.wr->footer("\nExample: nvfence write /dev/nvme1n1 --lba 8 --blocks 4");
+    a.wr = add_device_command(app, a.c, "write", "diagnostic write of stamped blocks: accepted or fenced?",
+                              "nvfence write /dev/nvme1n1 --lba 8 --blocks 4");
     a.wr->add_option("--lba", a.lba, "first block")->required()->check(uint_in(0, (1ull << 48)));
     a.wr->add_option("--blocks", a.blocks, "number of blocks (1-256)")->check(uint_in(1, 256));
     a.wr->add_flag("--passthrough", a.passthrough, "NVMe passthrough on /dev/ngXnY instead of the block device");
@@ -1080,17 +1077,15 @@ void add_io_commands(CLI::App& app, Args& a) {
                      "how long to wait for the device's answer (1-3600, default 120); when it runs out the outcome "
                      "is unknown (exit 1, result \"unknown\"): the write may still land")
         ->check(uint_in(1, kMaxIoWaitS));
-    a.rd = app.add_subcommand("read", "read blocks back and show their stamps (who wrote, which epoch)");
-    add_common(a.rd, c);
-    a.rd->footer("\nExample: nvfence read /dev/nvme1n1 --lba 8 --blocks 4");
+    a.rd = add_device_command(app, a.c, "read", "read blocks back and show their stamps (who wrote, which epoch)",
+                              "nvfence read /dev/nvme1n1 --lba 8 --blocks 4");
     a.rd->add_option("--lba", a.lba, "first block")->required()->check(uint_in(0, (1ull << 48)));
     a.rd->add_option("--blocks", a.blocks, "number of blocks (1-4096)")->check(uint_in(1, 4096));
     a.rd->add_flag("--passthrough", a.passthrough, "NVMe passthrough on /dev/ngXnY instead of the block device");
     a.rd->add_option("--wait-s", a.io_wait_s, "how long to wait for the device's answer (1-3600, default 120)")
         ->check(uint_in(1, kMaxIoWaitS));
-    a.notif = app.add_subcommand("notifications", "read (and consume) the Reservation Notification log");
-    add_common(a.notif, c);
-    a.notif->footer("\nExample: nvfence notifications /dev/nvme1n1");
+    a.notif = add_device_command(app, a.c, "notifications", "read (and consume) the Reservation Notification log",
+                                 "nvfence notifications /dev/nvme1n1");
     a.notif->add_option("--max", a.max_pages, "most pages to read (1-1024)")->check(uint_in(1, 1024));
 
     a.probe = app.add_subcommand("udev-probe", "print udev properties of a namespace (silent for non-NVMe)");
