@@ -993,98 +993,122 @@ void add_common(CLI::App* sub, Common& c) {
         ->envname("NVFENCE_STATE_DIR");
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-    CLI::App app{"nvfence: storage-level fencing with NVMe reservations"};
-    app.footer(std::string("\nKeys: nf:TAG:NODE:EPOCH (nvfence's own) or 0x<hex> (any key); foreign keys are never decoded.\n\n") +
-               kExitCodes);
-    app.set_version_flag("--version", std::string("nvfence ") + nvf_version());
-    app.require_subcommand(1);
+// Every option's value and every subcommand, filled in by CLI11 while parsing
+// and read by dispatch(): one place, so the builders below can be split per
+// command group without a long argument list.
+struct Args {
     Common c;
-    c.state_dir = env_or("NVFENCE_STATE_DIR", c.state_dir);
     unsigned node = 0, blocks = 1, max_pages = 64, io_wait_s = kDefaultIoWaitS;
     std::string epoch_s, victim_s, type_s = "exclusive";
     uint64_t lba = 0;
     bool replace = false, ptpl = false, holder_flag = false, no_abort = false, force = false, passthrough = false;
-
-    auto* info = app.add_subcommand("info", "identity, reservation capabilities and host id of a namespace");
-    add_common(info, c);
-    info->footer("\nExample: nvfence info /dev/nvme1n1 --json");
-    auto* report = app.add_subcommand("report", "the reservation: generation, type, holder, every registrant");
-    add_common(report, c);
-    report->footer("\nExample: nvfence report /dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_vol0123456789abcdef0");
     std::string initial_s;
-    report->add_option("--initial-bytes", initial_s,
-                       "diagnostic: size of the first Report read (64-1048576); a size too small for every "
-                       "registrant makes nvfence re-read with the size the device asks for")
-        ->check(uint_in(64, 1u << 20));
-    auto* reg = app.add_subcommand("register", "register this host with a fresh key (epoch above all seen)");
-    add_common(reg, c);
-    reg->footer("\nExample: nvfence register /dev/nvme1n1 --node 2");
-    reg->add_option("--node", node, "this host's node id (env NVFENCE_NODE)")->check(uint_in(1, 255))->envname("NVFENCE_NODE")->required();
-    reg->add_option("--epoch", epoch_s, "use this epoch instead of a fresh one")->check(uint_in(1, kEpochCeiling - 1));
-    reg->add_flag("--replace", replace, "replace the key this host is registered with");
-    reg->add_flag("--ptpl", ptpl, "ask the device to persist the registration through power loss");
-    auto* unreg = app.add_subcommand("unregister", "remove this host's registration (releases if holder)");
-    add_common(unreg, c);
-    unreg->footer("\nExample: nvfence unregister /dev/nvme1n1");
-    auto* acq = app.add_subcommand("acquire", "acquire the reservation with this host's key");
-    add_common(acq, c);
-    acq->footer("\nExample: nvfence acquire /dev/nvme1n1 --type write-exclusive");
-    acq->add_option("--type", type_s, "exclusive (=we, Write Exclusive), shared (=wero), ea, earo, wear, eaar")->check(type_text());
-    auto* pre = app.add_subcommand("preempt", "failover: take the reservation, preempt-and-abort the holder, verify");
-    add_common(pre, c);
-    pre->footer("\nExample: nvfence preempt /dev/nvme1n1 --node 2 --victim nf:0:1:7");
-    pre->add_option("--node", node, "this host's node id (env NVFENCE_NODE; default: from its current key)")
-        ->check(uint_in(1, 255))->envname("NVFENCE_NODE");
-    auto* vopt = pre->add_option("--victim", victim_s, "key to preempt (default: the current holder)")->check(key_text());
-    auto* hopt = pre->add_flag("--holder", holder_flag, "preempt the current holder (the default)");
-    vopt->excludes(hopt);
     unsigned victim_node = 0;
-    pre->add_option("--victim-node", victim_node, "evict node N: every key of it, whatever its epoch, with this host's registered key "
-                    "(never registers this host) (1-255)")
-        ->check(uint_in(1, 255))->excludes(vopt)->excludes(hopt);
-    pre->add_flag("--no-abort", no_abort, "plain preempt: do not abort the victim's queued commands");
-    pre->add_option("--type", type_s, "type to take: exclusive (default), shared, we, ea, wero, earo, wear, eaar")->check(type_text());
-    auto* rel = app.add_subcommand("release", "release the reservation this host holds");
-    add_common(rel, c);
-    rel->footer("\nExample: nvfence release /dev/nvme1n1");
-    auto* clr = app.add_subcommand("clear", "clear the reservation and ALL registrations (needs --force)");
-    add_common(clr, c);
-    clr->footer("\nExample: nvfence clear /dev/nvme1n1 --force");
-    clr->add_flag("--force", force, "really remove every host's registration");
-    auto* wr = app.add_subcommand("write", "diagnostic write of stamped blocks: accepted or fenced?");
-    add_common(wr, c);
-    wr->footer("\nExample: nvfence write /dev/nvme1n1 --lba 8 --blocks 4");
-    wr->add_option("--lba", lba, "first block")->required()->check(uint_in(0, (1ull << 48)));
-    wr->add_option("--blocks", blocks, "number of blocks (1-256)")->check(uint_in(1, 256));
-    wr->add_flag("--passthrough", passthrough, "NVMe passthrough on /dev/ngXnY instead of the block device");
-    wr->add_option("--wait-s", io_wait_s,
-                   "how long to wait for the device's answer (1-3600, default 120); when it runs out the outcome "
-                   "is unknown (exit 1, result \"unknown\"): the write may still land")
-        ->check(uint_in(1, kMaxIoWaitS));
-    auto* rd = app.add_subcommand("read", "read blocks back and show their stamps (who wrote, which epoch)");
-    add_common(rd, c);
-    rd->footer("\nExample: nvfence read /dev/nvme1n1 --lba 8 --blocks 4");
-    rd->add_option("--lba", lba, "first block")->required()->check(uint_in(0, (1ull << 48)));
-    rd->add_option("--blocks", blocks, "number of blocks (1-4096)")->check(uint_in(1, 4096));
-    rd->add_flag("--passthrough", passthrough, "NVMe passthrough on /dev/ngXnY instead of the block device");
-    rd->add_option("--wait-s", io_wait_s, "how long to wait for the device's answer (1-3600, default 120)")
-        ->check(uint_in(1, kMaxIoWaitS));
-    auto* notif = app.add_subcommand("notifications", "read (and consume) the Reservation Notification log");
-    add_common(notif, c);
-    notif->footer("\nExample: nvfence notifications /dev/nvme1n1");
-    notif->add_option("--max", max_pages, "most pages to read (1-1024)")->check(uint_in(1, 1024));
-
     std::string probe_dev;
-    auto* probe = app.add_subcommand("udev-probe", "print udev properties of a namespace (silent for non-NVMe)");
-    probe->footer("\nExample: nvfence udev-probe /dev/nvme1n1   (udev runs it: IMPORT{program})");
-    probe->add_option("devnode", probe_dev, "device node, e.g. /dev/nvme1n1")->required();
-
     AgentCli agent;
-    add_agent_commands(app, agent);
+    CLI::App *info = nullptr, *report = nullptr, *reg = nullptr, *unreg = nullptr, *acq = nullptr, *pre = nullptr,
+             *rel = nullptr, *clr = nullptr, *wr = nullptr, *rd = nullptr, *notif = nullptr, *probe = nullptr;
+};
 
+// A subcommand on one device: its summary, the options every such command
+// has (add_common) and an example at the end of its help.
+CLI::App* add_device_command(CLI::App& app, Common& c, const char* name, const char* about, const char* example) {
+    CLI::App* sub = app.add_subcommand(name, about);
+    add_common(sub, c);
+    sub->footer(std::string("\nExample: ") + example);
+    return sub;
+}
+
+// info, report, register, unregister, acquire: looking at the reservation and
+// this host's own key.
+void add_key_commands(CLI::App& app, Args& a) {
+    a.info = add_device_command(app, a.c, "info", "identity, reservation capabilities and host id of a namespace",
+                                "nvfence info /dev/nvme1n1 --json");
+    a.report = add_device_command(app, a.c, "report", "the reservation: generation, type, holder, every registrant",
+                                  "nvfence report /dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_vol0123456789abcdef0");
+    a.report->add_option("--initial-bytes", a.initial_s,
+                         "diagnostic: size of the first Report read (64-1048576); a size too small for every "
+                         "registrant makes nvfence re-read with the size the device asks for")
+        ->check(uint_in(64, 1u << 20));
+    a.reg = add_device_command(app, a.c, "register", "register this host with a fresh key (epoch above all seen)",
+                               "nvfence register /dev/nvme1n1 --node 2");
+    a.reg->add_option("--node", a.node, "this host's node id (env NVFENCE_NODE)")->check(uint_in(1, 255))->envname("NVFENCE_NODE")->required();
+    a.reg->add_option("--epoch", a.epoch_s, "use this epoch instead of a fresh one")->check(uint_in(1, kEpochCeiling - 1));
+    a.reg->add_flag("--replace", a.replace, "replace the key this host is registered with");
+    a.reg->add_flag("--ptpl", a.ptpl, "ask the device to persist the registration through power loss");
+    a.unreg = add_device_command(app, a.c, "unregister", "remove this host's registration (releases if holder)",
+                                 "nvfence unregister /dev/nvme1n1");
+    a.acq = add_device_command(app, a.c, "acquire", "acquire the reservation with this host's key",
+                               "nvfence acquire /dev/nvme1n1 --type write-exclusive");
+    a.acq->add_option("--type", a.type_s, "exclusive (=we, Write Exclusive), shared (=wero), ea, earo, wear, eaar")->check(type_text());
+}
+
+// preempt, release, clear: taking the reservation from another host or giving
+// it up.
+void add_takeover_commands(CLI::App& app, Args& a) {
+    a.pre = add_device_command(app, a.c, "preempt", "failover: take the reservation, preempt-and-abort the holder, verify",
+                               "nvfence preempt /dev/nvme1n1 --node 2 --victim nf:0:1:7");
+    a.pre->add_option("--node", a.node, "this host's node id (env NVFENCE_NODE; default: from its current key)")
+        ->check(uint_in(1, 255))->envname("NVFENCE_NODE");
+    auto* vopt = a.pre->add_option("--victim", a.victim_s, "key to preempt (default: the current holder)")->check(key_text());
+    auto* hopt = a.pre->add_flag("--holder", a.holder_flag, "preempt the current holder (the default)");
+    vopt->excludes(hopt);
+    a.pre->add_option("--victim-node", a.victim_node, "evict node N: every key of it, whatever its epoch, with this host's registered key "
+                      "(never registers this host) (1-255)")
+        ->check(uint_in(1, 255))->excludes(vopt)->excludes(hopt);
+    a.pre->add_flag("--no-abort", a.no_abort, "plain preempt: do not abort the victim's queued commands");
+    a.pre->add_option("--type", a.type_s, "type to take: exclusive (default), shared, we, ea, wero, earo, wear, eaar")->check(type_text());
+    a.rel = add_device_command(app, a.c, "release", "release the reservation this host holds",
+                               "nvfence release /dev/nvme1n1");
+    a.clr = add_device_command(app, a.c, "clear", "clear the reservation and ALL registrations (needs --force)",
+                               "nvfence clear /dev/nvme1n1 --force");
+    a.clr->add_flag("--force", a.force, "really remove every host's registration");
+}
+
+// write, read, notifications, udev-probe: diagnostics of the data path and the
+// device's log, and udev's probe.
+void add_io_commands(CLI::App& app, Args& a) {
+    a.wr = add_device_command(app, a.c, "write", "diagnostic write of stamped blocks: accepted or fenced?",
+                              "nvfence write /dev/nvme1n1 --lba 8 --blocks 4");
+    a.wr->add_option("--lba", a.lba, "first block")->required()->check(uint_in(0, (1ull << 48)));
+    a.wr->add_option("--blocks", a.blocks, "number of blocks (1-256)")->check(uint_in(1, 256));
+    a.wr->add_flag("--passthrough", a.passthrough, "NVMe passthrough on /dev/ngXnY instead of the block device");
+    a.wr->add_option("--wait-s", a.io_wait_s,
+                     "how long to wait for the device's answer (1-3600, default 120); when it runs out the outcome "
+                     "is unknown (exit 1, result \"unknown\"): the write may still land")
+        ->check(uint_in(1, kMaxIoWaitS));
+    a.rd = add_device_command(app, a.c, "read", "read blocks back and show their stamps (who wrote, which epoch)",
+                              "nvfence read /dev/nvme1n1 --lba 8 --blocks 4");
+    a.rd->add_option("--lba", a.lba, "first block")->required()->check(uint_in(0, (1ull << 48)));
+    a.rd->add_option("--blocks", a.blocks, "number of blocks (1-4096)")->check(uint_in(1, 4096));
+    a.rd->add_flag("--passthrough", a.passthrough, "NVMe passthrough on /dev/ngXnY instead of the block device");
+    a.rd->add_option("--wait-s", a.io_wait_s, "how long to wait for the device's answer (1-3600, default 120)")
+        ->check(uint_in(1, kMaxIoWaitS));
+    a.notif = add_device_command(app, a.c, "notifications", "read (and consume) the Reservation Notification log",
+                                 "nvfence notifications /dev/nvme1n1");
+    a.notif->add_option("--max", a.max_pages, "most pages to read (1-1024)")->check(uint_in(1, 1024));
+
+    a.probe = app.add_subcommand("udev-probe", "print udev properties of a namespace (silent for non-NVMe)");
+    a.probe->footer("\nExample: nvfence udev-probe /dev/nvme1n1   (udev runs it: IMPORT{program})");
+    a.probe->add_option("devnode", a.probe_dev, "device node, e.g. /dev/nvme1n1")->required();
+}
+
+// The whole command line, in the order `nvfence --help` lists it.
+void build_app(CLI::App& app, Args& a) {
+    app.footer(std::string("\nKeys: nf:TAG:NODE:EPOCH (nvfence's own) or 0x<hex> (any key); foreign keys are never decoded.\n\n") +
+               kExitCodes);
+    app.set_version_flag("--version", std::string("nvfence ") + nvf_version());
+    app.require_subcommand(1);
+    a.c.state_dir = env_or("NVFENCE_STATE_DIR", a.c.state_dir);
+    add_key_commands(app, a);
+    add_takeover_commands(app, a);
+    add_io_commands(app, a);
+    add_agent_commands(app, a.agent);
+}
+
+// Parses the command line; an exit code when nvfence is done already (help,
+// version, or a usage error, reported on stderr and, for --json, as JSON).
+std::optional<int> parse_args(CLI::App& app, int argc, char** argv) {
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -1104,42 +1128,58 @@ int main(int argc, char** argv) {
         }
         return code(ExitCode::usage);
     }
-    auto type = parse_type(type_s);
-    if (!type) return code(ExitCode::usage);
-    if (auto rc = run_agent_commands(agent)) return *rc;
+    return std::nullopt;
+}
 
-    if (probe->parsed()) return cmd_udev_probe(probe_dev);
-    if (info->parsed()) return cmd_info(c);
-    if (report->parsed()) {
+// Runs the one subcommand that was parsed.
+int dispatch(const Args& a) {
+    const Common& c = a.c;
+    auto type = parse_type(a.type_s);
+    if (!type) return code(ExitCode::usage);
+    if (auto rc = run_agent_commands(a.agent)) return *rc;
+
+    if (a.probe->parsed()) return cmd_udev_probe(a.probe_dev);
+    if (a.info->parsed()) return cmd_info(c);
+    if (a.report->parsed()) {
         std::optional<uint32_t> initial;
-        if (!initial_s.empty()) initial = static_cast<uint32_t>(*parse_uint(initial_s, 64, 1u << 20));
+        if (!a.initial_s.empty()) initial = static_cast<uint32_t>(*parse_uint(a.initial_s, 64, 1u << 20));
         return cmd_report(c, initial);
     }
-    if (reg->parsed()) {
+    if (a.reg->parsed()) {
         std::optional<uint32_t> epoch;
-        if (!epoch_s.empty()) epoch = static_cast<uint32_t>(*parse_uint(epoch_s, 1, kEpochCeiling - 1));
-        return cmd_register(c, node, epoch, replace, ptpl);
+        if (!a.epoch_s.empty()) epoch = static_cast<uint32_t>(*parse_uint(a.epoch_s, 1, kEpochCeiling - 1));
+        return cmd_register(c, a.node, epoch, a.replace, a.ptpl);
     }
-    if (unreg->parsed()) return cmd_simple(c, "unregister", *type);
-    if (acq->parsed()) return cmd_simple(c, "acquire", *type);
-    if (rel->parsed()) return cmd_simple(c, "release", *type);
-    if (clr->parsed()) {
-        if (!force)
+    if (a.unreg->parsed()) return cmd_simple(c, "unregister", *type);
+    if (a.acq->parsed()) return cmd_simple(c, "acquire", *type);
+    if (a.rel->parsed()) return cmd_simple(c, "release", *type);
+    if (a.clr->parsed()) {
+        if (!a.force)
             return fail(c, "clear: refusing to remove every host's registration without --force",
                         make_error_code(Errc::refused), "nothing was changed") ,
                    code(ExitCode::usage);
         return cmd_simple(c, "clear", *type);
     }
-    if (pre->parsed()) {
+    if (a.pre->parsed()) {
         std::optional<uint64_t> victim;
-        if (!victim_s.empty()) victim = *parse_cli_key(victim_s);
-        if (victim_node) return cmd_preempt_node(c, node, *type, victim_node, !no_abort);
-        return cmd_preempt(c, node, *type, victim, !no_abort);
+        if (!a.victim_s.empty()) victim = *parse_cli_key(a.victim_s);
+        if (a.victim_node) return cmd_preempt_node(c, a.node, *type, a.victim_node, !a.no_abort);
+        return cmd_preempt(c, a.node, *type, victim, !a.no_abort);
     }
-    if (wr->parsed()) return cmd_write(c, lba, blocks, passthrough, io_wait_s);
-    if (rd->parsed()) return cmd_read(c, lba, blocks, passthrough, io_wait_s);
-    if (notif->parsed()) return cmd_notifications(c, max_pages);
+    if (a.wr->parsed()) return cmd_write(c, a.lba, a.blocks, a.passthrough, a.io_wait_s);
+    if (a.rd->parsed()) return cmd_read(c, a.lba, a.blocks, a.passthrough, a.io_wait_s);
+    if (a.notif->parsed()) return cmd_notifications(c, a.max_pages);
     return code(ExitCode::usage);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"nvfence: storage-level fencing with NVMe reservations"};
+    Args a;
+    build_app(app, a);
+    if (auto rc = parse_args(app, argc, argv)) return *rc;
+    return dispatch(a);
 }
 
 }  // namespace nvfence::cli
