@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "agent/agent_text.hpp"
+#include "internal/file_name.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/key.hpp"
 #include "nvfence/state_file.hpp"
@@ -13,17 +14,6 @@ namespace nvfence {
 namespace {
 using agent_detail::clean_text;
 using agent_detail::kMaxReasonBytes;
-
-std::string sanitize_volume(const std::string& volume) {
-    std::string v;
-    for (char c : volume) {
-        const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                          (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
-        v.push_back(keep ? c : '_');
-    }
-    if (v.empty() || v[0] == '.') v.insert(0, "v");
-    return v;
-}
 
 }  // namespace
 
@@ -162,7 +152,7 @@ AgentStateFile::AgentStateFile(std::string dir, const std::string& volume)
 
 AgentStateFile::AgentStateFile(std::string dir, const std::string& volume, const StateMedium& medium)
     : dir_(std::move(dir)), medium_(&medium) {
-    path_ = dir_ + "/" + sanitize_volume(volume) + ".agent";
+    path_ = dir_ + "/" + volume_file_stem(volume) + ".agent";
 }
 
 Result<std::optional<PersistedState>> AgentStateFile::load() const {

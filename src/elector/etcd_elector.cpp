@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "elector/elector_config.hpp"
+#include "internal/file_name.hpp"
 #include "nvfence/epoch_store.hpp"
 #include "nvfence/error.hpp"
 #include "elector/etcd_json.hpp"
@@ -37,23 +38,12 @@ constexpr int kTokenAttempts = 8;
 // and a watch); the call's timeout bounds it too.
 constexpr int kCampaignRounds = 16;
 
-std::string sanitize(const std::string& volume) {
-    std::string v;
-    for (char c : volume) {
-        const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                          c == '.' || c == '_' || c == '-';
-        v.push_back(keep ? c : '_');
-    }
-    if (v.empty() || v[0] == '.') v = "v" + v;
-    return v;
-}
-
 }  // namespace
 
 // ---- TokenStore -----------------------------------------------------------
 
 TokenStore::TokenStore(std::string dir, const std::string& volume) : dir_(std::move(dir)) {
-    path_ = dir_ + "/" + sanitize(volume) + ".etcd-token";
+    path_ = dir_ + "/" + volume_file_stem(volume) + ".etcd-token";
 }
 
 Result<TokenRecord> TokenStore::load() const {

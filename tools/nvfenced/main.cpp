@@ -31,6 +31,7 @@
 #include "agent/agent.hpp"
 #include "agent/agent_config.hpp"
 #include "internal/clock.hpp"
+#include "internal/file_name.hpp"
 #include "nvfence/control.hpp"
 #include "nvfence/epoch_store.hpp"
 #include "nvfence/error.hpp"
@@ -180,17 +181,6 @@ public:
     void notify(const std::string& message) override { (void)sd_notify(message); }
 };
 
-std::string sanitize_name(const std::string& v) {
-    std::string s;
-    for (char c : v) {
-        const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                          c == '.' || c == '_' || c == '-';
-        s.push_back(keep ? c : '_');
-    }
-    if (s.empty() || s[0] == '.' || s[0] == '-') s.insert(0, "v");
-    return s.substr(0, 64);
-}
-
 // An exclusive flock on @p path; the file keeps the owner's pid for the
 // message the next agent prints. Lock files are never removed: removing a
 // flock file lets two processes lock two different inodes.
@@ -306,7 +296,7 @@ int open_namespace(const nvfence::AgentSettings& s, spdlog::logger& log, Setup& 
         return static_cast<int>(ExitCode::failure);
     }
     d.volume = nvfence::agent_volume_name(d.info);
-    d.name = s.name.empty() ? sanitize_name(d.volume) : s.name;
+    d.name = s.name.empty() ? nvfence::volume_name(d.volume) : s.name;
     d.socket = s.control_socket.empty() ? nvfence::default_socket_path(d.name) : s.control_socket;
     return 0;
 }
@@ -324,7 +314,7 @@ int lock_volume(const nvfence::AgentSettings& s, spdlog::logger& log, Setup& d) 
         return static_cast<int>(ExitCode::failure);
     }
     std::string owner;
-    const std::string vol_lock = s.state_dir + "/" + sanitize_name(d.volume) + ".lock";
+    const std::string vol_lock = s.state_dir + "/" + nvfence::volume_name(d.volume) + ".lock";
     auto lock = take_lock(vol_lock, owner);
     if (!lock) {
         if (lock.error() == Errc::refused) {
