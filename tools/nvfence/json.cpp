@@ -6,99 +6,85 @@
 
 namespace nvfence::cli {
 
-std::string json_escape(std::string_view s) {
-    std::string o;
-    for (unsigned char c : s) {
-        switch (c) {
-        case '"': o += "\\\""; break;
-        case '\\': o += "\\\\"; break;
-        case '\n': o += "\\n"; break;
-        case '\t': o += "\\t"; break;
-        case '\r': o += "\\r"; break;
-        default:
-            if (c < 0x20) {
-                char b[8];
-                std::snprintf(b, sizeof b, "\\u%04x", c);
-                o += b;
-            } else {
-                o.push_back(static_cast<char>(c));
-            }
-        }
-    }
-    return o;
+namespace {
+[[noreturn]] void misuse(const char* what) {
+    std::fprintf(stderr, "nvfence: broken invariant in the JSON writer: %s\n", what);
+    std::abort();
 }
+}  // namespace
 
-void Json::value_prefix() {
-    if (after_key_) {
-        after_key_ = false;
-        return;
+nlohmann::ordered_json& Json::put(nlohmann::ordered_json v) {
+    if (open_.empty()) {
+        if (has_root_) misuse("a second top-level value");
+        root_ = std::move(v);
+        has_root_ = true;
+        return root_;
     }
-    if (!first_.empty()) {
-        if (!first_.back()) out_ += ',';
-        first_.back() = false;
+    nlohmann::ordered_json& top = *open_.back();
+    if (top.is_object()) {
+        if (!key_) misuse("a value inside an object without a member name");
+        nlohmann::ordered_json& slot = top[*key_];
+        key_.reset();
+        slot = std::move(v);
+        return slot;
     }
+    if (key_) misuse("a member name inside an array");
+    top.push_back(std::move(v));
+    return top.back();
 }
 
 Json& Json::begin_object() {
-    const bool outermost = first_.empty() && out_.empty();
-    value_prefix();
-    out_ += '{';
-    first_.push_back(true);
+    const bool outermost = open_.empty() && !has_root_;
+    open_.push_back(&put(nlohmann::ordered_json::object()));
     if (outermost) key("schema_version").num(kJsonSchemaVersion);
     return *this;
 }
-Json& Json::end_object() {
-    if (first_.empty()) std::abort();
-    first_.pop_back();
-    out_ += '}';
-    return *this;
-}
+
 Json& Json::begin_array() {
-    value_prefix();
-    out_ += '[';
-    first_.push_back(true);
+    open_.push_back(&put(nlohmann::ordered_json::array()));
     return *this;
 }
-Json& Json::end_array() {
-    if (first_.empty()) std::abort();
-    first_.pop_back();
-    out_ += ']';
+
+Json& Json::close(bool object) {
+    if (open_.empty() || open_.back()->is_object() != object || key_) misuse("closing what is not open");
+    open_.pop_back();
     return *this;
 }
+
+Json& Json::end_object() { return close(true); }
+Json& Json::end_array() { return close(false); }
+
 Json& Json::key(std::string_view k) {
-    value_prefix();
-    out_ += '"';
-    out_ += json_escape(k);
-    out_ += "\":";
-    after_key_ = true;
+    if (open_.empty() || !open_.back()->is_object() || key_) misuse("a member name outside an object");
+    key_ = std::string(k);
     return *this;
 }
+
 Json& Json::str(std::string_view v) {
-    value_prefix();
-    out_ += '"';
-    out_ += json_escape(v);
-    out_ += '"';
+    put(std::string(v));
     return *this;
 }
 Json& Json::num(uint64_t v) {
-    value_prefix();
-    out_ += std::to_string(v);
+    put(v);
     return *this;
 }
 Json& Json::snum(int64_t v) {
-    value_prefix();
-    out_ += std::to_string(v);
+    put(v);
     return *this;
 }
 Json& Json::boolean(bool v) {
-    value_prefix();
-    out_ += v ? "true" : "false";
+    put(v);
     return *this;
 }
 Json& Json::null() {
-    value_prefix();
-    out_ += "null";
+    put(nullptr);
     return *this;
+}
+
+std::string Json::text() const {
+    if (!open_.empty() || key_) misuse("text() of an unfinished document");
+    // Device strings (model, serial) may hold any bytes: replaced, never thrown.
+    return root_.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 }  // namespace nvfence::cli

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -210,7 +211,9 @@ void json_registrant(Json& j, const Registrant& r) {
     j.end_object();
 }
 
-void json_status(Json& j, const ReservationStatus& st, const std::optional<HostId>& self) {
+// @p more adds members at the end of the object (diagnostics of one command).
+void json_status(Json& j, const ReservationStatus& st, const std::optional<HostId>& self,
+                 const std::function<void(Json&)>& more = {}) {
     j.begin_object();
     j.key("generation").num(st.generation);
     j.key("type").str(resv_type_short(st.type));
@@ -227,6 +230,7 @@ void json_status(Json& j, const ReservationStatus& st, const std::optional<HostI
     j.key("registrants").begin_array();
     for (const auto& r : st.registrants) json_registrant(j, r);
     j.end_array();
+    if (more) more(j);
     j.end_object();
 }
 
@@ -405,15 +409,10 @@ int cmd_report(const Common& c, std::optional<uint32_t> initial_bytes) {
                          "(see docs/CONTRACTS.md, epochs)\n";
     if (c.json) {
         Json j;
-        json_status(j, *st, ns->info().host_id);
-        std::string text = j.text();
-        if (initial_bytes) {
-            // Same object, two diagnostic members appended.
-            text.pop_back();
-            text += ",\"initial_bytes\":" + std::to_string(*initial_bytes) +
-                    ",\"reads\":" + std::to_string(resv.last_report_reads()) + "}";
-        }
-        std::cout << text << "\n";
+        json_status(j, *st, ns->info().host_id, [&](Json& o) {
+            if (initial_bytes) o.key("initial_bytes").num(*initial_bytes).key("reads").snum(resv.last_report_reads());
+        });
+        std::cout << j.text() << "\n";
     } else {
         print_status(*st, ns->info().host_id);
         if (initial_bytes)
