@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <algorithm>
 #include <bit>
 #include <cctype>
@@ -24,7 +25,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <variant>
 #include <vector>
 
 #include "nvfence/error.hpp"
@@ -273,128 +273,6 @@ RunResult run_nvfence(const Params& p, const NvFeatures& f, uint32_t qd) {
 
 // ------------------------------------------------------------------ fio
 
-// Just enough JSON to read fio's --output-format=json.
-struct JVal {
-    std::variant<std::nullptr_t, bool, double, std::string, std::vector<JVal>, std::map<std::string, JVal>> v;
-    const JVal* get(const std::string& k) const {
-        if (auto* m = std::get_if<std::map<std::string, JVal>>(&v)) {
-            auto it = m->find(k);
-            return it == m->end() ? nullptr : &it->second;
-        }
-        return nullptr;
-    }
-    const JVal* at(size_t i) const {
-        if (auto* a = std::get_if<std::vector<JVal>>(&v)) return i < a->size() ? &(*a)[i] : nullptr;
-        return nullptr;
-    }
-    std::optional<double> num() const {
-        if (auto* d = std::get_if<double>(&v)) return *d;
-        return std::nullopt;
-    }
-};
-
-class JParser {
-public:
-    explicit JParser(const std::string& s) : s_(s) {}
-    std::optional<JVal> parse() {
-        auto v = value();
-        if (!v) return std::nullopt;
-        return v;
-    }
-
-private:
-    void ws() {
-        while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_;
-    }
-    std::optional<std::string> str() {
-        if (s_[i_] != '"') return std::nullopt;
-        std::string out;
-        for (++i_; i_ < s_.size(); ++i_) {
-            char c = s_[i_];
-            if (c == '"') {
-                ++i_;
-                return out;
-            }
-            if (c == '\\' && i_ + 1 < s_.size()) {
-                c = s_[++i_];
-                switch (c) {
-                case 'n': out += '\n'; break;
-                case 't': out += '\t'; break;
-                case 'u': i_ += 4; out += '?'; break;
-                default: out += c; break;
-                }
-            } else {
-                out += c;
-            }
-        }
-        return std::nullopt;
-    }
-    std::optional<JVal> value() {
-        ws();
-        if (i_ >= s_.size()) return std::nullopt;
-        const char c = s_[i_];
-        if (c == '{') {
-            std::map<std::string, JVal> m;
-            ++i_;
-            ws();
-            if (i_ < s_.size() && s_[i_] == '}') {
-                ++i_;
-                return JVal{std::move(m)};
-            }
-            for (;;) {
-                ws();
-                auto k = str();
-                if (!k) return std::nullopt;
-                ws();
-                if (i_ >= s_.size() || s_[i_] != ':') return std::nullopt;
-                ++i_;
-                auto v = value();
-                if (!v) return std::nullopt;
-                m.emplace(std::move(*k), std::move(*v));
-                ws();
-                if (i_ < s_.size() && s_[i_] == ',') { ++i_; continue; }
-                if (i_ < s_.size() && s_[i_] == '}') { ++i_; return JVal{std::move(m)}; }
-                return std::nullopt;
-            }
-        }
-        if (c == '[') {
-            std::vector<JVal> a;
-            ++i_;
-            ws();
-            if (i_ < s_.size() && s_[i_] == ']') {
-                ++i_;
-                return JVal{std::move(a)};
-            }
-            for (;;) {
-                auto v = value();
-                if (!v) return std::nullopt;
-                a.push_back(std::move(*v));
-                ws();
-                if (i_ < s_.size() && s_[i_] == ',') { ++i_; continue; }
-                if (i_ < s_.size() && s_[i_] == ']') { ++i_; return JVal{std::move(a)}; }
-                return std::nullopt;
-            }
-        }
-        if (c == '"') {
-            auto s = str();
-            if (!s) return std::nullopt;
-            return JVal{std::move(*s)};
-        }
-        if (s_.compare(i_, 4, "true") == 0) { i_ += 4; return JVal{true}; }
-        if (s_.compare(i_, 5, "false") == 0) { i_ += 5; return JVal{false}; }
-        if (s_.compare(i_, 4, "null") == 0) { i_ += 4; return JVal{nullptr}; }
-        const char* b = s_.c_str() + i_;
-        char* e = nullptr;
-        const double d = std::strtod(b, &e);
-        if (e == b) return std::nullopt;
-        i_ += static_cast<size_t>(e - b);
-        return JVal{d};
-    }
-
-    const std::string& s_;
-    size_t i_ = 0;
-};
-
 // Runs argv, returns its stdout; stderr passes through.
 std::string run_capture(const std::vector<std::string>& argv, int& status) {
     int pfd[2];
@@ -462,24 +340,28 @@ RunResult run_fio(const Params& p, uint32_t qd, bool same) {
     const size_t brace = out.find('{');
     if (brace == std::string::npos) die("fio printed no JSON");
     const std::string json = out.substr(brace);
-    auto doc = JParser(json).parse();
-    if (!doc) die("cannot parse fio's JSON output");
-    const JVal* job = doc->get("jobs") ? doc->get("jobs")->at(0) : nullptr;
-    const JVal* wr = job ? job->get("write") : nullptr;
-    if (!wr) die("fio JSON has no jobs[0].write");
+    // nlohmann's parser without exceptions: a malformed document is "discarded".
+    const nlohmann::json doc = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+    if (doc.is_discarded()) die("cannot parse fio's JSON output");
+    const nlohmann::json::json_pointer wr_path("/jobs/0/write");
+    if (!doc.contains(wr_path)) die("fio JSON has no jobs[0].write");
+    const nlohmann::json& job = doc.at(nlohmann::json::json_pointer("/jobs/0"));
+    const nlohmann::json& wr = doc.at(wr_path);
+    auto number = [](const nlohmann::json& v, const std::string& path) -> std::optional<double> {
+        const nlohmann::json::json_pointer ptr(path);
+        if (!v.contains(ptr) || !v.at(ptr).is_number()) return std::nullopt;
+        return v.at(ptr).get<double>();
+    };
     auto pct = [&](const char* which, const char* key) {
-        const JVal* l = wr->get(which);
-        const JVal* pc = l ? l->get("percentile") : nullptr;
-        const JVal* v = pc ? pc->get(key) : nullptr;
-        auto n = v ? v->num() : std::nullopt;
+        auto n = number(wr, std::string("/") + which + "/percentile/" + key);
         if (!n) die(std::string("fio JSON has no write.") + which + ".percentile." + key);
         return *n / 1000.0;
     };
     RunResult r;
-    auto iops = wr->get("iops") ? wr->get("iops")->num() : std::nullopt;
+    auto iops = number(wr, "/iops");
     if (!iops) die("fio JSON has no write.iops");
     r.iops = *iops;
-    auto ios = wr->get("total_ios") ? wr->get("total_ios")->num() : std::nullopt;
+    auto ios = number(wr, "/total_ios");
     r.ios = ios ? static_cast<uint64_t>(*ios) : 0;
     r.p50_us = pct("clat_ns", "50.000000");
     r.p99_us = pct("clat_ns", "99.000000");
@@ -489,10 +371,7 @@ RunResult run_fio(const Params& p, uint32_t qd, bool same) {
     r.lat_p999_us = pct("lat_ns", "99.900000");
     // fio's usr_cpu/sys_cpu are percentages of the measured runtime for the
     // job's thread, so this matches nvfence's figure for its own I/O thread.
-    auto cpu = [&](const char* k) {
-        auto v = job->get(k) ? job->get(k)->num() : std::nullopt;
-        return v ? *v : 0.0;
-    };
+    auto cpu = [&](const char* k) { return number(job, std::string("/") + k).value_or(0.0); };
     if (r.ios > 0)
         r.cpu_us_per_io = (cpu("usr_cpu") + cpu("sys_cpu")) / 100.0 * p.runtime_s * 1e6 / static_cast<double>(r.ios);
     return r;
