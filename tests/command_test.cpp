@@ -26,6 +26,7 @@
 #include <cstdint>
 
 #include "nvfence/command.hpp"
+#include "nvfence/error.hpp"
 
 namespace nvfence {
 namespace {
@@ -456,6 +457,52 @@ TEST(CommandEquality, ComparesEveryField) {
     b = a;
     b.queue = Queue::admin;
     EXPECT_NE(a, b);
+}
+
+// The one parser of type names (CLI, nvfenced.conf, fence_nvfence).
+TEST(ResvTypeHelpers, ParseEverySpellingOfEveryType) {
+    const std::pair<const char*, ResvType> cases[] = {
+        {"we", ResvType::write_exclusive},
+        {"exclusive", ResvType::write_exclusive},
+        {"Write_Exclusive", ResvType::write_exclusive},
+        {"EA", ResvType::exclusive_access},
+        {"exclusive-access", ResvType::exclusive_access},
+        {"WERO", ResvType::write_exclusive_reg_only},
+        {"shared", ResvType::write_exclusive_reg_only},
+        {"registrants_only", ResvType::write_exclusive_reg_only},
+        {"write-exclusive-reg-only", ResvType::write_exclusive_reg_only},
+        {"write-exclusive-registrants-only", ResvType::write_exclusive_reg_only},
+        {"earo", ResvType::exclusive_access_reg_only},
+        {"exclusive_access_reg_only", ResvType::exclusive_access_reg_only},
+        {"exclusive-access-registrants-only", ResvType::exclusive_access_reg_only},
+        {"wear", ResvType::write_exclusive_all_regs},
+        {"write-exclusive-all-regs", ResvType::write_exclusive_all_regs},
+        {"WRITE-EXCLUSIVE-ALL-REGISTRANTS", ResvType::write_exclusive_all_regs},
+        {"eaar", ResvType::exclusive_access_all_regs},
+        {"exclusive-access-all-regs", ResvType::exclusive_access_all_regs},
+        {"exclusive-access-all-registrants", ResvType::exclusive_access_all_regs},
+    };
+    for (const auto& [name, type] : cases) {
+        auto t = parse_resv_type(name);
+        ASSERT_TRUE(t) << name;
+        EXPECT_EQ(*t, type) << name;
+    }
+    // What report prints is accepted back, for every type.
+    for (unsigned v = 1; v <= 6; ++v) {
+        const auto type = static_cast<ResvType>(v);
+        auto t = parse_resv_type(resv_type_short(type));
+        ASSERT_TRUE(t) << v;
+        EXPECT_EQ(*t, type);
+    }
+    // Numbers (SCSI numbers the types differently), "none", near misses,
+    // padding and overlong input are refused.
+    for (const char* bad : {"", "1", "3", "5", "none", "unknown", "wer", "write exclusive", " we", "we ",
+                            "exclusive-access-", "registrants", "all-registrants", "shared\n"}) {
+        auto t = parse_resv_type(bad);
+        ASSERT_FALSE(t) << '"' << bad << '"';
+        EXPECT_EQ(t.error(), Errc::invalid_argument);
+    }
+    EXPECT_FALSE(parse_resv_type(std::string(1 << 20, 'w')));
 }
 
 }  // namespace

@@ -8,8 +8,10 @@
 
 #include <array>
 #include <cstdint>
+#include <string_view>
 
 #include "nvfence/export.h"
+#include "nvfence/result.hpp"
 
 namespace nvfence {
 
@@ -168,6 +170,16 @@ NVFENCE_API const char* resv_type_short(ResvType t);
 NVFENCE_API const char* resv_type_name(ResvType t);
 /// True for 1..6.
 NVFENCE_API bool resv_type_valid(uint8_t raw);
+/// A type by name: the one parser of type names (CLI, nvfenced.conf,
+/// fence_nvfence). Any case, '_' or '-' between words. Accepted: the short
+/// names (we, ea, wero, earo, wear, eaar: what resv_type_short() prints),
+/// the specification's words (write-exclusive-registrants-only, ...), the
+/// abbreviations of util-linux's blkpr (write-exclusive-reg-only,
+/// exclusive-access-all-regs, ...), and three aliases: exclusive (WE),
+/// shared and registrants-only (WERO). Numbers are refused: SCSI numbers
+/// the types differently (its 5 is NVMe's 3). Errc::invalid_argument for
+/// anything else.
+NVFENCE_API Result<ResvType> parse_resv_type(std::string_view name);
 /// True for the all-registrants types (WEAR, EAAR), whose holder key reads 0.
 NVFENCE_API bool resv_type_all_registrants(ResvType t);
 

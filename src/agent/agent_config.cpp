@@ -9,6 +9,7 @@
 #include <fstream>
 #include <set>
 
+#include "nvfence/command.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/key.hpp"
 #include "internal/list.hpp"
@@ -200,6 +201,18 @@ bool check_keys(const SettingsMap& kv, std::string& why) {
     return true;
 }
 
+// mode: a type name as everywhere (parse_resv_type); the agent runs the two
+// Write Exclusive types it supports.
+bool agent_type(const SettingsReader& r, ResvType& out) {
+    const std::string* v = r.get("mode");
+    if (!v) return true;
+    auto t = parse_resv_type(*v);
+    if (!t || (*t != ResvType::write_exclusive && *t != ResvType::write_exclusive_reg_only))
+        return r.fail("mode", "must be exclusive (Write Exclusive) or shared (Write Exclusive - Registrants Only)");
+    out = *t;
+    return true;
+}
+
 // The device, this host's identity, the reservation and the check's timing.
 bool read_device(const SettingsReader& r, AgentSettings& s) {
     const std::string* dev = r.get("device");
@@ -213,13 +226,7 @@ bool read_device(const SettingsReader& r, AgentSettings& s) {
         s.node = n;
     }
     return r.number("cluster_tag", 0, 255, s.tag) &&
-           r.choice<ResvType>("mode",
-                              {{"exclusive", ResvType::write_exclusive},
-                               {"we", ResvType::write_exclusive},
-                               {"shared", ResvType::write_exclusive_reg_only},
-                               {"wero", ResvType::write_exclusive_reg_only}},
-                              "must be exclusive (Write Exclusive) or shared (Write Exclusive - Registrants Only)",
-                              s.type) &&
+           agent_type(r, s.type) &&
            r.choice<StartRole>("role", {{"standby", StartRole::standby}, {"acquire", StartRole::acquire}},
                                "must be standby or acquire (take the reservation at start if nobody holds it)",
                                s.role) &&

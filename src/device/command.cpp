@@ -2,6 +2,9 @@
 #include "nvfence/command.hpp"
 
 #include <cstdlib>
+#include <string>
+
+#include "nvfence/error.hpp"
 
 namespace nvfence {
 namespace {
@@ -168,6 +171,44 @@ const char* resv_type_name(ResvType t) {
 }
 
 bool resv_type_valid(uint8_t raw) { return raw >= 1 && raw <= 6; }
+
+Result<ResvType> parse_resv_type(std::string_view name) {
+    // Longer than any accepted name: refused before it is copied.
+    if (name.empty() || name.size() > 40) return make_error_code(Errc::invalid_argument);
+    std::string s(name);
+    for (char& ch : s) {
+        if (ch >= 'A' && ch <= 'Z') ch = static_cast<char>(ch - 'A' + 'a');
+        if (ch == '_') ch = '-';
+    }
+    struct Name {
+        const char* text;
+        ResvType type;
+    };
+    static constexpr Name kNames[] = {
+        {"we", ResvType::write_exclusive},
+        {"exclusive", ResvType::write_exclusive},
+        {"write-exclusive", ResvType::write_exclusive},
+        {"ea", ResvType::exclusive_access},
+        {"exclusive-access", ResvType::exclusive_access},
+        {"wero", ResvType::write_exclusive_reg_only},
+        {"shared", ResvType::write_exclusive_reg_only},
+        {"registrants-only", ResvType::write_exclusive_reg_only},
+        {"write-exclusive-reg-only", ResvType::write_exclusive_reg_only},
+        {"write-exclusive-registrants-only", ResvType::write_exclusive_reg_only},
+        {"earo", ResvType::exclusive_access_reg_only},
+        {"exclusive-access-reg-only", ResvType::exclusive_access_reg_only},
+        {"exclusive-access-registrants-only", ResvType::exclusive_access_reg_only},
+        {"wear", ResvType::write_exclusive_all_regs},
+        {"write-exclusive-all-regs", ResvType::write_exclusive_all_regs},
+        {"write-exclusive-all-registrants", ResvType::write_exclusive_all_regs},
+        {"eaar", ResvType::exclusive_access_all_regs},
+        {"exclusive-access-all-regs", ResvType::exclusive_access_all_regs},
+        {"exclusive-access-all-registrants", ResvType::exclusive_access_all_regs},
+    };
+    for (const Name& n : kNames)
+        if (s == n.text) return n.type;
+    return make_error_code(Errc::invalid_argument);
+}
 
 bool resv_type_all_registrants(ResvType t) {
     return t == ResvType::write_exclusive_all_regs || t == ResvType::exclusive_access_all_regs;

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <set>
 
+#include "nvfence/command.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/key.hpp"
 #include "internal/list.hpp"
@@ -114,9 +115,10 @@ void apply_action(Parsed& p, const std::string& value) {
 
 void apply_reservation_type(Parsed& p, const std::string& value) {
     const std::string v = lower(value);
-    if (v == "registrants-only" || v == "registrants_only" || v == "wero" || v == "shared") {
+    const auto t = parse_resv_type(value);  // the one parser of type names
+    if (t && *t == ResvType::write_exclusive_reg_only) {
         p.opts.mode = Mode::registrants_only;
-    } else if (v == "exclusive" || v == "we") {
+    } else if (t && *t == ResvType::write_exclusive) {
         p.opts.mode = Mode::exclusive;
     } else if (!v.empty() && std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; })) {
         // A number copied from an sg_persist / fence_scsi setup would

@@ -469,28 +469,9 @@ int print_outcome(const Common& c, const FenceCtx& x, const Outcome& o, const st
     return 0;
 }
 
-// Type names, in any case (so the "WE", "WERO"... that report prints are
-// accepted back). Numbers are not: RTYPE 0 and 7+ are no types, and a name
-// cannot be mistaken for another.
-// The long names are blkpr's (util-linux) and the NVMe specification's,
-// with '_' or '-' between words.
-Result<ResvType> parse_type(std::string s) {
-    for (char& ch : s) {
-        if (ch >= 'A' && ch <= 'Z') ch = static_cast<char>(ch - 'A' + 'a');
-        if (ch == '_') ch = '-';
-    }
-    if (s == "exclusive" || s == "we" || s == "write-exclusive") return ResvType::write_exclusive;
-    if (s == "shared" || s == "wero" || s == "write-exclusive-reg-only" || s == "write-exclusive-registrants-only")
-        return ResvType::write_exclusive_reg_only;
-    if (s == "ea" || s == "exclusive-access") return ResvType::exclusive_access;
-    if (s == "earo" || s == "exclusive-access-reg-only" || s == "exclusive-access-registrants-only")
-        return ResvType::exclusive_access_reg_only;
-    if (s == "wear" || s == "write-exclusive-all-regs" || s == "write-exclusive-all-registrants")
-        return ResvType::write_exclusive_all_regs;
-    if (s == "eaar" || s == "exclusive-access-all-regs" || s == "exclusive-access-all-registrants")
-        return ResvType::exclusive_access_all_regs;
-    return make_error_code(Errc::invalid_argument);
-}
+// Type names: the library's one parser (nvfence::parse_resv_type), so the
+// "WE", "WERO"... that report prints are accepted back and no number is.
+Result<ResvType> parse_type(const std::string& s) { return parse_resv_type(s); }
 
 int cmd_register(const Common& c, unsigned node, std::optional<uint32_t> epoch, bool replace, bool ptpl) {
     FenceOptions o;
