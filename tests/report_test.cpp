@@ -633,6 +633,28 @@ TEST(EbsVolumeId, FromSerial) {
     EXPECT_EQ(ebs_volume_id("vol 0123"), std::nullopt);
 }
 
+// Every per-volume thing (the agent's socket, the epoch store, the udev
+// link, fence_nvfence's choice of agent) is keyed by the volume name, so two
+// namespaces never share one: the Pacemaker lab's second namespace behind the
+// lab's EBS-style serial was handed to the first one's nvfenced.
+TEST(VolumeId, OneNamePerNamespace) {
+    NamespaceIdentity plain{};
+    EXPECT_EQ(volume_id("vol0123456789abcdef0", plain, 1), "vol-0123456789abcdef0");  // EBS: always nsid 1
+    EXPECT_EQ(volume_id("vol0123456789abcdef0", plain, 2), "vol-0123456789abcdef0-n2");
+    EXPECT_EQ(volume_id("S3ESNX0K 12/34", plain, 1), "S3ESNX0K_12_34-n1");
+    EXPECT_EQ(volume_id("S3ESNX0K 12/34", plain, 7), "S3ESNX0K_12_34-n7");
+    NamespaceIdentity g{};
+    g.nguid[15] = 0xab;
+    EXPECT_EQ(volume_id("S3ESNX0K", g, 3), "nguid-000000000000000000000000000000ab");
+    NamespaceIdentity e{};
+    e.eui64[0] = 0x12;
+    EXPECT_EQ(volume_id("S3ESNX0K", e, 3), "eui-1200000000000000");
+    for (const char* serial : {"vol0123456789abcdef0", "vol-0", "S3ESNX0K", ""})
+        for (uint32_t a = 1; a <= 4; ++a)
+            for (uint32_t b = a + 1; b <= 4; ++b)
+                EXPECT_NE(volume_id(serial, plain, a), volume_id(serial, plain, b)) << serial << " " << a << " " << b;
+}
+
 TEST(EbsModel, ExactMatch) {
     EXPECT_TRUE(is_ebs_model("Amazon Elastic Block Store"));
     EXPECT_FALSE(is_ebs_model("Amazon EC2 NVMe Instance Storage"));

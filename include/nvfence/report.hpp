@@ -141,9 +141,11 @@ NVFENCE_API std::optional<std::string> ebs_volume_id(const std::string& serial);
 /// True when @p model is the model string of an Amazon EBS volume.
 NVFENCE_API bool is_ebs_model(const std::string& model);
 
-/// A stable name for a shared volume: the EBS volume id when @p serial is an
-/// EBS serial, else "nguid-<hex>" or "eui-<hex>" when the namespace reports
-/// one, else "<serial>-n<nsid>" with unsafe characters replaced by '_'.
+/// A stable name for a shared volume, different for every namespace: the
+/// EBS volume id when @p serial is an EBS serial (with "-n<nsid>" appended
+/// for an nsid other than 1, which EBS never has), else "nguid-<hex>" or
+/// "eui-<hex>" when the namespace reports one, else "<serial>-n<nsid>" with
+/// unsafe characters replaced by '_'.
 NVFENCE_API std::string volume_id(const std::string& serial, const NamespaceIdentity& ns, uint32_t nsid);
 
 }  // namespace nvfence

@@ -193,7 +193,11 @@ bool is_ebs_model(const std::string& model) {
 }
 
 std::string volume_id(const std::string& serial, const NamespaceIdentity& ns, uint32_t nsid) {
-    if (auto ebs = ebs_volume_id(serial)) return *ebs;
+    // An EBS volume is one controller with one namespace, nsid 1. A target
+    // that copies an EBS-style serial onto several namespaces (a lab, a
+    // gateway) must still give each its own name: every per-volume thing
+    // (the agent's socket, its epoch store, the udev link) is keyed by it.
+    if (auto ebs = ebs_volume_id(serial)) return nsid == 1 ? *ebs : *ebs + "-n" + std::to_string(nsid);
     auto hex = [](std::span<const uint8_t> b) {
         std::string s;
         bool nonzero = false;
