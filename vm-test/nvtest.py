@@ -108,3 +108,35 @@ def unit_show(host, unit, *props):
     """`systemctl show UNIT -p P...` on host as a dict of property -> value."""
     r = host.run(f"systemctl show {unit} " + " ".join(f"-p {p}" for p in props), timeout_s=30, check=True)
     return dict(line.split("=", 1) for line in r.out.splitlines() if "=" in line)
+
+
+def _ns2():
+    import nvlab
+    return f"/sys/kernel/config/nvmet/subsystems/{nvlab.NQN}/namespaces/2"
+
+
+def add_second_namespace(lab):
+    """Exports a second namespace (nsid 2: a 16 MiB file on the target's RAM
+    disk, buffered I/O, reservations on) in the same subsystem and waits
+    until every host sees it. Returns {host name: its block device}."""
+    ns2 = _ns2()
+    lab.target.run(f"dd if=/dev/zero of=/tmp/ns2.img bs=1M count=16 2>/dev/null && mkdir {ns2} && "
+                   f"echo /tmp/ns2.img > {ns2}/device_path && echo 1 > {ns2}/buffered_io && "
+                   f"echo 1 > {ns2}/resv_enable && echo 1 > {ns2}/enable", check=True, timeout_s=60)
+    devs = {}
+    for h in lab.hosts:
+        c = f"/sys/class/nvme/{h.ctrl}"
+        script = (f"end=$(( $(cut -d. -f1 /proc/uptime) + 60 )); "
+                  f"while :; do for n in {c}/nvme*n*; do b=${{n##*/}}; "
+                  f"[ \"$(cat $n/nsid 2>/dev/null)\" = 2 ] && [ -b /dev/$b ] && {{ echo /dev/$b; exit 0; }}; done; "
+                  f"[ $(cut -d. -f1 /proc/uptime) -ge $end ] && exit 1; "
+                  f"echo 1 > {c}/rescan_controller 2>/dev/null; {{ sleep 0.5 || usleep 500000; }} 2>/dev/null; done")
+        r = h.run(script, timeout_s=80)
+        assert r.rc == 0 and r.out.strip(), (h.name, r)
+        devs[h.name] = r.out.strip().splitlines()[0]
+    return devs
+
+
+def remove_second_namespace(lab):
+    ns2 = _ns2()
+    lab.target.run(f"echo 0 > {ns2}/enable; rmdir {ns2}; rm -f /tmp/ns2.img", timeout_s=60)

@@ -12,7 +12,7 @@ preempt --victim-node N` (the node's key whatever its epoch)."""
 import pytest
 
 import nvlab
-from nvtest import CONFLICT, LOST_RACE, OK, USAGE, nvf, report, reset
+from nvtest import CONFLICT, LOST_RACE, OK, USAGE, add_second_namespace, nvf, remove_second_namespace, report, reset
 
 MAP = "a:1;b:2;c:3"
 
@@ -232,34 +232,6 @@ def test_through_the_local_nvfenced(lab):
         assert a.run("test -e /tmp/fenced.a").rc != 0, "the agent fenced itself"
     finally:
         a.run("pkill -9 -x nvfenced; true")
-
-
-NS2 = f"/sys/kernel/config/nvmet/subsystems/{nvlab.NQN}/namespaces/2"
-
-
-def add_second_namespace(lab):
-    """Exports a second namespace (nsid 2: a 16 MiB file on the target's RAM
-    disk, buffered I/O, reservations on) in the same subsystem and waits
-    until every host sees it. Returns {host name: its block device}."""
-    lab.target.run(f"dd if=/dev/zero of=/tmp/ns2.img bs=1M count=16 2>/dev/null && mkdir {NS2} && "
-                   f"echo /tmp/ns2.img > {NS2}/device_path && echo 1 > {NS2}/buffered_io && "
-                   f"echo 1 > {NS2}/resv_enable && echo 1 > {NS2}/enable", check=True, timeout_s=60)
-    devs = {}
-    for h in lab.hosts:
-        c = f"/sys/class/nvme/{h.ctrl}"
-        script = (f"end=$(( $(cut -d. -f1 /proc/uptime) + 60 )); "
-                  f"while :; do for n in {c}/nvme*n*; do b=${{n##*/}}; "
-                  f"[ \"$(cat $n/nsid 2>/dev/null)\" = 2 ] && [ -b /dev/$b ] && {{ echo /dev/$b; exit 0; }}; done; "
-                  f"[ $(cut -d. -f1 /proc/uptime) -ge $end ] && exit 1; "
-                  f"echo 1 > {c}/rescan_controller 2>/dev/null; usleep 500000; done")
-        r = h.run(script, timeout_s=80)
-        assert r.rc == 0 and r.out.strip(), (h.name, r)
-        devs[h.name] = r.out.strip().splitlines()[0]
-    return devs
-
-
-def remove_second_namespace(lab):
-    lab.target.run(f"echo 0 > {NS2}/enable; rmdir {NS2}; rm -f /tmp/ns2.img", timeout_s=60)
 
 
 def test_two_namespaces_one_fence(lab):

@@ -11,6 +11,8 @@ the fabric lab's nvmet target; the project is installed in the guests with
 - SIGSTOP of a's nvfenced: systemd's watchdog (the unit's WatchdogSec)
   kills it and Restart= starts it again; the restarted agent is FENCED
   again (separate test function).
+- socket_group: a member of the group asks the agent, another user is
+  refused (exit 5).
 - `systemctl stop` stops the unit cleanly (Result=success, exit status 0).
 - The unit's Documentation= target exists in the installed system.
 """
@@ -172,6 +174,25 @@ def test_fenced_agent_stays_fenced_after_watchdog_restart(lab):
     assert st["state"] == "FENCED", st
     # ...and it did not re-register or take anything from b.
     assert status(b)["state"] == "HOLDER"
+
+
+def test_socket_group_lets_its_members_ask(lab):
+    """socket_group under the hardened unit: the socket is root:<group> 0660
+    (the unit keeps CAP_CHOWN for it), a member of the group asks the agent,
+    another user is refused with the permission exit code (5) and a message
+    that says what to do."""
+    _a, b = lab.hosts
+    b.run("getent group nvops >/dev/null || groupadd nvops; id opsuser >/dev/null 2>&1 || useradd -M -G nvops opsuser; "
+          "id otheruser >/dev/null 2>&1 || useradd -M otheruser", timeout_s=60, check=True)
+    path = configure(b, 2, "standby")
+    b.run(f"echo 'socket_group = nvops' >> {shlex.quote(path)} && systemctl restart {UNIT}", timeout_s=120, check=True)
+    wait_state(b, "STANDBY")   # its clean stop released; a is fenced, so nobody holds
+    r = b.run(f"stat -c '%U %G %a' /run/nvfence/{VOL}.sock", timeout_s=30, check=True)
+    assert r.out.split() == ["root", "nvops", "660"], r.out
+    r = b.run(f"runuser -u opsuser -- nvfence status {VOL} --json", timeout_s=30)
+    assert r.rc == 0 and '"state":' in r.out, (r, b.journal(UNIT, lines=30))
+    r = b.run(f"runuser -u otheruser -- nvfence status {VOL} --json", timeout_s=30)
+    assert r.rc == 5 and "socket_group" in r.out + r.err, r
 
 
 def test_systemctl_stop_is_clean(lab):
