@@ -12,6 +12,9 @@ node as its watcher (pacemaker_lab.Cluster.start_watchers; docs/PACEMAKER.md).
    refused and its watcher takes it out of the membership; media check;
 5. `monitor` and `validate-all` (through Pacemaker and with the fencer's
    stdin) catch a wrong device and a bad map;
+6. pcmk_host_map (the fencer sends the node's alias as plug) and a second
+   namespace: one `stonith_admin --fence` removes the node from both, its
+   rejoin unfences it on both;
 4. (last) only the writer node's cluster network cut, storage up: fenced at
    the device although it still reaches it.
 After every scenario each node's stack and fencing log are printed.
@@ -23,7 +26,7 @@ import time
 import pytest
 
 import nvlab
-from nvtest import CONFLICT, OK, nvf, reset
+from nvtest import CONFLICT, OK, add_second_namespace, nvf, remove_second_namespace, reset
 from pacemaker_lab import (NO_ETCD, NODE_IDS, NODE_MAP, Cluster, bad_stonith_xml, fence_steps, fenced_ok,
                            freeze_writer, keys_by_node, unfenced_ok, wait)
 
@@ -205,6 +208,62 @@ def test_5_monitor_and_validate_catch_wrong_device_and_bad_map(cl):
     # Nothing above changed the reservation; the writer still writes.
     assert sorted(keys_by_node(cl.report(a))) == [1, 2, 3]
     cl.wait_writing(cl.wait_writer())
+
+
+def test_6_host_map_and_two_namespaces(cl):
+    """Pacemaker's own fencing (stonith_admin) with the stonith resource
+    configured as fence_mpath users do (pcmk_host_map: the fencer sends the
+    alias "2", not "b", as plug) over two namespaces: one fence removes the
+    node's key from both and leaves the same nodes on each; its rejoin
+    unfences it on both."""
+    def nodes_on(h, dev):
+        r = nvf(h, "report", dev=dev)
+        return sorted(keys_by_node(r.json)) if r.rc == OK and r.json else None
+
+    dev2s = add_second_namespace(cl.lab)
+    try:
+        assert len(set(dev2s.values())) == 1, f"the hosts name the second namespace differently: {dev2s}"
+        dev2 = dev2s["a"]
+        both = f"{cl.dev},{dev2}"
+        a = cl.any()
+        a.run(f"crm_resource -r nvfence --set-parameter devices --parameter-value {shlex.quote(both)} && "
+              f"crm_resource -r nvfence --set-parameter pcmk_host_map --parameter-value {shlex.quote(NODE_MAP)}",
+              timeout_s=60, check=True)
+        for n in sorted(NODE_IDS):
+            r = a.run(f"stonith_admin --unfence {n} --timeout 120", timeout_s=180)
+            assert r.rc == 0, (n, r.out, r.err)
+        wait(lambda: nodes_on(a, dev2) == [1, 2, 3], 120,
+             "every node's key on the second namespace")
+        w = cl.wait_writer()
+        cl.wait_writing(w)
+        victim = next(n for n in ("b", "c", "a") if n != w)
+        via = cl.by_name[w]
+        wall0 = time.time()
+        r = via.run(f"stonith_admin --fence {victim} --timeout 120", timeout_s=180)
+        assert r.rc == 0, (r.out, r.err, via.journal("pacemaker.service", lines=60))
+        left = sorted(n for n in NODE_IDS.values() if n != NODE_IDS[victim])
+        for dev in (cl.dev, dev2):
+            assert nodes_on(via, dev) == left, (dev, nvf(via, "report", dev=dev))
+            r = nvf(cl.by_name[victim], "write", "--lba", "203", dev=dev, timeout_s=180)
+            assert r.rc == CONFLICT, (dev, r, cl.kernel_log(victim))
+        # What the fencer sends with the map: the alias as port, the name as nodename.
+        assert agent_stdin(cl, "status", str(NODE_IDS[victim]), via=via, nodename=victim, devices=both).rc == 2
+        hist = cl.history(via)
+        assert fenced_ok(hist, victim), hist
+        cl.wait_stopped_itself(victim)
+        cl.wait_watcher_fenced(victim, wall0)
+        cl.rejoin(victim)
+        wait(lambda: nodes_on(via, dev2) == [1, 2, 3], 120,
+             f"{victim}'s key back on the second namespace after its unfencing")
+        r = nvf(cl.by_name[victim], "write", "--lba", "204", dev=dev2, timeout_s=180)
+        assert r.rc == OK, (r, cl.kernel_log(victim))
+        print(f"fenced {victim} on {both} through pcmk_host_map; history:\n{cl.history(via)}", flush=True)
+    finally:
+        cl.any().run("crm_resource -r nvfence --set-parameter devices --parameter-value " + shlex.quote(cl.dev) +
+                     "; crm_resource -r nvfence --delete-parameter pcmk_host_map", timeout_s=60)
+        # The resource's monitor runs with the new parameters before the namespace goes.
+        time.sleep(15)
+        remove_second_namespace(cl.lab)
 
 
 # Scenario 4 runs last: after the heal, the cut node's stale partition meets
