@@ -223,6 +223,29 @@ TEST_F(WatcherTest, WatchesAKeyFoundAtStartAndFollowsANewerOne) {
     EXPECT_EQ(persisted(*a)->key, k2);
 }
 
+// A watcher holds nothing: a device it cannot read changes nothing (no
+// fence for a lost view, no fence on the failed Reports); once readable
+// again it still fences when the key is gone.
+TEST_F(WatcherTest, UnreadableDeviceChangesNothingThenAGoneKeyStillFences) {
+    unfence(*a, 1);
+    a->start_ok();
+    ASSERT_EQ(a->agent->state(), AgentState::watching);
+    bool down = true;
+    t.fail = [&](const HostId& h, const Command& c) -> std::optional<std::error_code> {
+        if (down && h == a->id && c.opcode == opcode::kResvReport) return nvme_err(NvmeStatus::internal_error);
+        return std::nullopt;
+    };
+    run_schedule(*a->agent, clock, 20 * kInterval);
+    EXPECT_EQ(a->agent->state(), AgentState::watching) << a->hooks->dump();
+    EXPECT_EQ(a->hooks->fence_actions, 0);
+    EXPECT_GT(a->agent->check_failures(), 0u);
+    ASSERT_TRUE(peer->fence.evict_node(1).ok());
+    down = false;
+    run_schedule(*a->agent, clock, 2 * kInterval);
+    EXPECT_EQ(a->agent->state(), AgentState::fenced) << a->hooks->dump();
+    EXPECT_EQ(a->hooks->fence_actions, 1);
+}
+
 TEST_F(WatcherTest, RefusesEveryRequestThatWouldChangeTheDevice) {
     unfence(*a, 1);
     a->start_ok();
