@@ -81,6 +81,193 @@ protected:
     std::unique_ptr<SimHost> a, b;
 };
 
+// ---- the check-only watcher (role = watch, issue 27) -----------------------
+
+// What fence_nvfence 'on' does on the node itself (no nvfenced to go
+// through: the watcher is bypassed): register the node's key from this
+// host, and take the reservation when nobody holds it.
+uint64_t unfence(SimHost& h, uint8_t node) {
+    Reservations resv(h.port, h.target.nsid);
+    EpochStore store(h.dir + "/pcmk", "vol-test");
+    Fence f(resv, h.id, FenceOptions{kTag, node, ResvType::write_exclusive, true, Cptpl::no_change}, &store);
+    auto j = f.join(std::nullopt, false);
+    EXPECT_TRUE(j.ok()) << (j.ok() ? "" : j.error().message());
+    if (j.ok() && j->after.type == ResvType::none) {
+        EXPECT_TRUE(f.acquire().ok());
+    }
+    return j.ok() ? j->key : 0;
+}
+
+class WatcherTest : public AgentTest {
+protected:
+    // Host 1 as a check-only watcher, and peer 2 (node 2) registered and
+    // holding: the cluster's other node, which fences node 1 with 'off'.
+    void SetUp() override {
+        a = host(1, StartRole::watch);
+        peer = std::make_unique<Peer>(t, 2, kTag, 2);
+        ASSERT_TRUE(peer->fence.join(std::nullopt, false).ok());
+        ASSERT_TRUE(peer->fence.acquire().ok());
+    }
+    void check_after(int64_t ms) {
+        clock.advance(Clock::Ms(ms));
+        a->agent->check();
+    }
+    // Commands this host sent besides what the test's own unfence() sent.
+    size_t changes_by_agent() const {
+        return a->sent(opcode::kResvRegister) + a->sent(opcode::kResvAcquire) + a->sent(opcode::kResvRelease) -
+               unfence_commands;
+    }
+    size_t unfence_commands = 0;
+    std::unique_ptr<Peer> peer;
+};
+
+TEST_F(WatcherTest, WaitsWatchesFencesOnceAndWatchesAgainWhenUnfenced) {
+    a->start_ok();
+    EXPECT_EQ(a->agent->state(), AgentState::waiting) << a->hooks->dump();
+    EXPECT_EQ(a->device_key(), 0u) << "the watcher registered at start";
+    EXPECT_FALSE(persisted(*a)) << "nothing seen, nothing persisted";
+    check_after(kInterval);
+    EXPECT_EQ(a->agent->state(), AgentState::waiting);
+    EXPECT_EQ(a->hooks->fence_actions, 0) << "a node not yet unfenced is not fenced";
+
+    const size_t before = a->grabs();
+    const uint64_t k = unfence(*a, 1);
+    unfence_commands = a->grabs() - before;
+    check_after(kInterval);
+    ASSERT_EQ(a->agent->state(), AgentState::watching) << a->hooks->dump();
+    EXPECT_EQ(a->agent->key(), k);
+    ASSERT_TRUE(persisted(*a));
+    EXPECT_EQ(persisted(*a)->role, PersistedRole::standby) << "the key seen is remembered";
+    EXPECT_EQ(persisted(*a)->key, k);
+
+    // fence_nvfence 'off' on node 2: preempt-and-abort of node 1's keys.
+    ASSERT_TRUE(peer->fence.evict_node(1).ok());
+    check_after(kInterval);
+    ASSERT_EQ(a->agent->state(), AgentState::fenced) << a->hooks->dump();
+    EXPECT_EQ(a->hooks->writers_stopped, 1);
+    EXPECT_EQ(a->hooks->fence_actions, 1);
+    EXPECT_NE(a->hooks->reasons.at(0).find("this node's key " + format_key(k) + " is gone"), std::string::npos)
+        << a->hooks->reasons.at(0);
+    EXPECT_EQ(persisted(*a)->role, PersistedRole::fenced);
+    EXPECT_EQ(persisted(*a)->action, FenceActionState::done);
+    for (int i = 0; i < 5; ++i) check_after(kInterval);
+    EXPECT_EQ(a->agent->state(), AgentState::fenced);
+    EXPECT_EQ(a->hooks->fence_actions, 1) << "the fence action runs once";
+    EXPECT_EQ(a->device_key(), 0u) << "the watcher registered again by itself";
+
+    // Pacemaker unfences the node ('on' on node 1): WATCHING again.
+    const size_t before2 = a->grabs();
+    const uint64_t k2 = unfence(*a, 1);
+    unfence_commands += a->grabs() - before2;
+    EXPECT_GT(epoch(k2), epoch(k));
+    check_after(kInterval);
+    EXPECT_EQ(a->agent->state(), AgentState::watching) << a->hooks->dump();
+    EXPECT_EQ(a->agent->key(), k2);
+    EXPECT_EQ(persisted(*a)->role, PersistedRole::standby);
+    EXPECT_EQ(a->hooks->fence_actions, 1);
+
+    // A clean stop leaves the key on the device and the file as it was.
+    ASSERT_TRUE(a->agent->stop().ok());
+    EXPECT_EQ(a->agent->state(), AgentState::stopping);
+    EXPECT_EQ(a->device_key(), k2) << "a clean stop changed the device";
+    EXPECT_EQ(persisted(*a)->role, PersistedRole::standby);
+    EXPECT_EQ(persisted(*a)->key, k2);
+    EXPECT_EQ(changes_by_agent(), 0u) << "the watcher sent a Register, Acquire or Release";
+    const std::vector<std::pair<AgentState, AgentState>> want = {{AgentState::starting, AgentState::waiting},
+                                                                 {AgentState::waiting, AgentState::watching},
+                                                                 {AgentState::watching, AgentState::fenced},
+                                                                 {AgentState::fenced, AgentState::watching},
+                                                                 {AgentState::watching, AgentState::stopping}};
+    EXPECT_EQ(a->hooks->transitions(), want) << a->hooks->dump();
+}
+
+// fence_scsi_check's key file: a restart remembers the key was seen, and
+// that the node is FENCED (the action is not run again).
+TEST_F(WatcherTest, ARestartRemembersTheKeySeenAndTheFence) {
+    const uint64_t k = unfence(*a, 1);
+    a->start_ok();
+    ASSERT_EQ(a->agent->state(), AgentState::watching) << a->hooks->dump();
+    EXPECT_EQ(a->agent->key(), k);
+    a->boot();  // killed while WATCHING; node 1 is fenced while it is down
+    ASSERT_TRUE(peer->fence.evict_node(1).ok());
+    a->start_ok();
+    ASSERT_EQ(a->agent->state(), AgentState::fenced) << a->hooks->dump();
+    EXPECT_EQ(a->hooks->fence_actions, 1) << "gone while the watcher was down: fenced at start";
+    a->boot();  // e.g. the reboot the action was
+    a->start_ok();
+    EXPECT_EQ(a->agent->state(), AgentState::fenced) << a->hooks->dump();
+    EXPECT_EQ(a->hooks->fence_actions, 0) << "a done action is not run again";
+    EXPECT_EQ(a->device_key(), 0u);
+    // Unfenced while the watcher was down: it starts WATCHING.
+    a->boot();
+    const uint64_t k2 = unfence(*a, 1);
+    a->start_ok();
+    EXPECT_EQ(a->agent->state(), AgentState::watching) << a->hooks->dump();
+    EXPECT_EQ(a->agent->key(), k2);
+    EXPECT_EQ(a->hooks->fence_actions, 0);
+}
+
+// A key of the node found at the first start is watched at once; a newer
+// key of the node (unfenced again between two checks) replaces it.
+TEST_F(WatcherTest, WatchesAKeyFoundAtStartAndFollowsANewerOne) {
+    const uint64_t k = unfence(*a, 1);
+    a->start_ok();
+    ASSERT_EQ(a->agent->state(), AgentState::watching);
+    ASSERT_TRUE(peer->fence.evict_node(1).ok());
+    const uint64_t k2 = unfence(*a, 1);
+    ASSERT_NE(k, k2);
+    check_after(kInterval);
+    EXPECT_EQ(a->agent->state(), AgentState::watching) << a->hooks->dump();
+    EXPECT_EQ(a->agent->key(), k2);
+    EXPECT_EQ(a->hooks->fence_actions, 0);
+    EXPECT_EQ(persisted(*a)->key, k2);
+}
+
+// A watcher holds nothing: a device it cannot read changes nothing (no
+// fence for a lost view, no fence on the failed Reports); once readable
+// again it still fences when the key is gone.
+TEST_F(WatcherTest, UnreadableDeviceChangesNothingThenAGoneKeyStillFences) {
+    unfence(*a, 1);
+    a->start_ok();
+    ASSERT_EQ(a->agent->state(), AgentState::watching);
+    bool down = true;
+    t.fail = [&](const HostId& h, const Command& c) -> std::optional<std::error_code> {
+        if (down && h == a->id && c.opcode == opcode::kResvReport) return nvme_err(NvmeStatus::internal_error);
+        return std::nullopt;
+    };
+    run_schedule(*a->agent, clock, 20 * kInterval);
+    EXPECT_EQ(a->agent->state(), AgentState::watching) << a->hooks->dump();
+    EXPECT_EQ(a->hooks->fence_actions, 0);
+    EXPECT_GT(a->agent->check_failures(), 0u);
+    ASSERT_TRUE(peer->fence.evict_node(1).ok());
+    down = false;
+    run_schedule(*a->agent, clock, 2 * kInterval);
+    EXPECT_EQ(a->agent->state(), AgentState::fenced) << a->hooks->dump();
+    EXPECT_EQ(a->hooks->fence_actions, 1);
+}
+
+TEST_F(WatcherTest, RefusesEveryRequestThatWouldChangeTheDevice) {
+    unfence(*a, 1);
+    a->start_ok();
+    const size_t sent = a->target.log.size();
+    for (ControlOp op : {ControlOp::takeover, ControlOp::release, ControlOp::rejoin}) {
+        const ControlReply r = a->request(op);
+        EXPECT_EQ(r.exit_code, static_cast<uint8_t>(ExitCode::failure)) << control_op_name(op);
+        EXPECT_NE(r.message.find("check-only watcher (role = watch)"), std::string::npos) << r.message;
+        EXPECT_TRUE(r.check_only);
+    }
+    EXPECT_EQ(a->target.log.size(), sent) << "a refused request sent a command";
+    const ControlReply st = a->request(ControlOp::status);
+    EXPECT_EQ(st.exit_code, 0);
+    EXPECT_TRUE(st.check_only);
+    EXPECT_EQ(st.state, AgentState::watching);
+    EXPECT_FALSE(a->agent->candidate());
+    // A normal agent's status is not check-only.
+    b = host(3);
+    b->start_ok();
+    EXPECT_FALSE(b->request(ControlOp::status).check_only);
+}
+
 // ---- start ----------------------------------------------------------------
 
 TEST_F(AgentTest, StartRegistersWithFreshEpochAndStandsBy) {
@@ -1640,6 +1827,34 @@ TEST(AgentSettingsTest, EveryInvalidValueNamesItsKey) {
     EXPECT_FALSE(parse_agent_settings({{"device", "/d"}, {"fence_action", "stop-unit"}}, why).ok());
     EXPECT_EQ(why, "fence_unit: required when fence_action = stop-unit");
     EXPECT_TRUE(parse_agent_settings({{"device", "/d"}, {"fence_action", "reboot"}, {"reboot_method", "force"}}, why).ok());
+}
+
+// Issue 27: role = watch, and the keys that contradict a check-only
+// watcher (they only mean something for an agent that registers).
+TEST(AgentSettingsTest, RoleWatchAndTheKeysItRefuses) {
+    std::string why;
+    auto w = parse_agent_settings({{"device", "/d"}, {"role", "watch"}, {"fence_action", "reboot"}}, why);
+    ASSERT_TRUE(w.ok()) << why;
+    EXPECT_EQ(w->role, StartRole::watch);
+    EXPECT_EQ(agent_options(*w, 1).role, StartRole::watch);
+    // The harmless values of those keys are accepted.
+    EXPECT_TRUE(parse_agent_settings({{"device", "/d"}, {"role", "watch"}, {"keep_registration", "false"},
+                                      {"ptpl", "false"}, {"rejoin", "manual"}},
+                                     why)
+                    .ok())
+        << why;
+    const std::pair<const char*, const char*> refused[] = {
+        {"keep_registration", "true"}, {"ptpl", "true"}, {"rejoin", "auto"}};
+    for (const auto& [k, v] : refused) {
+        auto r = parse_agent_settings({{"device", "/d"}, {"role", "watch"}, {k, v}}, why);
+        EXPECT_FALSE(r.ok()) << k;
+        EXPECT_EQ(r.error(), Errc::invalid_argument);
+        EXPECT_EQ(why.rfind(std::string(k) + " = \"" + v + "\": a check-only watcher (role = watch) never registers", 0),
+                  0u)
+            << why;
+    }
+    EXPECT_FALSE(parse_agent_settings({{"device", "/d"}, {"role", "check"}}, why).ok());
+    EXPECT_NE(why.find("or watch (check-only: never registers)"), std::string::npos) << why;
 }
 
 TEST(AgentSettingsTest, UnitAndGroupNames) {

@@ -19,6 +19,8 @@ using K = ObservationKind;
 
 constexpr uint8_t kTag = 7;
 const S kStates[] = {S::starting, S::standby, S::holder, S::fenced, S::stopping};
+// A check-only watcher's states (role = watch).
+const S kWatchStates[] = {S::starting, S::waiting, S::watching, S::fenced, S::stopping};
 const K kKinds[] = {K::report,   K::view_lost, K::resumed_fenced, K::resumed,  K::registered,        K::acquired,
                     K::rekeyed,  K::released,  K::rejoined,       K::unregister_failed, K::stopped,
                     K::lease_lost};
@@ -80,8 +82,19 @@ std::vector<Observation> observations(const std::vector<ReservationStatus>& rs) 
     return out;
 }
 
-AgentView view_of(S state, ResvType type, bool fence_on_view_loss, bool holder_needs_lease = false) {
+// A key of node 1 (any epoch) is registered on @p st.
+bool st_has_node_key(const ReservationStatus& st) {
+    for (const auto& r : st.registrants)
+        if (auto f = decode_key(r.key); f && f->tag == kTag && f->node == 1) return true;
+    return false;
+}
+
+AgentView view_of(S state, ResvType type, bool fence_on_view_loss, bool holder_needs_lease = false,
+                  bool check_only = false) {
     AgentView v;
+    v.check_only = check_only;
+    v.tag = kTag;
+    v.node = 1;
     v.holder_needs_lease = holder_needs_lease;
     v.state = state;
     v.key = state == S::starting ? 0 : key_of(1, 5);
@@ -97,20 +110,28 @@ TEST(AgentTransitionTest, EveryDecisionIsInTheTableAndEveryTableEntryIsReachable
     for (ResvType type : kTypes) {
         const auto rs = reports(type);
         const auto obs = observations(rs);
-        for (S state : kStates)
-            for (int flags = 0; flags < 4; ++flags)
-                for (const auto& o : obs) {
-                    const auto t = decide_transition(view_of(state, type, flags & 1, flags & 2), o);
-                    if (!t) continue;
-                    ++decisions;
-                    ASSERT_EQ(t->from, state) << "kind " << static_cast<int>(o.kind);
-                    ASSERT_TRUE(agent_transition_allowed(t->from, t->to))
-                        << agent_state_name(t->from) << " -> " << agent_state_name(t->to) << " from kind "
-                        << static_cast<int>(o.kind);
-                    ASSERT_FALSE(t->why.empty());
-                    EXPECT_EQ(t->fence != FenceEntry::none, t->to == S::fenced) << t->why;
-                    produced.insert({t->from, t->to});
-                }
+        for (bool check_only : {false, true})
+            for (S state : check_only ? kWatchStates : kStates)
+                for (int flags = 0; flags < 4; ++flags)
+                    for (const auto& o : obs) {
+                        const auto t = decide_transition(view_of(state, type, flags & 1, flags & 2, check_only), o);
+                        if (!t) continue;
+                        ++decisions;
+                        // A watcher never stands by or holds; an agent that
+                        // registers never waits for or watches a key.
+                        if (check_only) {
+                            ASSERT_TRUE(t->to != S::standby && t->to != S::holder) << t->why;
+                        } else {
+                            ASSERT_TRUE(t->to != S::waiting && t->to != S::watching) << t->why;
+                        }
+                        ASSERT_EQ(t->from, state) << "kind " << static_cast<int>(o.kind);
+                        ASSERT_TRUE(agent_transition_allowed(t->from, t->to))
+                            << agent_state_name(t->from) << " -> " << agent_state_name(t->to) << " from kind "
+                            << static_cast<int>(o.kind);
+                        ASSERT_FALSE(t->why.empty());
+                        EXPECT_EQ(t->fence != FenceEntry::none, t->to == S::fenced) << t->why;
+                        produced.insert({t->from, t->to});
+                    }
     }
     EXPECT_GT(decisions, 0u);
     const auto table = agent_allowed_transitions();
@@ -120,6 +141,45 @@ TEST(AgentTransitionTest, EveryDecisionIsInTheTableAndEveryTableEntryIsReachable
         EXPECT_TRUE(produced.count(p)) << "no observation produces " << agent_state_name(p.first) << " -> "
                                        << agent_state_name(p.second);
     EXPECT_EQ(produced, allowed);
+}
+
+// Issue 27: a check-only watcher moves only on what it reads (a check, its
+// start) and on a stop: no request, lease, view loss or registration of
+// its own ever changes its state; it leaves FENCED only when a check reads
+// the node's key back, and it waits rather than fences for a key it never
+// saw.
+TEST(AgentTransitionTest, AWatcherMovesOnlyOnItsReadsAndStop) {
+    for (ResvType type : kTypes) {
+        const auto rs = reports(type);
+        for (const auto& o : observations(rs))
+            for (S state : kWatchStates) {
+                const auto t = decide_transition(view_of(state, type, true, false, true), o);
+                if (!t) continue;
+                EXPECT_TRUE(o.kind == K::report || o.kind == K::resumed || o.kind == K::resumed_fenced ||
+                            o.kind == K::stopped)
+                    << static_cast<int>(o.kind);
+                EXPECT_FALSE(t->persist && o.kind == K::stopped) << "a watcher's stop persists nothing";
+                const bool key_there = st_has_node_key(*o.report);
+                if (state == S::fenced && t->to == S::watching) {
+                    EXPECT_TRUE(key_there);
+                }
+                if (t->to == S::fenced && t->fence == FenceEntry::fresh) {
+                    EXPECT_FALSE(key_there) << t->why;
+                    // Fenced only once the key was seen: watched, or persisted at start.
+                    EXPECT_TRUE(state == S::watching ||
+                                (state == S::starting && o.persisted != PersistedRole::none))
+                        << t->why;
+                }
+                if (t->to == S::watching) {
+                    EXPECT_TRUE(key_there) << t->why;
+                }
+                if (t->to == S::waiting) {
+                    EXPECT_EQ(state, S::starting);
+                    EXPECT_EQ(o.persisted, PersistedRole::none);
+                    EXPECT_FALSE(t->persist) << "nothing seen, nothing persisted";
+                }
+            }
+    }
 }
 
 // Out of FENCED: a rejoin, a stop, or a won term (acquired: Agent::take_term

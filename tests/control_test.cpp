@@ -155,11 +155,12 @@ TEST(ControlCodecTest, StrictDecodingRejectsMalformedReplies) {
     EXPECT_FALSE(decode_reply(mutated(6, 1)).ok()) << "a request is not a reply";
     EXPECT_FALSE(decode_reply(mutated(f + 0, 7)).ok()) << "exit code";
     EXPECT_FALSE(decode_reply(mutated(f + 1, 2)).ok()) << "boolean";
-    EXPECT_FALSE(decode_reply(mutated(f + 2, 5)).ok()) << "state";
+    EXPECT_FALSE(decode_reply(mutated(f + 2, 7)).ok()) << "state";
     EXPECT_FALSE(decode_reply(mutated(f + 3, 7)).ok()) << "mode";
     EXPECT_FALSE(decode_reply(mutated(f + 4, 7)).ok()) << "type";
     EXPECT_FALSE(decode_reply(mutated(f + 5, 2)).ok()) << "holder_self";
-    EXPECT_FALSE(decode_reply(mutated(f + 38, 1)).ok()) << "reserved";
+    EXPECT_FALSE(decode_reply(mutated(f + 38, 2)).ok()) << "a flag not defined";
+    EXPECT_FALSE(decode_reply(mutated(f + 39, 1)).ok()) << "a flag not defined";
     EXPECT_FALSE(decode_reply(mutated(f + kReplyFixedBytes + 2, '\n')).ok()) << "control character";
     auto over = good;
     over[f + kReplyFixedBytes] = 0xff;  // volume length 0x..ff > what follows
@@ -168,6 +169,28 @@ TEST(ControlCodecTest, StrictDecodingRejectsMalformedReplies) {
     cut.pop_back();
     cut[12] = static_cast<uint8_t>(cut.size() - kControlHeaderBytes);
     EXPECT_FALSE(decode_reply(cut).ok()) << "string cut short";
+}
+
+// Issue 27: a check-only watcher says so in the reply's flags (bit 0 of
+// the u16 that was reserved); a normal agent's reply is byte for byte the
+// version 1 reply it always was (that u16 stays 0).
+TEST(ControlCodecTest, CheckOnlyFlagRoundTripsAndNormalRepliesAreUnchanged) {
+    ControlReply r = full_reply();
+    r.check_only = false;
+    const auto normal = encode_reply(r);
+    EXPECT_EQ(normal[kControlHeaderBytes + 38], 0);
+    EXPECT_EQ(normal[kControlHeaderBytes + 39], 0);
+    EXPECT_FALSE(decode_reply(normal)->check_only);
+    r.check_only = true;
+    r.state = AgentState::watching;
+    const auto watcher = encode_reply(r);
+    EXPECT_EQ(watcher.size(), normal.size());
+    EXPECT_EQ(watcher[kControlHeaderBytes + 38], 1);
+    auto d = decode_reply(watcher);
+    ASSERT_TRUE(d.ok());
+    EXPECT_TRUE(d->check_only);
+    EXPECT_EQ(d->state, AgentState::watching);
+    EXPECT_EQ(*d, r);
 }
 
 TEST(ControlCodecTest, HeaderOfAnotherVersionStillDecodes) {
@@ -246,8 +269,10 @@ TEST(ControlCodecTest, NamesOfStatesAndOps) {
     EXPECT_STREQ(agent_state_name(AgentState::holder), "HOLDER");
     EXPECT_STREQ(agent_state_name(AgentState::standby), "STANDBY");
     EXPECT_STREQ(control_op_name(ControlOp::release), "release");
-    EXPECT_TRUE(agent_state_valid(4));
-    EXPECT_FALSE(agent_state_valid(5));
+    EXPECT_STREQ(agent_state_name(AgentState::waiting), "WAITING");
+    EXPECT_STREQ(agent_state_name(AgentState::watching), "WATCHING");
+    EXPECT_TRUE(agent_state_valid(6));
+    EXPECT_FALSE(agent_state_valid(7));
     EXPECT_FALSE(control_op_valid(0));
 }
 

@@ -954,9 +954,11 @@ TEST(FenceAgentActions, ThroughTheLocalAgent) {
     const uint64_t k2 = c.t.find(make_host(2))->key;
     ASSERT_EQ(c.run("n1", kMap + "action=off\nplug=n2"), kExitOk) << c.all_logs();
     EXPECT_FALSE(c.registered(2));
-    ASSERT_EQ(c.agent_requests.size(), 1u);
-    EXPECT_EQ(c.agent_requests[0].op, ControlOp::takeover);
-    EXPECT_EQ(c.agent_requests[0].victim, k2);
+    // Its status first: a check-only watcher would be bypassed.
+    ASSERT_EQ(c.agent_requests.size(), 2u);
+    EXPECT_EQ(c.agent_requests[0].op, ControlOp::status);
+    EXPECT_EQ(c.agent_requests[1].op, ControlOp::takeover);
+    EXPECT_EQ(c.agent_requests[1].victim, k2);
     // 'on' with the agent FENCED asks it to rejoin; with another node id it refuses.
     c.agent_requests.clear();
     c.agent = [&](const ControlRequest& r) {
@@ -972,6 +974,48 @@ TEST(FenceAgentActions, ThroughTheLocalAgent) {
     EXPECT_EQ(c.agent_requests[1].op, ControlOp::rejoin);
     EXPECT_EQ(c.run("n2", kMap + "action=on\nplug=n2"), kExitError);
     EXPECT_TRUE(c.logged("nvfenced on this host is node 1"));
+}
+
+// Issue 27: a check-only watcher (role = watch) registers nothing and
+// refuses takeover and rejoin, so 'on', 'off' and 'status' act on the
+// device directly, as with no nvfenced at all: only its status is asked.
+TEST(FenceAgentActions, ACheckOnlyWatcherIsBypassed) {
+    Cluster c;
+    unfence_all(c);
+    c.agent = [&](const ControlRequest& r) {
+        ControlReply rep;
+        rep.op = r.op;
+        rep.node = 1;
+        rep.check_only = true;
+        rep.state = AgentState::watching;
+        if (r.op != ControlOp::status) {
+            rep.exit_code = 1;
+            rep.message = "nvfenced is a check-only watcher (role = watch)";
+        }
+        return rep;
+    };
+    ASSERT_EQ(c.run("n1", kMap + "action=off\nplug=n2\nverbose=1"), kExitOk) << c.all_logs();
+    EXPECT_FALSE(c.registered(2)) << "node 2 not fenced directly";
+    for (const auto& r : c.agent_requests) EXPECT_EQ(r.op, ControlOp::status) << "the watcher was asked to act";
+    EXPECT_TRUE(c.logged("is a check-only watcher (WATCHING): acting on the device directly")) << c.all_logs();
+    // 'on' of a node whose watcher saw its key go: registered directly.
+    c.agent_requests.clear();
+    c.agent = [&](const ControlRequest& r) {
+        ControlReply rep;
+        rep.op = r.op;
+        rep.node = 2;
+        rep.check_only = true;
+        rep.state = AgentState::fenced;
+        return rep;
+    };
+    ASSERT_EQ(c.run("n2", kMap + "action=on\nplug=n2"), kExitOk) << c.all_logs();
+    EXPECT_TRUE(c.registered(2));
+    for (const auto& r : c.agent_requests) EXPECT_EQ(r.op, ControlOp::status) << "the watcher was asked to rejoin";
+    c.agent_requests.clear();
+    std::string out;
+    ASSERT_EQ(c.run("n2", kMap + "action=status\nplug=n2", &out), kExitOk) << c.all_logs();
+    EXPECT_NE(out.find("Status: ON"), std::string::npos) << out;
+    for (const auto& r : c.agent_requests) EXPECT_EQ(r.op, ControlOp::status);
 }
 
 // nvfence-sim, Pacemaker schedules 4 and 301: unfencing through nvfenced

@@ -189,9 +189,9 @@ REJOIN_STEPS = (
      "Pacemaker shows every live node online"),
     ("survivor", "wait: stonith_admin --history {node} | head -1 | grep -Eq '(unfencing|on) of {node} successful'", 300,
      "Pacemaker unfenced the node"),
-    ("node", "wait: nvfence status {vol} --json | grep -q '\"state\":\"STANDBY\"' && "
+    ("node", "wait: nvfence status {vol} --json | grep -q '\"state\":\"WATCHING\"' && "
      "nvfence report {dev} --json | grep -q '\"node\":{nodeid},'", 120,
-     "the node's watcher stands by and its key is on the device again"),
+     "the node's watcher watches again and its key is on the device again"),
 )
 
 
@@ -236,12 +236,14 @@ class Cluster:
         self._all(one)
 
     # nvfenced on every node, as the watcher that fence_scsi_check is for
-    # fence_scsi: it owns the node's registration (fence_nvfence goes through
-    # its socket), and when the node's key is gone (the node was fenced)
-    # it leaves the membership at once, so a node that resumes after a
-    # freeze cannot rejoin with a stale Pacemaker and have others fenced.
-    WATCHER_CONF = ("node_id = {node}\nmode = shared\nrole = acquire\ninterval_ms = 500\n"
-                    "fence_on_view_loss = false\nfence_action = command\n"
+    # fence_scsi (docs/PACEMAKER.md's recipe): check-only (role = watch), it
+    # never registers (Pacemaker's unfencing does; fence_nvfence acts on the
+    # device directly), and when the node's key, once seen, is gone (the
+    # node was fenced) it leaves the membership at once, so a node that
+    # resumes after a freeze cannot rejoin with a stale Pacemaker and have
+    # others fenced.
+    WATCHER_CONF = ("node_id = {node}\nrole = watch\ninterval_ms = 500\n"
+                    "fence_action = command\n"
                     "fence_command = \"systemctl kill --signal=KILL corosync.service || true && "
                     "systemctl stop --no-block pacemaker.service\"\n")
 
@@ -257,7 +259,8 @@ class Cluster:
             h.run(f"mkdir -p {shlex.quote(os.path.dirname(path))}", timeout_s=30, check=True)
             h.put(self.WATCHER_CONF.format(node=NODE_IDS[h.name]).encode(), path)
             h.run(f"systemctl start nvfenced@{vol}.service", timeout_s=120, check=True)
-            r = h.wait_for(f"nvfence status {vol} --json | grep -Eq '\"state\":\"(STANDBY|HOLDER)\"'",
+            # WAITING until Pacemaker unfences the node, WATCHING after.
+            r = h.wait_for(f"nvfence status {vol} --json | grep -Eq '\"state\":\"(WAITING|WATCHING)\"'",
                            timeout_s=120)
             assert r.rc == 0, (h.name, h.run(f"journalctl -u nvfenced@{vol} -n 30 --no-pager").out)
         self._all(one)

@@ -23,7 +23,8 @@
 ///       u8 exit_code, u8 changed, u8 state, u8 mode, u8 resv_type,
 ///       u8 holder_self, u8 node, u8 tag,
 ///       u64 key, u64 holder, u64 previous_holder,
-///       u32 generation, u16 registrants, u16 reserved (0),
+///       u32 generation, u16 registrants, u16 flags (bit 0: check_only;
+///       every other bit 0),
 ///       u32 check_failures, u32 pid,
 ///       u64 checks, u64 notifications, u64 last_check_age_ms,
 ///       u64 last_check_unix_ms, u64 fenced_for_ms, u64 uptime_ms,
@@ -37,6 +38,14 @@
 /// truncated and control characters replaced, so decode(encode(x)) always
 /// succeeds. A peer speaking another version gets a reply in this version
 /// whose message names both versions.
+///
+/// Extensions within version 1 (an older peer is unchanged): the reply's
+/// u16 after registrants, once reserved (0), is a set of flags, bit 0 set
+/// by a check-only watcher (role = watch), and the states WAITING and
+/// WATCHING are a watcher's. A normal agent sends neither, so its replies
+/// are byte for byte what they were; an older client that gets a watcher's
+/// reply rejects it as malformed (Errc::protocol) rather than treating the
+/// watcher as an agent that registers.
 
 #include <poll.h>
 
@@ -90,9 +99,12 @@ enum class AgentState : uint8_t {
     holder = 2,    ///< Registered and holding the reservation.
     fenced = 3,    ///< Preempted or lost: writers stopped; waits for rejoin.
     stopping = 4,  ///< Clean stop in progress.
+    waiting = 5,   ///< Check-only watcher: this node's key never seen yet; waits for it.
+    watching = 6,  ///< Check-only watcher: this node's key is registered.
 };
 
-/// Upper-case name: "STARTING", "STANDBY", "HOLDER", "FENCED", "STOPPING".
+/// Upper-case name: "STARTING", "STANDBY", "HOLDER", "FENCED", "STOPPING",
+/// "WAITING", "WATCHING".
 NVFENCE_API const char* agent_state_name(AgentState s);
 /// True for the values of AgentState.
 NVFENCE_API bool agent_state_valid(uint8_t raw);
@@ -132,6 +144,10 @@ struct NVFENCE_API ControlReply {
     uint64_t previous_holder = 0;         ///< Takeover: holder before (0: none).
     uint32_t generation = 0;              ///< Generation last reported.
     uint16_t registrants = 0;             ///< Registrants last reported.
+    /// The agent is a check-only watcher (role = watch): it never registers,
+    /// acquires, releases or unregisters; fence_nvfence acts on the device
+    /// directly (wire: flags bit 0).
+    bool check_only = false;
     uint32_t check_failures = 0;          ///< Consecutive failed checks.
     uint32_t pid = 0;                     ///< The agent's process id.
     uint64_t checks = 0;                  ///< Checks completed.

@@ -89,6 +89,11 @@ Agent::Agent(Passthru& dev, uint32_t nsid, const HostId& self, AgentOptions opts
     NVF_INVARIANT(opts_.max_notification_pages >= 1 &&
                   opts_.max_notification_pages <= kMaxNotificationPages);
     NVF_INVARIANT(!host_id_is_zero(self_));
+    // A check-only watcher registers nothing, so nothing that registers,
+    // keeps a registration or campaigns applies to it (the parser refuses
+    // these combinations with the key named).
+    NVF_INVARIANT(!check_only() ||
+                  (!opts_.keep_registration && !opts_.ptpl && !opts_.rejoin_auto && !opts_.holder_needs_lease));
     started_ = clock_.now();
     next_check_ = started_;
 }
@@ -113,6 +118,9 @@ AgentView Agent::view() const {
     v.self = self_;
     v.fence_on_view_loss = opts_.fence_on_view_loss;
     v.holder_needs_lease = opts_.holder_needs_lease;
+    v.check_only = check_only();
+    v.tag = opts_.tag;
+    v.node = opts_.node;
     return v;
 }
 
@@ -130,8 +138,12 @@ Status Agent::apply(const Transition& t, const ReservationStatus* st) {
                                                    : std::string(" is not in the table of allowed transitions"));
         broken(what.c_str(), __FILE__, __LINE__);
     }
+    // A watcher's states are its own: it never stands by or holds, and an
+    // agent that registers never waits for or watches a key it did not take.
+    const bool watch_state = t.to == AgentState::waiting || t.to == AgentState::watching;
+    NVF_INVARIANT(check_only() ? t.to != AgentState::standby && t.to != AgentState::holder : !watch_state);
     if (t.fence == FenceEntry::fresh) stop_writers_at_fence(t.why);
-    if (t.to == AgentState::standby || t.to == AgentState::holder) {
+    if (t.to == AgentState::standby || t.to == AgentState::holder || t.to == AgentState::watching) {
         action_ = FenceActionState::none;
         fence_reason_.clear();
         fenced_at_.reset();
@@ -180,6 +192,8 @@ Status Agent::persist() {
     case AgentState::standby: return save(PersistedRole::standby);
     case AgentState::holder: return save(PersistedRole::holder);
     case AgentState::fenced: return save(PersistedRole::fenced);
+    case AgentState::watching: return save(PersistedRole::standby);  // the key seen
+    case AgentState::waiting: return Ok{};                           // nothing seen yet
     case AgentState::starting:
     case AgentState::stopping: break;
     }
@@ -370,6 +384,15 @@ void Agent::observe(const ReservationStatus& st, const CheckNotes& notes) {
     o.kind = ObservationKind::report;
     o.generation_reset = generation_went_back(st);
     note_report(st, notes);
+    if (check_only()) {
+        // Every check of a watcher decides, FENCED included (the key back).
+        if (state_ == AgentState::starting || state_ == AgentState::stopping) return;
+        o.report = &st;
+        o.notes = notes;
+        (void)decide(o);
+        NVF_INVARIANT(state_ != AgentState::watching || key_ != 0);
+        return;
+    }
     if (state_ != AgentState::standby && state_ != AgentState::holder) return;
     NVF_INVARIANT(key_ != 0);
     o.report = &st;
@@ -606,6 +629,7 @@ Status Agent::resume_fenced(const PersistedState& saved, const ReservationStatus
     o.key = saved.key;
     o.text = saved.reason;
     (void)decide(o);
+    if (state_ != AgentState::fenced) return Ok{};  // a watcher whose node was unfenced meanwhile
     if (action_ == FenceActionState::pending) {
         // Killed (watchdog, crash) before the action finished: run it now.
         emit(AgentEventKind::info, EventLevel::warning,
@@ -623,6 +647,18 @@ Status Agent::resume_fenced(const PersistedState& saved, const ReservationStatus
 
 Status Agent::resume(const std::optional<PersistedState>& saved, const ReservationStatus& st, bool fresh) {
     const PersistedRole role = saved ? saved->role : PersistedRole::none;
+    if (check_only()) {
+        // Nothing is registered or adopted: the Report and the file decide.
+        Observation w;
+        w.kind = ObservationKind::resumed;
+        w.report = &st;
+        w.persisted = role;
+        w.key = saved ? saved->key : 0;
+        (void)decide(w);
+        NVF_INVARIANT(state_ == AgentState::waiting || state_ == AgentState::watching ||
+                      state_ == AgentState::fenced);
+        return Ok{};
+    }
     const Registrant* me = st.find_host(self_);
     Observation o;
     o.kind = ObservationKind::resumed;
@@ -708,6 +744,7 @@ ControlReply Agent::status() {
         r.registrants = static_cast<uint16_t>(std::min<size_t>(report_->registrants.size(), UINT16_MAX));
         r.resv_type = report_->type;
     }
+    r.check_only = check_only();
     r.check_failures = failures_;
     r.pid = static_cast<uint32_t>(::getpid());
     r.checks = checks_;
@@ -747,6 +784,7 @@ ControlReply Agent::handle(const ControlRequest& req, const std::string& who) {
         r.message = std::string(agent_state_name(state_)) + (key_ ? " with " + key_text(key_) : "");
         return r;
     }
+    if (check_only()) return refuse_check_only(req, by);
     if (state_ == AgentState::starting || state_ == AgentState::stopping)
         return fail_reply(req, make_error_code(Errc::refused),
                           std::string("the agent is ") + agent_state_name(state_) + "; try again");
@@ -757,6 +795,18 @@ ControlReply Agent::handle(const ControlRequest& req, const std::string& who) {
     case ControlOp::status: break;
     }
     return fail_reply(req, make_error_code(Errc::protocol), "unknown request");
+}
+
+// A check-only watcher changes nothing on the device: takeover, handoff
+// and rejoin are the cluster manager's (fence_nvfence acts on the device
+// directly) or the operator's ('nvfence' without the agent).
+ControlReply Agent::refuse_check_only(const ControlRequest& req, const std::string& by) {
+    const std::string msg = std::string("nvfenced is a check-only watcher (role = watch): it never registers, ") +
+                            "takes over, releases or rejoins; '" + control_op_name(req.op) +
+                            "' is refused. Unfence with fence_nvfence 'on' (or 'nvfence register'), fence with "
+                            "fence_nvfence 'off' (or 'nvfence preempt'): they act on the device directly";
+    emit(AgentEventKind::request, EventLevel::warning, by + ": " + msg);
+    return fail_reply(req, make_error_code(Errc::refused), msg);
 }
 
 ControlReply Agent::do_takeover(const ControlRequest& req, const std::string& by) {
@@ -1023,7 +1073,9 @@ Status Agent::stop() {
     const AgentState before = state_;
     Observation o;
     o.kind = ObservationKind::stopped;
-    if (before == AgentState::starting || before == AgentState::stopping || before == AgentState::fenced) {
+    if (check_only() || before == AgentState::starting || before == AgentState::stopping ||
+        before == AgentState::fenced) {
+        // A watcher sends nothing: the device keeps the node's key as it is.
         o.text = "stopped before the start finished";
         (void)decide(o);
         return Ok{};

@@ -21,6 +21,17 @@
 ///     FENCED   --rejoin request (operator)--> STANDBY (new epoch)
 ///     any      --stop()--> STOPPING
 ///
+/// A check-only watcher (role = watch) has its own states and never
+/// touches the device's registrations:
+///
+///     STARTING --start()--> WAITING (the node's key never seen)
+///                         | WATCHING (the node's key registered)
+///                         | FENCED (seen before, gone now; or still FENCED)
+///     WAITING  --check(): the node's key registered--> WATCHING
+///     WATCHING --check(): the node's key gone--> FENCED (fence action once)
+///     FENCED   --check(): the node's key back (unfenced)--> WATCHING
+///     any      --stop()--> STOPPING (device and state file unchanged)
+///
 /// A takeover request is refused while FENCED: only a rejoin leaves it.
 /// Every change goes through decide_transition() (agent_transition.hpp),
 /// one pure function of the state and what was observed, and apply(), the
@@ -67,6 +78,10 @@ namespace nvfence {
 enum class StartRole : uint8_t {
     standby,  ///< Register and stand by.
     acquire,  ///< Register, then acquire if nobody holds the reservation.
+    /// Check-only watcher (fence_scsi_check's part): never registers,
+    /// acquires, releases or unregisters; runs the fence action when the
+    /// node's key, once seen, is gone. See the state machine above.
+    watch,
 };
 
 /// Bounds of AgentOptions::interval_ms.
@@ -222,8 +237,8 @@ public:
     /// take_term of such a host re-keys it to the token (FENCED -> HOLDER).
     bool candidate() const;
     /// Clean stop: releases the reservation if held; unregisters unless
-    /// keep_registration; persists; ends STOPPING. A FENCED agent leaves
-    /// the device alone. Fails (device error) when the release failed.
+    /// keep_registration; persists; ends STOPPING. A FENCED agent, and a
+    /// check-only watcher always, leaves the device alone. Fails (device error) when the release failed.
     Status stop();
 
     /// The status snapshot a status request returns.
@@ -247,6 +262,8 @@ public:
     uint64_t checks() const { return checks_; }
     /// The options in force.
     const AgentOptions& options() const { return opts_; }
+    /// A check-only watcher (role = watch).
+    bool check_only() const { return opts_.role == StartRole::watch; }
 
     /// Performs @p t, the only way the agent's state changes: aborts with a
     /// message unless t.from is the current state and the change is in
@@ -282,6 +299,7 @@ private:
     Status resume_fenced(const PersistedState& saved, const ReservationStatus& st);
     Status resume(const std::optional<PersistedState>& saved, const ReservationStatus& st, bool fresh);
     Status register_fresh(bool fresh);
+    ControlReply refuse_check_only(const ControlRequest& req, const std::string& who);
     Status apply_start_role(const ReservationStatus& st, bool resumed, bool fresh);
     Status acquire_for_start_role();
     ControlReply do_takeover(const ControlRequest& req, const std::string& who);

@@ -227,8 +227,12 @@ bool read_device(const SettingsReader& r, AgentSettings& s) {
     }
     return r.number("cluster_tag", 0, 255, s.tag) &&
            agent_type(r, s.type) &&
-           r.choice<StartRole>("role", {{"standby", StartRole::standby}, {"acquire", StartRole::acquire}},
-                               "must be standby or acquire (take the reservation at start if nobody holds it)",
+           r.choice<StartRole>("role",
+                               {{"standby", StartRole::standby},
+                                {"acquire", StartRole::acquire},
+                                {"watch", StartRole::watch}},
+                               "must be standby, acquire (take the reservation at start if nobody holds it) or "
+                               "watch (check-only: never registers)",
                                s.role) &&
            r.number("interval_ms", kMinIntervalMs, kMaxIntervalMs, s.interval_ms) &&
            r.number("device_timeout_ms", kMinDeviceTimeoutMs, kMaxDeviceTimeoutMs, s.device_timeout_ms) &&
@@ -326,6 +330,22 @@ bool read_behaviour(const SettingsReader& r, AgentSettings& s) {
                                  "must be debug, info, warning or error", s.log_level);
 }
 
+// role = watch registers nothing: a key that only means something for an
+// agent that registers is a contradiction, refused with the key named.
+bool check_watch(const SettingsReader& r, const AgentSettings& s) {
+    if (s.role != StartRole::watch) return true;
+    if (s.keep_registration)
+        return r.fail("keep_registration", "a check-only watcher (role = watch) never registers, so it has no "
+                                           "registration to keep");
+    if (s.ptpl)
+        return r.fail("ptpl", "a check-only watcher (role = watch) never registers; ask for PTPL where the node is "
+                              "unfenced (fence_nvfence aptpl)");
+    if (s.rejoin_auto.value_or(false))
+        return r.fail("rejoin", "a check-only watcher (role = watch) never registers again by itself: the cluster "
+                                "manager unfences the node");
+    return true;
+}
+
 }  // namespace
 
 Result<AgentSettings> parse_agent_settings(const SettingsMap& kv, std::string& why) {
@@ -333,7 +353,8 @@ Result<AgentSettings> parse_agent_settings(const SettingsMap& kv, std::string& w
     if (!check_keys(kv, why)) return bad;
     const SettingsReader r{kv, why};
     AgentSettings s;
-    if (!read_device(r, s) || !read_fence(r, s) || !read_files(r, s) || !read_behaviour(r, s)) return bad;
+    if (!read_device(r, s) || !read_fence(r, s) || !read_files(r, s) || !read_behaviour(r, s) || !check_watch(r, s))
+        return bad;
     return s;
 }
 

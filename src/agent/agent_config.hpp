@@ -15,7 +15,7 @@
 /// | node_id           | 1..255                                  | persisted|
 /// | cluster_tag       | 0..255                                  | 0       |
 /// | mode              | exclusive (WE) \| shared (WERO)         | exclusive|
-/// | role              | standby \| acquire                      | standby |
+/// | role              | standby \| acquire \| watch (check-only) | standby |
 /// | interval_ms       | 50..60000                               | 1000    |
 /// | device_timeout_ms | 100..120000                             | 5000    |
 /// | fence_action      | none \| command \| stop-unit \| reboot  | none    |

@@ -2,6 +2,7 @@
 #include "agent/agent_transition.hpp"
 
 #include "agent/agent_text.hpp"
+#include "nvfence/key.hpp"
 
 namespace nvfence {
 namespace {
@@ -20,8 +21,18 @@ constexpr AgentStatePair kAllowedTransitions[] = {
     // this host and then failed, found by the Report afterwards; a fresh
     // key taken before the start role acquires).
     {S::standby, S::standby},   {S::holder, S::holder},
+    // A check-only watcher (role = watch): it waits for the node's key,
+    // watches it, is fenced when it is gone and watches again when it is
+    // back (the cluster manager unfenced the node); a newer key of the
+    // node replaces the one watched without a change of state.
+    {S::starting, S::waiting},  {S::starting, S::watching}, {S::waiting, S::watching},
+    {S::waiting, S::stopping},  {S::watching, S::watching}, {S::watching, S::fenced},
+    {S::watching, S::stopping}, {S::fenced, S::watching},
 };
 
+// WATCHING persists as standby with the key seen: "this node's key was
+// registered" (a restart then knows the node was unfenced, as
+// fence_scsi_check's key file does). WAITING persists nothing.
 PersistedRole role_of(AgentState s) {
     return s == S::holder ? PersistedRole::holder : s == S::fenced ? PersistedRole::fenced : PersistedRole::standby;
 }
@@ -207,6 +218,116 @@ std::optional<Transition> on_request(const AgentView& v, const Observation& o) {
     }
 }
 
+
+// ---- the check-only watcher (role = watch) -------------------------------------
+
+// The node's key on the device: a key of this node id and cluster tag, any
+// epoch, under any host id (0: none). The newest when there are several.
+uint64_t node_key(const AgentView& v, const ReservationStatus* st) {
+    if (!st) return 0;
+    uint64_t best = 0;
+    uint32_t best_epoch = 0;
+    for (const Registrant& r : st->registrants) {
+        auto f = decode_key(r.key);
+        if (!f || f->tag != v.tag || f->node != v.node) continue;
+        if (best == 0 || f->epoch > best_epoch) {
+            best = r.key;
+            best_epoch = f->epoch;
+        }
+    }
+    return best;
+}
+
+Transition watch(const AgentView& v, std::string why, EventLevel level, uint64_t key) {
+    return to_state(v, S::watching, std::move(why), level, key);
+}
+
+Transition wait_for_key(const AgentView& v, std::string why) {
+    Transition t = to_state(v, S::waiting, std::move(why), EventLevel::info, 0);
+    t.persist.reset();  // nothing seen, nothing to remember
+    return t;
+}
+
+std::string watch_gone_reason(const Observation& o, const std::string& k) {
+    return "check-only watcher: this node's key " + k + " is gone (" +
+           (o.generation_reset ? std::string("the target restarted: the generation went backwards")
+            : o.notes.registration_preempted ? std::string("Registration Preempted notification")
+                                             : std::string("preempted or unregistered by another host")) +
+           "): running the fence action; WATCHING again once the node is unfenced";
+}
+
+// A check: the node's key is seen, replaced, gone, or back.
+std::optional<Transition> watch_on_report(const AgentView& v, const Observation& o) {
+    if (!o.report || (v.state != S::waiting && v.state != S::watching && v.state != S::fenced)) return std::nullopt;
+    const uint64_t k = node_key(v, o.report);
+    if (v.state == S::waiting) {
+        if (!k) return std::nullopt;
+        return watch(v, "check-only watcher: this node's key " + key_text(k) + " is registered (the node was unfenced)",
+                     EventLevel::info, k);
+    }
+    if (v.state == S::fenced) {
+        if (!k) return std::nullopt;
+        return watch(v, "check-only watcher: this node's key " + key_text(k) + " is back (the node was unfenced)",
+                     EventLevel::info, k);
+    }
+    if (!k) return fence(v, watch_gone_reason(o, key_text(v.key)), v.key);
+    if (k == v.key) return std::nullopt;
+    return watch(v, "check-only watcher: this node's key is now " + key_text(k) + " (was " + key_text(v.key) + ")",
+                 EventLevel::info, k);
+}
+
+// start(): the state file and the start's Report. A key never seen before
+// (no file, or nothing registered by it) is waited for: a node the cluster
+// manager has not unfenced yet is not fenced.
+std::optional<Transition> watch_on_start(const AgentView& v, const Observation& o) {
+    if (v.state != S::starting) return std::nullopt;
+    const uint64_t k = node_key(v, o.report);
+    if (o.kind == K::resumed_fenced) {
+        if (k)
+            return watch(v, "check-only watcher: FENCED before the restart (" + o.text + "), and this node's key " +
+                                key_text(k) + " is back: the node was unfenced",
+                         EventLevel::info, k);
+        Transition t = to_state(v, S::fenced,
+                                "check-only watcher: still FENCED from before the restart (" + o.text +
+                                    "); WATCHING again once the node is unfenced",
+                                EventLevel::warning, o.key);
+        t.fence = FenceEntry::resumed;
+        t.persist.reset();  // the file says FENCED already, with the action's progress
+        return t;
+    }
+    if (k) return watch(v, "check-only watcher: this node's key " + key_text(k) + " is registered", EventLevel::info, k);
+    const bool seen = o.persisted == PersistedRole::standby || o.persisted == PersistedRole::holder;
+    if (!seen)
+        return wait_for_key(v, "check-only watcher: this node's key is not registered and was never seen: waiting "
+                               "for the node to be unfenced (nothing is registered by this agent)");
+    return fence(v,
+                 "check-only watcher: while the agent was down, this node's key " + key_text(o.key) +
+                     " was removed (preempted or unregistered): running the fence action",
+                 o.key);
+}
+
+std::optional<Transition> watch_on_stopped(const AgentView& v) {
+    if (v.state == S::stopping) return std::nullopt;
+    Transition t;
+    t.from = v.state;
+    t.to = S::stopping;
+    t.key = v.key;
+    t.why = "clean stop of the check-only watcher: the device and the state file are left as they are";
+    return t;
+}
+
+// The one decision of a check-only watcher: no request, lease or view
+// loss moves it (it holds nothing and registers nothing).
+std::optional<Transition> decide_watch(const AgentView& v, const Observation& o) {
+    switch (o.kind) {
+    case K::report: return watch_on_report(v, o);
+    case K::resumed:
+    case K::resumed_fenced: return watch_on_start(v, o);
+    case K::stopped: return watch_on_stopped(v);
+    default: return std::nullopt;
+    }
+}
+
 }  // namespace
 
 std::span<const AgentStatePair> agent_allowed_transitions() { return kAllowedTransitions; }
@@ -218,6 +339,7 @@ bool agent_transition_allowed(AgentState from, AgentState to) {
 }
 
 std::optional<Transition> decide_transition(const AgentView& v, const Observation& o) {
+    if (v.check_only) return decide_watch(v, o);
     switch (o.kind) {
     case K::report: return on_report(v, o);
     case K::view_lost: return on_view_lost(v, o);

@@ -26,8 +26,11 @@ using AgentStatePair = std::pair<AgentState, AgentState>;
 
 /// The static table of allowed transitions, the single source of
 /// agent_transition_allowed(). Nothing leads out of FENCED but a rejoin
-/// (to STANDBY, or HOLDER when the device shows this host holding) and a
-/// stop; STOPPING is final; nothing returns to STARTING.
+/// (to STANDBY, or HOLDER when the device shows this host holding), a
+/// check-only watcher's check that finds the node's key back (to WATCHING)
+/// and a stop; STOPPING is final; nothing returns to STARTING. WAITING and
+/// WATCHING are a check-only watcher's only (role = watch), which never
+/// reaches STANDBY or HOLDER.
 std::span<const AgentStatePair> agent_allowed_transitions();
 
 /// True when the agent may change from @p from to @p to (membership in
@@ -48,8 +51,9 @@ struct CheckNotes {
 enum class ObservationKind : uint8_t {
     report,          ///< A check read the Report (report, notes, generation_reset).
     view_lost,       ///< No check succeeded for the view timeout (text: why).
-    resumed_fenced,  ///< start(): the state file says FENCED (text: its reason).
-    resumed,         ///< start(): this host's registration found (persisted, found_key, found_ours, text).
+    resumed_fenced,  ///< start(): the state file says FENCED (text: its reason; check-only: found_key).
+    resumed,         ///< start(): this host's registration found (persisted, found_key, found_ours, text);
+                     ///< check-only: the start's Report (persisted, found_key: the node's key, 0: none).
     registered,      ///< start(): registered with a fresh key (key, text).
     acquired,        ///< A request or the start role left this host holding (key, text).
     rekeyed,         ///< A request left this host with a newer key of its own (key, holding, text).
@@ -84,6 +88,12 @@ struct AgentView {
     HostId self{};                             ///< This host.
     bool fence_on_view_loss = true;            ///< AgentOptions::fence_on_view_loss.
     bool holder_needs_lease = false;           ///< AgentOptions::holder_needs_lease.
+    /// A check-only watcher (role = watch): never registers; WAITING until
+    /// the node's key (tag, node, any epoch) is seen, WATCHING while it is
+    /// registered, FENCED once it is gone, WATCHING again when it is back.
+    bool check_only = false;
+    uint8_t tag = 0;   ///< Cluster tag (check-only: whose keys are the node's).
+    uint8_t node = 0;  ///< Node id (check-only: whose keys are the node's).
 };
 
 /// How a transition into FENCED treats the self-fence.

@@ -22,6 +22,8 @@ namespace {
 constexpr uint8_t kMagic[4] = {'N', 'V', 'F', 'C'};
 constexpr uint8_t kKindRequest = 1;
 constexpr uint8_t kKindReply = 2;
+// The reply's flags (the u16 after registrants, reserved before them).
+constexpr uint16_t kFlagCheckOnly = 1;
 
 class Writer {
 public:
@@ -212,11 +214,13 @@ const char* agent_state_name(AgentState s) {
     case AgentState::holder: return "HOLDER";
     case AgentState::fenced: return "FENCED";
     case AgentState::stopping: return "STOPPING";
+    case AgentState::waiting: return "WAITING";
+    case AgentState::watching: return "WATCHING";
     }
     return "UNKNOWN";
 }
 
-bool agent_state_valid(uint8_t raw) { return raw <= 4; }
+bool agent_state_valid(uint8_t raw) { return raw <= 6; }
 
 std::vector<uint8_t> encode_request(const ControlRequest& r) {
     Writer w;
@@ -243,7 +247,7 @@ std::vector<uint8_t> encode_reply(const ControlReply& r) {
     w.u64(r.previous_holder);
     w.u32(r.generation);
     w.u16(r.registrants);
-    w.u16(0);
+    w.u16(r.check_only ? kFlagCheckOnly : 0);
     w.u32(r.check_failures);
     w.u32(r.pid);
     w.u64(r.checks);
@@ -316,7 +320,9 @@ Result<ControlReply> decode_reply(std::span<const uint8_t> msg) {
     p.previous_holder = r.u64();
     p.generation = r.u32();
     p.registrants = r.u16();
-    if (r.u16() != 0) r.fail();
+    const uint16_t flags = r.u16();
+    if ((flags & ~kFlagCheckOnly) != 0) r.fail();
+    p.check_only = (flags & kFlagCheckOnly) != 0;
     p.check_failures = r.u32();
     p.pid = r.u32();
     p.checks = r.u64();

@@ -259,6 +259,9 @@ Result<ElectorSettings> parse_elector_settings(const std::map<std::string, std::
     // The agent's own key: only etcd may make a host acquire.
     if (const auto* r = get("role"); r && *r == "acquire")
         return bad(why, "role", *r, "must be standby with elector = etcd (the election decides who acquires)");
+    if (const auto* r = get("role"); r && *r == "watch")
+        return bad(why, "role", *r,
+                   "a check-only watcher never registers, so it cannot stand in an election: use elector = none");
 
     if (auto e = parse_endpoints(get, s, why); !e) return e.error();
     if (auto a = parse_auth_keys(get("etcd_user"), get("etcd_password_file"), s, why); !a) return a.error();

@@ -85,6 +85,7 @@ TEST(ElectorConfig, BadValuesNameTheKey) {
     EXPECT_NE(with("etcd_timeout_ms", "99").find("etcd_timeout_ms"), std::string::npos);
     EXPECT_EQ(with("role", "acquire"),
               "role = \"acquire\": must be standby with elector = etcd (the election decides who acquires)");
+    EXPECT_NE(with("role", "watch").find("role = \"watch\": a check-only watcher never registers"), std::string::npos);
     EXPECT_NE(with("lease_loss", "reboot").find("fence or hold"), std::string::npos);
     EXPECT_NE(with("election_name", "a b").find("election_name"), std::string::npos);
     EXPECT_NE(with("election_name", "nvfence/").find("must not end"), std::string::npos);

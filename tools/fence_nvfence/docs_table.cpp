@@ -14,7 +14,8 @@ const AgentDoc kAgent = {
     "node, whatever its epoch, with a verified preempt-and-abort on every device: the device then refuses every "
     "write of that node (page cache, filesystems, other processes), and its queued commands are aborted. A node "
     "that was fenced is unfenced again only by 'on'. Where nvfenced holds this host's registration, fence_nvfence "
-    "goes through its control socket. There is no reboot action: Pacemaker turns reboot into off for fabric "
+    "goes through its control socket; a check-only nvfenced (role = watch, the recipe's watcher) holds none and is "
+    "bypassed. There is no reboot action: Pacemaker turns reboot into off for fabric "
     "fencing.",
     "https://nvmexpress.org",
 };

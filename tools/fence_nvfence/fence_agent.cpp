@@ -181,12 +181,32 @@ bool need_target(const Ctx& c) {
     return true;
 }
 
-std::optional<std::string> agent_for(const Ctx& c, const Device& d) {
+Result<ControlReply> ask_agent(const Ctx& c, const std::string& sock, ControlOp op, uint64_t victim = 0);
+
+// The local nvfenced serving a device, and its answer to a status request.
+struct AgentLink {
+    std::string sock;
+    Result<ControlReply> status;
+};
+
+// The nvfenced to go through for @p d, if one runs and registers: a
+// check-only watcher (role = watch; its status reply says check_only)
+// never registers or takes over, so 'on' and 'off' act on the device
+// directly, as with no nvfenced at all, and the watcher sees the result.
+std::optional<AgentLink> agent_for(const Ctx& c, const Device& d) {
     if (!c.host.find_agent || !c.host.control) return std::nullopt;
-    return c.host.find_agent(d);
+    auto sock = c.host.find_agent(d);
+    if (!sock) return std::nullopt;
+    AgentLink a{*sock, ask_agent(c, *sock, ControlOp::status)};
+    if (a.status && a.status->check_only) {
+        c.debug(d.path() + ": nvfenced at " + *sock + " is a check-only watcher (" +
+                agent_state_name(a.status->state) + "): acting on the device directly");
+        return std::nullopt;
+    }
+    return a;
 }
 
-Result<ControlReply> ask_agent(const Ctx& c, const std::string& sock, ControlOp op, uint64_t victim = 0) {
+Result<ControlReply> ask_agent(const Ctx& c, const std::string& sock, ControlOp op, uint64_t victim) {
     ControlRequest req;
     req.op = op;
     req.victim = victim;
@@ -219,8 +239,9 @@ bool requester_gone(const Ctx& c, const std::string& path) {
 
 // nvfenced holds this host's registration: re-keying behind its back would
 // look to it like another host using this host's id, so 'on' asks it.
-bool on_through_agent(const Ctx& c, Device& d, const std::string& sock, uint8_t node) {
-    auto st = ask_agent(c, sock, ControlOp::status);
+bool on_through_agent(const Ctx& c, Device& d, const AgentLink& agent, uint8_t node) {
+    const std::string& sock = agent.sock;
+    const auto& st = agent.status;
     if (!st) {
         c.error(d.path() + ": nvfenced at " + sock + " does not answer: " + st.error().message());
         return false;
@@ -343,9 +364,9 @@ bool on_device(const Ctx& c, Device& d, uint8_t node) {
                 "clear); nothing was changed");
         return false;
     }
-    const auto sock = agent_for(c, d);
-    if (!(sock ? on_through_agent(c, d, *sock, node) : on_direct(c, d, node))) return false;
-    return verify_on(c, d, node, sock.has_value());
+    const auto agent = agent_for(c, d);
+    if (!(agent ? on_through_agent(c, d, *agent, node) : on_direct(c, d, node))) return false;
+    return verify_on(c, d, node, agent.has_value());
 }
 
 int action_on(const Ctx& c) {
@@ -480,7 +501,7 @@ OffResult off_direct(const Ctx& c, Device& d, uint8_t victim) {
 }
 
 OffResult off_device(const Ctx& c, Device& d, uint8_t victim) {
-    if (auto sock = agent_for(c, d)) return off_through_agent(c, d, *sock, victim);
+    if (auto agent = agent_for(c, d)) return off_through_agent(c, d, agent->sock, victim);
     return off_direct(c, d, victim);
 }
 

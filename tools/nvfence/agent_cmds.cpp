@@ -134,6 +134,7 @@ void json_reply(Json& j, const ControlReply& r) {
         if (v == kControlNever) j.null(); else j.num(v);
     };
     j.key("state").str(agent_state_name(r.state));
+    j.key("check_only").boolean(r.check_only);
     j.key("changed").boolean(r.changed);
     j.key("message").str(r.message);
     j.key("volume").str(r.volume).key("device").str(r.device);
@@ -165,7 +166,11 @@ void json_reply(Json& j, const ControlReply& r) {
 void print_status(const ControlReply& r) {
     std::printf("volume:      %s (%s)\n", r.volume.c_str(), r.device.c_str());
     std::printf("state:       %s\n", agent_state_name(r.state));
-    std::printf("key:         %s\n", key_words(r.key).c_str());
+    if (r.check_only)
+        std::printf("role:        check-only watcher (role = watch): never registers; runs the fence action when "
+                    "this node's key, once seen, is gone\n");
+    std::printf("key:         %s%s\n", key_words(r.key).c_str(),
+                r.check_only && r.key ? " (this node's key, registered by the cluster manager)" : "");
     std::printf("holder:      %s%s\n", key_words(r.holder).c_str(), r.holder_self ? " (this host)" : "");
     std::printf("generation:  %u\n", r.generation);
     std::printf("reservation: %s, mode %s, %u registrant(s)\n",
@@ -180,7 +185,10 @@ void print_status(const ControlReply& r) {
         std::printf("fenced:      for %s: %s\n",
                     r.fenced_for_ms == kControlNever ? "?" : duration_words(r.fenced_for_ms).c_str(),
                     r.fence_reason.c_str());
-        std::printf("             only 'nvfence rejoin' brings this host back (as a standby)\n");
+        if (r.check_only)
+            std::printf("             WATCHING again once the cluster manager unfences this node (its key is back)\n");
+        else
+            std::printf("             only 'nvfence rejoin' brings this host back (as a standby)\n");
     } else {
         std::printf("fenced:      no\n");
     }

@@ -81,7 +81,7 @@ const std::map<std::string, std::string>& key_help() {
         {"node_id", "this host's node id 1..255 (default: the one persisted in state_dir)"},
         {"cluster_tag", "cluster tag of the keys, 0..255 (default 0)"},
         {"mode", "exclusive (Write Exclusive, default) or shared (Write Exclusive - Registrants Only)"},
-        {"role", "at start: standby (default) or acquire (take the reservation if nobody holds it)"},
+        {"role", "at start: standby (default), acquire (take the reservation if nobody holds it) or watch (check-only: never registers; runs the fence action when this node's key, once seen, is gone)"},
         {"interval_ms", "watch interval, 50..60000 ms (default 1000)"},
         {"device_timeout_ms", "bound on each device command, 100..120000 ms (default 5000)"},
         {"fence_action", "when fenced: none (default), command, stop-unit or reboot"},
@@ -399,7 +399,10 @@ void log_start(const nvfence::AgentSettings& s, const Setup& d, spdlog::logger& 
              NVFENCED_VERSION, d.volume, d.info.paths.block, d.info.nsid, d.info.ctrl.model,
              nvfence::format_host_id(*d.info.host_id), d.node, s.tag,
              s.type == nvfence::ResvType::write_exclusive ? "exclusive" : "shared",
-             s.role == nvfence::StartRole::acquire ? "acquire" : "standby", s.interval_ms,
+             s.role == nvfence::StartRole::acquire ? "acquire"
+             : s.role == nvfence::StartRole::watch ? "watch (check-only: never registers)"
+                                                   : "standby",
+             s.interval_ms,
              nvfence::fence_action_name(s.fence_action), d.socket);
 }
 
