@@ -54,24 +54,16 @@
 #include "nvfence/error.hpp"
 #include "nvfence/passthru.hpp"
 #include "nvfence/report.hpp"
+#include "internal/byte_order.hpp"
 
 namespace nvfence::test {
 
-inline uint64_t get_le64(const uint8_t* p) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
-    return v;
-}
-inline void put_le16(uint8_t* p, uint16_t v) {
-    p[0] = static_cast<uint8_t>(v);
-    p[1] = static_cast<uint8_t>(v >> 8);
-}
-inline void put_le32(uint8_t* p, uint32_t v) {
-    for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-inline void put_le64(uint8_t* p, uint64_t v) {
-    for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
+// The product's byte-order helper (internal/byte_order.hpp) under the names
+// the fakes use.
+inline uint64_t get_le64(const uint8_t* p) { return load_le<uint64_t>(p); }
+inline void put_le16(uint8_t* p, uint16_t v) { store_le(p, v); }
+inline void put_le32(uint8_t* p, uint32_t v) { store_le(p, v); }
+inline void put_le64(uint8_t* p, uint64_t v) { store_le(p, v); }
 
 /// A distinct 128-bit host id for host number @p n: every byte is set, and
 /// ids of different hosts differ in their upper 8 bytes too.

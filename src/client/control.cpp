@@ -15,6 +15,7 @@
 
 #include "internal/invariant.hpp"
 #include "nvfence/error.hpp"
+#include "internal/byte_order.hpp"
 
 namespace nvfence {
 namespace {
@@ -28,15 +29,9 @@ constexpr uint16_t kFlagCheckOnly = 1;
 class Writer {
 public:
     void u8(uint8_t v) { b_.push_back(v); }
-    void u16(uint16_t v) {
-        for (int i = 0; i < 2; ++i) b_.push_back(static_cast<uint8_t>(v >> (8 * i)));
-    }
-    void u32(uint32_t v) {
-        for (int i = 0; i < 4; ++i) b_.push_back(static_cast<uint8_t>(v >> (8 * i)));
-    }
-    void u64(uint64_t v) {
-        for (int i = 0; i < 8; ++i) b_.push_back(static_cast<uint8_t>(v >> (8 * i)));
-    }
+    void u16(uint16_t v) { put(v); }
+    void u32(uint32_t v) { put(v); }
+    void u64(uint64_t v) { put(v); }
     void text(const std::string& s) {
         const size_t n = std::min(s.size(), kControlMaxText);
         u16(static_cast<uint16_t>(n));
@@ -48,6 +43,12 @@ public:
     std::vector<uint8_t>& bytes() { return b_; }
 
 private:
+    template <class T>
+    void put(T v) {
+        const size_t at = b_.size();
+        b_.resize(at + sizeof(T));
+        store_le(b_.data() + at, v);
+    }
     std::vector<uint8_t> b_;
 };
 
@@ -62,24 +63,9 @@ public:
         if (!need(1)) return 0;
         return b_[pos_++];
     }
-    uint16_t u16() {
-        if (!need(2)) return 0;
-        uint16_t v = static_cast<uint16_t>(b_[pos_] | (b_[pos_ + 1] << 8));
-        pos_ += 2;
-        return v;
-    }
-    uint32_t u32() {
-        if (!need(4)) return 0;
-        uint32_t v = 0;
-        for (int i = 3; i >= 0; --i) v = (v << 8) | b_[pos_ + static_cast<size_t>(i)];
-        pos_ += 4;
-        return v;
-    }
-    uint64_t u64() {
-        uint64_t lo = u32();
-        uint64_t hi = u32();
-        return lo | (hi << 32);
-    }
+    uint16_t u16() { return get<uint16_t>(); }
+    uint32_t u32() { return get<uint32_t>(); }
+    uint64_t u64() { return get<uint64_t>(); }
     bool boolean() {
         uint8_t v = u8();
         if (v > 1) ok_ = false;
@@ -104,6 +90,13 @@ public:
     void fail() { ok_ = false; }
 
 private:
+    template <class T>
+    T get() {
+        if (!need(sizeof(T))) return 0;
+        const T v = load_le<T>(b_.data() + pos_);
+        pos_ += sizeof(T);
+        return v;
+    }
     bool need(size_t n) {
         if (!ok_ || b_.size() - pos_ < n) {
             ok_ = false;

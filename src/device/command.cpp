@@ -5,13 +5,12 @@
 #include <string>
 
 #include "nvfence/error.hpp"
+#include "internal/byte_order.hpp"
 
 namespace nvfence {
 namespace {
 
-void put_le64(std::array<uint8_t, 16>& p, size_t off, uint64_t v) {
-    for (size_t i = 0; i < 8; ++i) p[off + i] = static_cast<uint8_t>(v >> (8 * i));
-}
+void put_le64(std::array<uint8_t, 16>& p, size_t off, uint64_t v) { store_le(p.data() + off, v); }
 
 uint32_t action_dw10(uint8_t action, bool iekey, uint8_t rtype) {
     return (action & 0x7u) | (iekey ? 1u << 3 : 0u) | (uint32_t{rtype} << 8);

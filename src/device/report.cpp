@@ -5,20 +5,15 @@
 #include <cstdio>
 
 #include "nvfence/error.hpp"
+#include "internal/byte_order.hpp"
 
 namespace nvfence {
 namespace {
 
-uint16_t le16(std::span<const uint8_t> b, size_t o) {
-    return static_cast<uint16_t>(b[o] | (b[o + 1] << 8));
-}
-uint32_t le32(std::span<const uint8_t> b, size_t o) {
-    return uint32_t{b[o]} | (uint32_t{b[o + 1]} << 8) | (uint32_t{b[o + 2]} << 16) |
-           (uint32_t{b[o + 3]} << 24);
-}
-uint64_t le64(std::span<const uint8_t> b, size_t o) {
-    return uint64_t{le32(b, o)} | (uint64_t{le32(b, o + 4)} << 32);
-}
+// Fields of a device's data structure: the callers check the length first.
+uint16_t le16(std::span<const uint8_t> b, size_t o) { return load_le<uint16_t>(&b[o]); }
+uint32_t le32(std::span<const uint8_t> b, size_t o) { return load_le<uint32_t>(&b[o]); }
+uint64_t le64(std::span<const uint8_t> b, size_t o) { return load_le<uint64_t>(&b[o]); }
 
 // Identify strings are space padded ASCII; anything unprintable is replaced
 // so a hostile device cannot inject control characters into our output.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <span>
 #include <vector>
@@ -12,15 +13,19 @@
 #include "fuzz_check.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/report.hpp"
+#include "internal/byte_order.hpp"
 
 using namespace nvfence;
 
 namespace {
 
 uint64_t rd(const uint8_t* p, int n) {
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; --i) v = (v << 8) | p[i];
-    return v;
+    switch (n) {
+    case 2: return load_le<uint16_t>(p);
+    case 4: return load_le<uint32_t>(p);
+    case 8: return load_le<uint64_t>(p);
+    default: std::abort();
+    }
 }
 
 void check(std::span<const uint8_t> buf, bool ext) {

@@ -49,6 +49,7 @@
 #include "nvfence/command.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/passthru.hpp"
+#include "internal/byte_order.hpp"
 
 using nlohmann::json;
 using namespace nvfence;
@@ -119,7 +120,7 @@ struct ReportView {
     bool operator==(const ReportView&) const = default;
 };
 
-uint32_t le32(const uint8_t* p) { return p[0] | p[1] << 8 | p[2] << 16 | uint32_t{p[3]} << 24; }
+uint32_t le32(const uint8_t* p) { return nvfence::load_le<uint32_t>(p); }
 
 ReportView decode_report(const std::vector<uint8_t>& d, bool eds) {
     ReportView v;
