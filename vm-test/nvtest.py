@@ -1,6 +1,7 @@
 """Helpers shared by the lab scenarios: run the nvfence CLI and nvme-cli on a
 lab host and parse what they print."""
 import json
+import re
 import shlex
 
 # CLI exit codes (docs/CONTRACTS.md).
@@ -108,6 +109,15 @@ def unit_show(host, unit, *props):
     """`systemctl show UNIT -p P...` on host as a dict of property -> value."""
     r = host.run(f"systemctl show {unit} " + " ".join(f"-p {p}" for p in props), timeout_s=30, check=True)
     return dict(line.split("=", 1) for line in r.out.splitlines() if "=" in line)
+
+
+def agent_conf_path(host, vol):
+    """<sysconfdir>/nvfence/<vol>.conf, as the installed nvfenced@.service
+    names it (its ConditionPathExists=)."""
+    r = host.run(f"systemctl cat nvfenced@{vol}.service", timeout_s=30, check=True)
+    m = re.search(r"^ConditionPathExists=(\S+)$", r.out, re.M)
+    assert m, r.out
+    return m.group(1).replace("%i", vol).replace("%I", vol)
 
 
 def _ns2():

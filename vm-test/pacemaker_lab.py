@@ -37,7 +37,7 @@ from collections import Counter
 
 import campaign
 from nvlab.util import build_dir
-from nvtest import CONFLICT, OK, nvf, stamps
+from nvtest import CONFLICT, OK, agent_conf_path, nvf, stamps
 
 NODE_IDS = {"a": 1, "b": 2, "c": 3}
 # The stonith resource's static host list (pcmk_host_list).
@@ -252,10 +252,7 @@ class Cluster:
         vol = "vol-" + nvlab.DISK_SERIAL[3:]
 
         def one(h):
-            r = h.run(f"systemctl cat nvfenced@{vol}.service", timeout_s=30, check=True)
-            m = re.search(r"^ConditionPathExists=(\S+)$", r.out, re.M)
-            assert m, r.out
-            path = m.group(1).replace("%i", vol).replace("%I", vol)
+            path = agent_conf_path(h, vol)
             h.run(f"mkdir -p {shlex.quote(os.path.dirname(path))}", timeout_s=30, check=True)
             h.put(self.WATCHER_CONF.format(node=NODE_IDS[h.name]).encode(), path)
             h.run(f"systemctl start nvfenced@{vol}.service", timeout_s=120, check=True)

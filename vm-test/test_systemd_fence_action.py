@@ -31,7 +31,7 @@ import time
 import pytest
 
 import nvlab
-from nvtest import unit_show
+from nvtest import agent_conf_path, unit_show
 
 VOL = "vol-0123456789abcdef0"
 UNIT = f"nvfenced@{VOL}.service"
@@ -72,10 +72,7 @@ def show(host, *props):
 
 
 def conf_path(host):
-    r = host.run(f"systemctl cat {UNIT}", timeout_s=30, check=True)
-    m = re.search(r"^ConditionPathExists=(\S+)$", r.out, re.M)
-    assert m, r.out
-    return m.group(1).replace("%i", VOL).replace("%I", VOL)
+    return agent_conf_path(host, VOL)
 
 
 def wait_state(host, state, timeout_s=WAIT_S):

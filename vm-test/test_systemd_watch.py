@@ -23,7 +23,7 @@ import re
 import pytest
 
 import nvlab
-from nvtest import report, reset
+from nvtest import agent_conf_path, report, reset
 
 VOL = "vol-0123456789abcdef0"
 UNIT = f"nvfenced@{VOL}.service"
@@ -42,10 +42,7 @@ def lab():
 
 
 def conf_path(host):
-    r = host.run(f"systemctl cat {UNIT}", timeout_s=30, check=True)
-    m = re.search(r"^ConditionPathExists=(\S+)$", r.out, re.M)
-    assert m, r.out
-    return m.group(1).replace("%i", VOL).replace("%I", VOL)
+    return agent_conf_path(host, VOL)
 
 
 def status(host):
