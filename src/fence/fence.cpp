@@ -4,12 +4,45 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "internal/invariant.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/key.hpp"
 
 namespace nvfence {
 
 namespace {
+// Postconditions of the operations (TigerBeetle's style: each success is
+// checked against what it promises). Each success above them was already
+// verified by a Report; a success that breaks one is a bug in this file,
+// not the device's doing, so it stops the program.
+
+// acquire and every takeover: this host holds the reservation, of the
+// options' type, with the key returned.
+Outcome holding(const Fence& f, Outcome o) {
+    const Registrant* m = f.mine(o.after);
+    NVF_INVARIANT(m != nullptr && m->key == o.key && m->holder && o.after.type == f.options().type);
+    return o;
+}
+
+// join: registered with the key returned, of this host's cluster tag.
+Outcome registered(const Fence& f, Outcome o) {
+    const Registrant* m = f.mine(o.after);
+    const auto k = m ? decode_key(m->key) : std::nullopt;
+    NVF_INVARIANT(m != nullptr && m->key == o.key && k && k->tag == f.options().tag);
+    return o;
+}
+
+// release: this host does not hold; leave: it is not registered.
+Outcome released(const Fence& f, Outcome o) {
+    const Registrant* m = f.mine(o.after);
+    NVF_INVARIANT(m == nullptr || !m->holder);
+    return o;
+}
+Outcome left(const Fence& f, Outcome o) {
+    NVF_INVARIANT(f.mine(o.after) == nullptr && o.key == 0);
+    return o;
+}
+
 // A completion that does not prove the command had no effect is
 // completion_uncertain() (error.hpp), the one rule: the Report decides.
 bool maybe_done(std::error_code ec) { return completion_uncertain(ec); }
@@ -155,7 +188,7 @@ Result<Outcome> Fence::join(std::optional<uint32_t> epoch, bool replace) {
     if (me && !replace) {
         auto f = decode_key(me->key);
         if (f && f->tag == opts_.tag && f->node == *node && (!epoch || *epoch == f->epoch))
-            return finish(o, *before);
+            return registered(*this, finish(o, *before));
         return make_error_code(Errc::host_id_conflict);
     }
     auto key = fresh_key(*before, *node, epoch);
@@ -166,7 +199,7 @@ Result<Outcome> Fence::join(std::optional<uint32_t> epoch, bool replace) {
     if (!after) return after.error();
     const auto* now = mine(*after);
     if (!now || now->key != *key) return make_error_code(Errc::verify_failed);
-    return finish(o, *after);
+    return registered(*this, finish(o, *after));
 }
 
 Result<Outcome> Fence::acquire() {
@@ -176,7 +209,7 @@ Result<Outcome> Fence::acquire() {
     const ReservationStatus* before = &o.before;
     const auto* me = mine(*before);
     if (!me) return make_error_code(Errc::not_registered);
-    if (me->holder && before->type == opts_.type) return finish(o, *before);
+    if (me->holder && before->type == opts_.type) return holding(*this, finish(o, *before));
     AcquireArgs a;
     a.action = AcquireAction::acquire;
     a.type = opts_.type;
@@ -196,7 +229,7 @@ Result<Outcome> Fence::acquire() {
     const auto* now = mine(*after);
     if (!now || !now->holder || after->type != opts_.type)
         return make_error_code(Errc::verify_failed);
-    return finish(o, *after);
+    return holding(*this, finish(o, *after));
 }
 
 // An Acquire with the fresh key @p key that failed: lost race, or done after
@@ -226,7 +259,7 @@ Result<Outcome> Fence::after_acquire_failure(std::error_code ec, const Outcome& 
         if (!m2 || m2->key != key || !m2->holder || fin->type != opts_.type) return ec;
         Outcome done = finish(o, *fin);
         done.completion_error = ec;
-        return done;
+        return holding(*this, std::move(done));
     }
     if (!conflict) return ec;
     if ((h && h->key != key) || !m) return make_error_code(Errc::lost_race);
@@ -263,7 +296,7 @@ Result<Outcome> Fence::takeover_after(Outcome o, std::optional<uint64_t> victim)
         if (!(me && me->holder)) return make_error_code(holder ? Errc::lost_race : Errc::invalid_key);
         has_victim = false;
     }
-    if (me && me->holder && before->type == opts_.type && !has_victim) return finish(o, *before);
+    if (me && me->holder && before->type == opts_.type && !has_victim) return holding(*this, finish(o, *before));
 
     auto node = node_for(*before);
     if (!node) return node.error();
@@ -333,7 +366,7 @@ Result<Outcome> Fence::acquire_verified(const Outcome& o, uint64_t key, std::opt
     }
     const auto* now = mine(*after);
     if (now && now->holder && now->key == key && after->type == opts_.type)
-        return finish(o, *after);
+        return holding(*this, finish(o, *after));
     const auto* h = after->holder();
     if (h && h->key != key) {
         // The key just preempted still holds: the device did not do what it
@@ -383,6 +416,7 @@ Result<Outcome> Fence::takeover_with_token(const ReservationStatus& seen, uint32
     const Registrant* me = mine(seen);
     const bool holding = me && me->holder;
     if (holding && me->key == *key && seen.type == opts_.type) return finish(o, seen);  // a retry of this term
+    NVF_INVARIANT(decode_key(*key) && decode_key(*key)->epoch == token);  // the token is the epoch
     if (auto u = token_usable(seen, token, *key); !u) return u.error();
     if (!(me && me->key == *key)) {
         // Persist before the key reaches the device: a crash after the
@@ -416,7 +450,7 @@ Result<Outcome> Fence::verify_rekeyed(Outcome& o, uint64_t key) {
     auto after = verify();
     if (!after) return after.error();
     const auto* now = mine(*after);
-    if (now && now->key == key && now->holder && after->type == opts_.type) return finish(o, *after);
+    if (now && now->key == key && now->holder && after->type == opts_.type) return holding(*this, finish(o, *after));
     if (now && now->key == key) return make_error_code(Errc::lost_race);
     return make_error_code(Errc::verify_failed);
 }
@@ -451,11 +485,16 @@ Result<Outcome> Fence::evict_node(uint8_t victim_node, EvictAbsent absent) {
     if (!started) return started.error();
     Outcome o = std::move(*started);
     if (auto s = evict_allowed(o.before, victim_node); !s) return s.error();
+    // Postcondition: no key of the victim node left, and a reservation held.
+    auto evicted = [&](const ReservationStatus& st) {
+        NVF_INVARIANT(node_keys(st, opts_.tag, victim_node).empty() && st.type != ResvType::none);
+        return finish(o, st);
+    };
     if (node_keys(o.before, opts_.tag, victim_node).empty()) {
         const bool held = o.before.type != ResvType::none;
         if (absent == EvictAbsent::compare && !mine(o.before)->holder)
             return make_error_code(held ? Errc::lost_race : Errc::invalid_key);
-        if (held) return finish(o, o.before);  // fenced already
+        if (held) return evicted(o.before);  // fenced already
     }
     ReservationStatus st = o.before;
     std::error_code uncertain;
@@ -465,7 +504,7 @@ Result<Outcome> Fence::evict_node(uint8_t victim_node, EvictAbsent absent) {
         if (!now) return now.error();
         st = std::move(*now);
         if (node_keys(st, opts_.tag, victim_node).empty() && st.type != ResvType::none) {
-            Outcome done = finish(o, st);
+            Outcome done = evicted(st);
             if (uncertain) done.completion_error = uncertain;
             return done;
         }
@@ -553,7 +592,7 @@ Result<Outcome> Fence::release() {
     const auto* holder = before->holder();
     const auto* me = mine(*before);
     if (!me || !me->holder) {
-        if (!holder) return finish(o, *before);
+        if (!holder) return released(*this, finish(o, *before));
         return make_error_code(Errc::not_holder);
     }
     ReleaseArgs a;
@@ -575,7 +614,7 @@ Result<Outcome> Fence::release() {
     if (!after) return after.error();
     const auto* now = mine(*after);
     if (now && now->holder) return make_error_code(Errc::verify_failed);
-    return finish(o, *after);
+    return released(*this, finish(o, *after));
 }
 
 Result<Outcome> Fence::leave() {
@@ -584,7 +623,7 @@ Result<Outcome> Fence::leave() {
     Outcome o = std::move(*started);
     const ReservationStatus* before = &o.before;
     const auto* me = mine(*before);
-    if (!me) return finish(o, *before);
+    if (!me) return left(*this, finish(o, *before));
     RegisterArgs a;
     a.action = RegisterAction::unregister_key;
     a.crkey = me->key;
@@ -599,7 +638,7 @@ Result<Outcome> Fence::leave() {
     auto after = verify();
     if (!after) return after.error();
     if (mine(*after)) return make_error_code(Errc::verify_failed);
-    return finish(o, *after);
+    return left(*this, finish(o, *after));
 }
 
 Result<Outcome> Fence::clear() {
@@ -626,7 +665,8 @@ Result<Outcome> Fence::clear() {
     auto after = verify();
     if (!after) return after.error();
     if (!after->registrants.empty() || after->holder()) return make_error_code(Errc::verify_failed);
-    return finish(o, *after);
+    NVF_INVARIANT(o.changed);
+    return left(*this, finish(o, *after));
 }
 
 }  // namespace nvfence
