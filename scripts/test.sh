@@ -16,7 +16,7 @@ step() { printf '\n=== %s (%ds)\n' "$*" $(( $(date +%s) - start )); }
 step "setup"
 scripts/setup.sh
 
-# The three builds (plain, ASan, fuzz) go through ccache: a second run of
+# The builds (plain, ASan, without etcd, fuzz) go through ccache: a second run of
 # this script, in any clone, recompiles only what changed. Paths are made
 # relative to the clone so that clones in other directories share entries.
 export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_C_COMPILER_LAUNCHER=ccache
@@ -35,6 +35,11 @@ cmake --build build-asan -j "$jobs" --target unit_tests nvfence-cli nvfenced cap
 # The install and .deb tests check the plain build's packaging (above).
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan -L unit --output-on-failure -j "$jobs" -E '^(install_consumers|deb_package)$'
+
+step "build without the etcd elector (NVFENCE_ETCD=OFF)"
+cmake -S . -B build-noetcd -G Ninja -DNVFENCE_ETCD=OFF -DNVFENCE_TESTS=OFF -DNVFENCE_WERROR=ON >/dev/null
+cmake --build build-noetcd -j "$jobs" --target nvfenced nvfence-cli fence_nvfence
+tests/build/no_etcd.sh build-noetcd
 
 step "fuzzers (${NVFENCE_FUZZ_SECONDS:-10}s each)"
 tests/fuzz/run.sh "${NVFENCE_FUZZ_SECONDS:-10}"

@@ -12,26 +12,6 @@
 #include "nvfence/key.hpp"
 
 namespace nvfence {
-namespace {
-
-class ElectorCategory final : public std::error_category {
-public:
-    const char* name() const noexcept override { return "elector"; }
-    std::string message(int v) const override {
-        switch (static_cast<ElectorErrc>(v)) {
-        case ElectorErrc::unreachable: return "coordination service unreachable";
-        case ElectorErrc::server_error: return "coordination service error";
-        case ElectorErrc::lease_expired: return "lease expired";
-        case ElectorErrc::no_leader: return "no leader";
-        case ElectorErrc::not_leader: return "not the leader";
-        case ElectorErrc::not_campaigning: return "no campaign in progress";
-        case ElectorErrc::auth_failed: return "authentication refused";
-        }
-        return "unknown elector error";
-    }
-};
-
-}  // namespace
 
 std::optional<TokenRecord> parse_token_record(std::string_view text) {
     TokenRecord r;
@@ -66,13 +46,6 @@ std::optional<TokenRecord> parse_token_record(std::string_view text) {
 std::string format_token_record(const TokenRecord& r) {
     return "cluster_id " + std::to_string(r.cluster_id) + "\nepoch " + std::to_string(r.epoch) + "\n";
 }
-
-const std::error_category& elector_category() noexcept {
-    static const ElectorCategory c;
-    return c;
-}
-
-std::error_code make_error_code(ElectorErrc e) noexcept { return {static_cast<int>(e), elector_category()}; }
 
 namespace etcd {
 namespace {

@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include "nvfence/error.hpp"
+#if NVFENCE_HAVE_ETCD
+#include "elector/etcd.hpp"
+#endif
 
 namespace nvfenced {
 
@@ -11,17 +14,22 @@ std::optional<nvfence::ElectorSettings> ElectorLink::settings(const std::map<std
                                                               const std::string& volume, std::string& why) {
     auto s = nvfence::parse_elector_settings(kv, volume, why);
     if (!s) return std::nullopt;
+    if (!NVFENCE_HAVE_ETCD && s->kind == nvfence::ElectorKind::etcd) {
+        why = "elector = etcd: this nvfenced was built without the etcd elector (configure with -DNVFENCE_ETCD=ON)";
+        return std::nullopt;
+    }
     return *s;
 }
 
 ElectorLink::ElectorLink(nvfence::ElectorSettings es, uint8_t tag, const nvfence::HostId& self,
-                         const nvfence::EpochStore* epochs, std::unique_ptr<nvfence::EtcdElector> elector)
+                         const nvfence::EpochStore* epochs, std::unique_ptr<nvfence::Elector> elector)
     : es_(std::move(es)), elector_(std::move(elector)), bridge_(tag, self, epochs) {}
 
 std::unique_ptr<ElectorLink> ElectorLink::create(const nvfence::ElectorSettings& es, uint8_t node, uint8_t tag,
                                                  const nvfence::HostId& self, const nvfence::EpochStore* epochs,
                                                  const std::string& state_dir, const std::string& volume,
                                                  std::string& why) {
+#if NVFENCE_HAVE_ETCD
     char host[256] = "?";
     ::gethostname(host, sizeof host - 1);
     auto e = nvfence::EtcdElector::create(
@@ -31,6 +39,11 @@ std::unique_ptr<ElectorLink> ElectorLink::create(const nvfence::ElectorSettings&
         return nullptr;
     }
     return std::unique_ptr<ElectorLink>(new ElectorLink(es, tag, self, epochs, std::move(*e)));
+#else
+    (void)es, (void)node, (void)tag, (void)self, (void)epochs, (void)state_dir, (void)volume;
+    why = "elector = etcd: this nvfenced was built without the etcd elector";
+    return nullptr;
+#endif
 }
 
 ElectorLink::~ElectorLink() { thread_.reset(); }

@@ -16,8 +16,8 @@
 
 #include "agent/agent.hpp"
 #include "elector/agent_elector.hpp"
+#include "elector/elector.hpp"
 #include "elector/elector_config.hpp"
-#include "elector/etcd.hpp"
 
 namespace nvfenced {
 
@@ -29,7 +29,8 @@ inline constexpr int kExitElectorOwnsTakeover = 3;
 class ElectorLink {
 public:
     /// Validates the elector keys of @p kv (agent keys such as role are
-    /// read too) for @p volume; nullopt with @p why on bad input.
+    /// read too) for @p volume; nullopt with @p why on bad input, and for
+    /// `elector = etcd` in a build without it (NVFENCE_ETCD=OFF).
     static std::optional<nvfence::ElectorSettings> settings(const std::map<std::string, std::string>& kv,
                                                             const std::string& volume, std::string& why);
     /// Builds the etcd elector for @p es (kind etcd). Null with @p why when
@@ -67,9 +68,9 @@ public:
 
 private:
     ElectorLink(nvfence::ElectorSettings es, uint8_t tag, const nvfence::HostId& self,
-                const nvfence::EpochStore* epochs, std::unique_ptr<nvfence::EtcdElector> elector);
+                const nvfence::EpochStore* epochs, std::unique_ptr<nvfence::Elector> elector);
     nvfence::ElectorSettings es_;
-    std::unique_ptr<nvfence::EtcdElector> elector_;
+    std::unique_ptr<nvfence::Elector> elector_;
     nvfence::ElectorBridge bridge_;
     std::unique_ptr<nvfence::ElectorThread> thread_;
 };
