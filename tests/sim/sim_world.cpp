@@ -56,6 +56,8 @@ const char* fault_name(Fault f) {
     case Fault::late_answer: return "late_answer";
     case Fault::target_restart: return "target_restart";
     case Fault::cluster_partition: return "cluster_partition";
+    case Fault::link_degraded: return "link_degraded";
+    case Fault::target_crash_loop: return "target_crash_loop";
     }
     return "?";
 }
@@ -272,6 +274,7 @@ struct Host {
     int64_t frozen_until = 0;
     int64_t etcd_cut_until = 0;
     int64_t dev_cut_until = 0;
+    int64_t link_slow_until = 0;  // link_degraded: its device commands are slow
     int64_t lease_deadline_local = INT64_MIN;
     int64_t last_view_local = 0;  // the agent's last successful Report (its clock)
     int64_t last_view_world = 0;  // the same, world time
@@ -380,7 +383,7 @@ public:
 private:
     // Most per-opportunity rate (per mille) of each fault kind; each
     // schedule draws its own rate below it (0: that kind stays off).
-    static constexpr std::array<uint32_t, kFaultCount> kMaxRate{10, 10, 6, 150, 10, 10, 10, 60, 20, 20, 60, 2, 10};
+    static constexpr std::array<uint32_t, kFaultCount> kMaxRate{10, 10, 6, 150, 10, 10, 10, 60, 20, 20, 60, 2, 10, 10, 3};
 
     void setup();
     void setup_pacemaker();
@@ -432,6 +435,8 @@ private:
     uint64_t holder_key() const;
     void fault_step();
     void inject(Fault f, Host& H);
+    void restart_target();
+    void crash_loop_step();
     void heal();
     void check(const std::optional<Violation>& v);
     void fail(const Violation& v);
@@ -461,6 +466,9 @@ private:
     Ms call_{1000};
     std::array<uint32_t, kFaultCount> rate_{};
     int64_t next_fault_ = 0;
+    // target_crash_loop: the restarts still to come and when the next is.
+    int crash_loop_left_ = 0;
+    int64_t crash_loop_next_ = kNever;
     int64_t fault_gap_ms_ = 500;
     int64_t etcd_down_until_ = 0;
     bool healed_ = false;
@@ -728,6 +736,14 @@ void World::setup() {
     fault_steps_ = opts_.steps;
     if (pcmk_) setup_pacemaker();
     if (opts_.swarm) swarm();
+    // The kinds added after the seeds recorded so far (off by default) draw
+    // their rates from the seed's hash, not the schedule's PRNG: without
+    // them a schedule draws exactly what it drew before they existed.
+    Rng r(mix(opts_.seed ^ 0x1d7c3aull));
+    for (Fault f : {Fault::link_degraded, Fault::target_crash_loop}) {
+        const auto i = static_cast<size_t>(f);
+        rate_[i] = static_cast<uint32_t>(r.range(0, kMaxRate[i]));
+    }
 }
 
 // Swarm testing (Groce et al., "Swarm testing", ISSTA 2012): one schedule
@@ -876,6 +892,7 @@ bool World::run_one(int64_t limit) {
         for (int thr = 0; thr < kThreads; ++thr) offer(thread_time(*H, thr), H->idx, thr);
     offer(device_time(), -1, 0);
     if (!healed_) offer(next_fault_, -2, 0);
+    if (!healed_ && crash_loop_left_ > 0) offer(crash_loop_next_, -3, 0);
     if (best > limit || best >= kNever) return false;
     const auto [h, thr] = ties[n > 1 ? rng_.below(n) : 0];
     now_ = std::max(now_, best);
@@ -884,6 +901,7 @@ bool World::run_one(int64_t limit) {
     hash(static_cast<uint64_t>((h + 2) * 4 + thr));
     if (h == -1) device_step();
     else if (h == -2) fault_step();
+    else if (h == -3) crash_loop_step();
     else run_thread(host(h), thr);
     after_step();
     return true;
@@ -1461,6 +1479,7 @@ void World::app_submit(Host& H, App& a) {
         op.ring_index = a.sent_seen;
         op.cut = now_ < H.dev_cut_until;
         op.at = now_ + (draw(Fault::device_delay) ? rng_.range(50, 1500) : rng_.range(1, 20));
+        if (now_ < H.link_slow_until) op.at = std::max(op.at, now_ + rng_.range(50, 1500));
         ops_.push_back(op);
     }
 }
@@ -1579,6 +1598,9 @@ Result<uint32_t> World::device_command(int h, const Command& cmd, std::span<uint
     call_started(h, thr, sent + bound);
     int64_t delay = rng_.range(0, 3);
     if (draw(Fault::device_delay)) delay = rng_.range(50, 2 * bound);
+    // A degraded link: retransmissions make every command slow, some past
+    // its bound (drawn only under link_degraded, off by default).
+    if (now_ < H.link_slow_until) delay = std::max(delay, rng_.range(50, std::min<int64_t>(bound + bound / 4, 4000)));
     if (now_ < H.dev_cut_until) {
         block(h, thr, sent + bound);
         return timed_out;
@@ -1659,7 +1681,7 @@ void World::fault_step() {
     // Event faults with a non-zero rate in this schedule, weighted by it.
     constexpr std::array kinds{Fault::freeze,           Fault::crash,          Fault::etcd_partition,
                                Fault::etcd_down,        Fault::device_partition, Fault::target_restart,
-                               Fault::cluster_partition};
+                               Fault::cluster_partition, Fault::link_degraded, Fault::target_crash_loop};
     uint64_t total = 0;
     for (Fault f : kinds)
         if (opts_.fault_mask & (1u << static_cast<size_t>(f))) total += rate_[static_cast<size_t>(f)];
@@ -1700,19 +1722,46 @@ void World::inject(Fault f, Host& H) {
         until = now_ + (rng_.chance(200) ? rng_.range(3000, 20000) : rng_.range(200, 3000));
         H.dev_cut_until = until;
         break;
-    case Fault::target_restart:
-        // No PTPL: every registration and the reservation are gone.
-        target_.regs.clear();
-        target_.type = ResvType::none;
-        target_.holder.reset();
-        target_.generation = 0;
-        target_.notices.clear();
-        checker_.target_restarted();
-        break;
+    case Fault::target_restart: restart_target(); break;
     case Fault::cluster_partition: H.cs.cut_until = until = now_ + rng_.range(200, 3 * token_ms_); break;
+    case Fault::link_degraded:
+        // The same link carries the cluster's (or etcd's) traffic and the
+        // NVMe/TCP path: the first is cut, the second slow.
+        until = now_ + rng_.range(200, 3 * (pcmk_ ? token_ms_ : ttl));
+        if (pcmk_) H.cs.cut_until = std::max(H.cs.cut_until, until);
+        else H.etcd_cut_until = std::max(H.etcd_cut_until, until);
+        H.link_slow_until = std::max(H.link_slow_until, until);
+        break;
+    case Fault::target_crash_loop:
+        // This restart, then one to three more (one running loop at a time).
+        restart_target();
+        if (crash_loop_left_ == 0) {
+            crash_loop_left_ = static_cast<int>(rng_.range(1, 3));
+            crash_loop_next_ = now_ + rng_.range(500, 5000);
+        }
+        break;
     default: assert(false && "not an event fault"); return;
     }
     trace(Rec::fault, H.idx, static_cast<uint32_t>(f), static_cast<uint64_t>(until - now_));
+}
+
+// No PTPL: every registration and the reservation are gone.
+void World::restart_target() {
+    target_.regs.clear();
+    target_.type = ResvType::none;
+    target_.holder.reset();
+    target_.generation = 0;
+    target_.notices.clear();
+    checker_.target_restarted();
+}
+
+// The next restart of a target_crash_loop (traced as one of it, not counted
+// as another fault).
+void World::crash_loop_step() {
+    restart_target();
+    --crash_loop_left_;
+    crash_loop_next_ = crash_loop_left_ > 0 ? now_ + rng_.range(500, 5000) : kNever;
+    trace(Rec::fault, -1, static_cast<uint32_t>(Fault::target_crash_loop), 0);
 }
 
 void World::heal() {
@@ -1734,12 +1783,15 @@ void World::heal() {
         H->clock.thaw(now_);
         H->etcd_cut_until = 0;
         H->dev_cut_until = 0;
+        H->link_slow_until = 0;
         H->cs.cut_until = 0;
         // The operator brings a stopped cluster stack back.
         if (!H->cs.up) H->cs.start_at = std::min(H->cs.start_at, now_ + 1000);
     }
     etcd_down_until_ = 0;
     next_fault_ = kNever;
+    crash_loop_left_ = 0;
+    crash_loop_next_ = kNever;
     trace(Rec::heal, -1, 0, 0);
 }
 
