@@ -393,6 +393,7 @@ TEST(SimWorld, TheLaterFaultKindsAreOffByDefault) {
     EXPECT_EQ(SimOptions{}.fault_mask, kDefaultFaults);
     EXPECT_EQ(kDefaultFaults & (1u << static_cast<unsigned>(Fault::link_degraded)), 0u);
     EXPECT_EQ(kDefaultFaults & (1u << static_cast<unsigned>(Fault::target_crash_loop)), 0u);
+    EXPECT_EQ(kDefaultFaults & (1u << static_cast<unsigned>(Fault::fence_delay)), 0u);
     EXPECT_EQ(kDefaultFaults, (1u << 13) - 1) << "the thirteen kinds of the seeds recorded so far";
     for (uint64_t seed = 1; seed <= 20; ++seed) {
         SimOptions o;
@@ -401,6 +402,7 @@ TEST(SimWorld, TheLaterFaultKindsAreOffByDefault) {
         const ScheduleResult r = run_schedule(o);
         EXPECT_EQ(r.faults[static_cast<size_t>(Fault::link_degraded)], 0u);
         EXPECT_EQ(r.faults[static_cast<size_t>(Fault::target_crash_loop)], 0u);
+        EXPECT_EQ(r.faults[static_cast<size_t>(Fault::fence_delay)], 0u);
     }
 }
 
@@ -454,6 +456,27 @@ TEST(SimWorld, ADegradedLinkCutsANodeFromTheClusterAndItIsFenced) {
         const ScheduleResult r = run_schedule(o);
         ASSERT_FALSE(r.violation) << "seed " << seed << ": " << r.violation->what;
     }
+}
+
+// fence_delay (pcmk_delay_max) delays Pacemaker's fencing actions; the
+// cluster still fences the node it lost and runs clean.
+TEST(SimWorld, AFenceDelayDelaysEveryFencingActionAndTheNodeIsStillFenced) {
+    int fenced = 0;
+    uint64_t delayed = 0;
+    for (uint64_t seed = 1; seed <= 40; ++seed) {
+        SimOptions o;
+        o.seed = seed;
+        o.cluster = Cluster::pacemaker;
+        o.fault_mask = (1u << static_cast<unsigned>(Fault::cluster_partition)) |
+                       (1u << static_cast<unsigned>(Fault::fence_delay));
+        o.keep_trace = true;
+        const ScheduleResult r = run_schedule(o);
+        ASSERT_FALSE(r.violation) << "seed " << seed << ": " << r.violation->what << "\n" << r.trace;
+        fenced += r.trace.find("fenced\n") != std::string::npos ? 1 : 0;
+        delayed += r.faults[static_cast<size_t>(Fault::fence_delay)];
+    }
+    EXPECT_GT(fenced, 3) << "few schedules fenced anybody";
+    EXPECT_GT(delayed, 5u);
 }
 
 TEST(SimWorld, AFaultMaskKeepsOtherKindsOut) {

@@ -58,6 +58,7 @@ const char* fault_name(Fault f) {
     case Fault::cluster_partition: return "cluster_partition";
     case Fault::link_degraded: return "link_degraded";
     case Fault::target_crash_loop: return "target_crash_loop";
+    case Fault::fence_delay: return "fence_delay";
     }
     return "?";
 }
@@ -300,6 +301,7 @@ struct Host {
         uint64_t placement = 0;  // which start of the resource runs here
         uint32_t attempt = 0;    // fence attempts of the current victim
         int64_t retry_at = 0;    // a failed fence is retried from then
+        bool delayed = false;    // fence_delay: this attempt waited its random delay
         int fencing = -1;        // as controller: the victim of the fence under way
         uint64_t fencing_starts = 0;  // ... and its stack's starts when it began
         int waiting_on = -1;     // ... run by this member
@@ -383,7 +385,7 @@ public:
 private:
     // Most per-opportunity rate (per mille) of each fault kind; each
     // schedule draws its own rate below it (0: that kind stays off).
-    static constexpr std::array<uint32_t, kFaultCount> kMaxRate{10, 10, 6, 150, 10, 10, 10, 60, 20, 20, 60, 2, 10, 10, 3};
+    static constexpr std::array<uint32_t, kFaultCount> kMaxRate{10, 10, 6, 150, 10, 10, 10, 60, 20, 20, 60, 2, 10, 10, 3, 0};
 
     void setup();
     void setup_pacemaker();
@@ -468,6 +470,7 @@ private:
     int64_t next_fault_ = 0;
     // target_crash_loop: the restarts still to come and when the next is.
     int crash_loop_left_ = 0;
+    int64_t fence_delay_max_ = 0;  // fence_delay: pcmk_delay_max (0: none)
     int64_t crash_loop_next_ = kNever;
     int64_t fault_gap_ms_ = 500;
     int64_t etcd_down_until_ = 0;
@@ -744,6 +747,24 @@ void World::setup() {
         const auto i = static_cast<size_t>(f);
         rate_[i] = static_cast<uint32_t>(r.range(0, kMaxRate[i]));
     }
+    // Swarm with omission (Groce et al.: a schedule leaves out a random half
+    // of the kinds, so that the others meet undisturbed), only when the
+    // later kinds are asked for (CI's slice): one schedule in two leaves
+    // each earlier kind out with probability 1/2 and runs the later ones at
+    // 2-8 times their most usual rate.
+    const uint32_t later = (1u << static_cast<unsigned>(Fault::link_degraded)) |
+                           (1u << static_cast<unsigned>(Fault::target_crash_loop)) |
+                           (1u << static_cast<unsigned>(Fault::fence_delay));
+    if ((opts_.fault_mask & later) && r.below(2) == 0) {
+        for (size_t i = 0; i < static_cast<size_t>(Fault::link_degraded); ++i)
+            if (r.below(4) != 0) rate_[i] = 0;
+        for (Fault f : {Fault::link_degraded, Fault::target_crash_loop}) {
+            const auto i = static_cast<size_t>(f);
+            rate_[i] = static_cast<uint32_t>(std::min<uint64_t>(1000, uint64_t{kMaxRate[i]} * (2 + r.below(7))));
+        }
+    }
+    const int64_t delay_max = r.range(1000, 5000);
+    if (pcmk_ && (opts_.fault_mask & (1u << static_cast<unsigned>(Fault::fence_delay)))) fence_delay_max_ = delay_max;
 }
 
 // Swarm testing (Groce et al., "Swarm testing", ISSTA 2012): one schedule
@@ -1190,6 +1211,15 @@ void World::fence_next(Host& H) {
         return;
     }
     if (now_ < c.retry_at) return;
+    // pcmk_delay_max: a random delay before each fencing action (drawn only
+    // under fence_delay, off by default).
+    if (fence_delay_max_ > 0 && !c.delayed) {
+        c.delayed = true;
+        c.retry_at = now_ + rng_.range(0, fence_delay_max_);
+        ++res_.faults[static_cast<size_t>(Fault::fence_delay)];
+        return;
+    }
+    c.delayed = false;
     assert(c.to_fence != 0 && !(c.to_fence & (1u << H.idx)) && "a controller never fences itself");
     c.fencing = __builtin_ctz(c.to_fence);
     c.fencing_starts = host(c.fencing).stack_starts;
@@ -1777,7 +1807,7 @@ void World::heal() {
     live_deadline_ = calm + 3 * guard_.ttl_ms + 6000;
     // Pacemaker: a stack back within a second, unfencing, a membership
     // (token), a fence of a node lost meanwhile and its retry.
-    if (pcmk_) live_deadline_ = calm + 1000 + 4 * token_ms_ + 3 * (kFenceTimeoutMs + 3000);
+    if (pcmk_) live_deadline_ = calm + 1000 + 4 * token_ms_ + 3 * (kFenceTimeoutMs + 3000 + fence_delay_max_);
     for (auto& H : hosts_) {
         H->frozen_until = std::min(H->frozen_until, now_);
         H->clock.thaw(now_);

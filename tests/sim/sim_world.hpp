@@ -57,9 +57,15 @@ enum class Fault : uint8_t {
     /// 0.5-5 s apart (a crash loop: systemd restarting a target that
     /// fails again), every key lost each time. Off by default.
     target_crash_loop,
+    /// Pacemaker: pcmk_delay_max, as two-node clusters configure it
+    /// against fence races: each fencing action waits a random 0 to 1-5 s
+    /// (the schedule's maximum) before it starts, so that two nodes that
+    /// lost each other fence at staggered times. Not an event: counted per
+    /// delayed action. Off by default.
+    fence_delay,
 };
 /// Number of Fault values.
-inline constexpr size_t kFaultCount = 15;
+inline constexpr size_t kFaultCount = 16;
 /// Words for a fault kind.
 const char* fault_name(Fault f);
 /// Parses a fault name; nullopt when unknown.
