@@ -1690,6 +1690,10 @@ Result<T> World::etcd_call(int h, Ms timeout, F&& effect) {
         d1 = rng_.range(0, bound);
         d2 = rng_.range(bound / 2, 2 * bound);
     }
+    if (now_ < H.link_slow_until) {  // link_degraded (off by default)
+        d1 = std::max(d1, rng_.range(0, bound));
+        d2 = std::max(d2, rng_.range(0, 2 * bound));
+    }
     if (d1 >= bound) {
         block(h, kDriver, sent + bound);
         return make_error_code(Errc::timeout);
@@ -1756,10 +1760,10 @@ void World::inject(Fault f, Host& H) {
     case Fault::cluster_partition: H.cs.cut_until = until = now_ + rng_.range(200, 3 * token_ms_); break;
     case Fault::link_degraded:
         // The same link carries the cluster's (or etcd's) traffic and the
-        // NVMe/TCP path: the first is cut, the second slow.
+        // NVMe/TCP path: corosync loses its peers, etcd's answers are slow
+        // (many past their bound), the device's commands are slow.
         until = now_ + rng_.range(200, 3 * (pcmk_ ? token_ms_ : ttl));
         if (pcmk_) H.cs.cut_until = std::max(H.cs.cut_until, until);
-        else H.etcd_cut_until = std::max(H.etcd_cut_until, until);
         H.link_slow_until = std::max(H.link_slow_until, until);
         break;
     case Fault::target_crash_loop:
