@@ -48,10 +48,11 @@ enum class Fault : uint8_t {
     cluster_partition,
     /// One host's network link degrades for a while (a flapping or
     /// congested NIC or switch port that carries both its cluster or etcd
-    /// traffic and its NVMe/TCP path): its etcd (etcd schedules) or
-    /// cluster (Pacemaker) traffic is cut, and its device commands are
-    /// slow (retransmissions: 50 ms to past their timeout), not lost.
-    /// Off by default (not in kDefaultFaults).
+    /// traffic and its NVMe/TCP path): its cluster traffic is cut
+    /// (Pacemaker), its etcd answers come late (many past their bound),
+    /// and its device commands and writes are slow (retransmissions: 50 ms
+    /// to 4 s, some past their timeout), not lost. Off by default (not in
+    /// kDefaultFaults).
     link_degraded,
     /// The target crashes and restarts without PTPL two to four times,
     /// 0.5-5 s apart (a crash loop: systemd restarting a target that
