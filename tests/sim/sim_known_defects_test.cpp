@@ -225,7 +225,7 @@ TEST(SimRegressions, PacemakerSeedsOfTheFirstRunStayClean) {
 TEST(SimRegressions, Seed66351354232800AResumedControllerIsInNoOtherPartition) {
     SimOptions o;
     o.seed = 66351354232800ull;
-    o.fault_mask = kAllFaults & ~(1u << static_cast<unsigned>(Fault::cluster_partition));
+    o.fault_mask = kDefaultFaults & ~(1u << static_cast<unsigned>(Fault::cluster_partition));
     const ScheduleResult r = run_schedule(o);
     EXPECT_EQ(r.cluster, Cluster::pacemaker);
     EXPECT_FALSE(r.violation) << what(r);

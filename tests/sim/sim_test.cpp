@@ -376,6 +376,7 @@ TEST(SimWorld, FaultsAreInjectedAndCountedByKind) {
         SimOptions o;
         o.seed = seed;
         o.known_defects = true;
+        o.fault_mask = kAllFaults;
         const ScheduleResult r = run_schedule(o);
         for (size_t i = 0; i < kFaultCount; ++i) total[i] += r.faults[i];
         checks += r.checks;
@@ -383,6 +384,104 @@ TEST(SimWorld, FaultsAreInjectedAndCountedByKind) {
     for (size_t i = 0; i < kFaultCount; ++i)
         EXPECT_GT(total[i], 0u) << fault_name(static_cast<Fault>(i)) << " never injected in 60 schedules";
     EXPECT_GT(checks, 60u * 100);
+}
+
+// link_degraded and target_crash_loop came after seeds were recorded: off
+// by default, and their rates are drawn from the seed's hash, so a
+// schedule without them is the one it was before they existed.
+TEST(SimWorld, TheLaterFaultKindsAreOffByDefault) {
+    EXPECT_EQ(SimOptions{}.fault_mask, kDefaultFaults);
+    EXPECT_EQ(kDefaultFaults & (1u << static_cast<unsigned>(Fault::link_degraded)), 0u);
+    EXPECT_EQ(kDefaultFaults & (1u << static_cast<unsigned>(Fault::target_crash_loop)), 0u);
+    EXPECT_EQ(kDefaultFaults & (1u << static_cast<unsigned>(Fault::fence_delay)), 0u);
+    EXPECT_EQ(kDefaultFaults, (1u << 13) - 1) << "the thirteen kinds of the seeds recorded so far";
+    for (uint64_t seed = 1; seed <= 20; ++seed) {
+        SimOptions o;
+        o.seed = seed;
+        o.known_defects = true;
+        const ScheduleResult r = run_schedule(o);
+        EXPECT_EQ(r.faults[static_cast<size_t>(Fault::link_degraded)], 0u);
+        EXPECT_EQ(r.faults[static_cast<size_t>(Fault::target_crash_loop)], 0u);
+        EXPECT_EQ(r.faults[static_cast<size_t>(Fault::fence_delay)], 0u);
+    }
+}
+
+// A crash loop restarts the target (no PTPL) more than once per injection,
+// and the cluster comes back after it.
+TEST(SimWorld, ATargetCrashLoopRestartsTheTargetAgainAndAgain) {
+    uint64_t loops = 0;
+    int again = 0;
+    for (uint64_t seed = 1; seed <= 40; ++seed) {
+        SimOptions o;
+        o.seed = seed;
+        o.fault_mask = 1u << static_cast<unsigned>(Fault::target_crash_loop);
+        o.keep_trace = true;
+        const ScheduleResult r = run_schedule(o);
+        ASSERT_FALSE(r.violation) << "seed " << seed << ": " << r.violation->what << "\n" << r.trace;
+        const uint64_t injected = r.faults[static_cast<size_t>(Fault::target_crash_loop)];
+        loops += injected;
+        // The loop's further restarts are traced but not counted as faults.
+        uint64_t traced = 0;
+        for (size_t at = r.trace.find("fault target_crash_loop"); at != std::string::npos;
+             at = r.trace.find("fault target_crash_loop", at + 1))
+            ++traced;
+        again += traced > injected ? 1 : 0;
+        for (size_t i = 0; i < kFaultCount; ++i)
+            if (i != static_cast<size_t>(Fault::target_crash_loop)) {
+                EXPECT_EQ(r.faults[i], 0u) << fault_name(static_cast<Fault>(i));
+            }
+    }
+    EXPECT_GT(loops, 5u);
+    EXPECT_GT(again, 5) << "few loops restarted the target more than once";
+}
+
+// A degraded link cuts a Pacemaker node from the cluster network (it is
+// fenced, as under cluster_partition, while its own device commands are
+// slow); an etcd host loses etcd meanwhile. Both run clean.
+TEST(SimWorld, ADegradedLinkCutsANodeFromTheClusterAndItIsFenced) {
+    int fenced = 0, injected = 0;
+    for (uint64_t seed = 1; seed <= 60; ++seed) {
+        SimOptions o;
+        o.seed = seed;
+        o.cluster = Cluster::pacemaker;
+        o.fault_mask = 1u << static_cast<unsigned>(Fault::link_degraded);
+        o.keep_trace = true;
+        const ScheduleResult r = run_schedule(o);
+        ASSERT_FALSE(r.violation) << "seed " << seed << ": " << r.violation->what << "\n" << r.trace;
+        fenced += r.trace.find("fenced\n") != std::string::npos ? 1 : 0;
+        injected += r.faults[static_cast<size_t>(Fault::link_degraded)] > 0 ? 1 : 0;
+    }
+    EXPECT_GT(fenced, 5) << "few schedules fenced anybody";
+    EXPECT_GT(injected, 20);
+    for (uint64_t seed = 1; seed <= 30; ++seed) {
+        SimOptions o;
+        o.seed = seed;
+        o.cluster = Cluster::etcd;
+        o.fault_mask = 1u << static_cast<unsigned>(Fault::link_degraded);
+        const ScheduleResult r = run_schedule(o);
+        ASSERT_FALSE(r.violation) << "seed " << seed << ": " << r.violation->what;
+    }
+}
+
+// fence_delay (pcmk_delay_max) delays Pacemaker's fencing actions; the
+// cluster still fences the node it lost and runs clean.
+TEST(SimWorld, AFenceDelayDelaysEveryFencingActionAndTheNodeIsStillFenced) {
+    int fenced = 0;
+    uint64_t delayed = 0;
+    for (uint64_t seed = 1; seed <= 40; ++seed) {
+        SimOptions o;
+        o.seed = seed;
+        o.cluster = Cluster::pacemaker;
+        o.fault_mask = (1u << static_cast<unsigned>(Fault::cluster_partition)) |
+                       (1u << static_cast<unsigned>(Fault::fence_delay));
+        o.keep_trace = true;
+        const ScheduleResult r = run_schedule(o);
+        ASSERT_FALSE(r.violation) << "seed " << seed << ": " << r.violation->what << "\n" << r.trace;
+        fenced += r.trace.find("fenced\n") != std::string::npos ? 1 : 0;
+        delayed += r.faults[static_cast<size_t>(Fault::fence_delay)];
+    }
+    EXPECT_GT(fenced, 3) << "few schedules fenced anybody";
+    EXPECT_GT(delayed, 5u);
 }
 
 TEST(SimWorld, AFaultMaskKeepsOtherKindsOut) {

@@ -56,6 +56,9 @@ const char* fault_name(Fault f) {
     case Fault::late_answer: return "late_answer";
     case Fault::target_restart: return "target_restart";
     case Fault::cluster_partition: return "cluster_partition";
+    case Fault::link_degraded: return "link_degraded";
+    case Fault::target_crash_loop: return "target_crash_loop";
+    case Fault::fence_delay: return "fence_delay";
     }
     return "?";
 }
@@ -272,6 +275,7 @@ struct Host {
     int64_t frozen_until = 0;
     int64_t etcd_cut_until = 0;
     int64_t dev_cut_until = 0;
+    int64_t link_slow_until = 0;  // link_degraded: its device commands are slow
     int64_t lease_deadline_local = INT64_MIN;
     int64_t last_view_local = 0;  // the agent's last successful Report (its clock)
     int64_t last_view_world = 0;  // the same, world time
@@ -297,6 +301,7 @@ struct Host {
         uint64_t placement = 0;  // which start of the resource runs here
         uint32_t attempt = 0;    // fence attempts of the current victim
         int64_t retry_at = 0;    // a failed fence is retried from then
+        bool delayed = false;    // fence_delay: this attempt waited its random delay
         int fencing = -1;        // as controller: the victim of the fence under way
         uint64_t fencing_starts = 0;  // ... and its stack's starts when it began
         int waiting_on = -1;     // ... run by this member
@@ -380,7 +385,7 @@ public:
 private:
     // Most per-opportunity rate (per mille) of each fault kind; each
     // schedule draws its own rate below it (0: that kind stays off).
-    static constexpr std::array<uint32_t, kFaultCount> kMaxRate{10, 10, 6, 150, 10, 10, 10, 60, 20, 20, 60, 2, 10};
+    static constexpr std::array<uint32_t, kFaultCount> kMaxRate{10, 10, 6, 150, 10, 10, 10, 60, 20, 20, 60, 2, 10, 10, 3, 0};
 
     void setup();
     void setup_pacemaker();
@@ -432,6 +437,8 @@ private:
     uint64_t holder_key() const;
     void fault_step();
     void inject(Fault f, Host& H);
+    void restart_target();
+    void crash_loop_step();
     void heal();
     void check(const std::optional<Violation>& v);
     void fail(const Violation& v);
@@ -461,6 +468,10 @@ private:
     Ms call_{1000};
     std::array<uint32_t, kFaultCount> rate_{};
     int64_t next_fault_ = 0;
+    // target_crash_loop: the restarts still to come and when the next is.
+    int crash_loop_left_ = 0;
+    int64_t fence_delay_max_ = 0;  // fence_delay: pcmk_delay_max (0: none)
+    int64_t crash_loop_next_ = kNever;
     int64_t fault_gap_ms_ = 500;
     int64_t etcd_down_until_ = 0;
     bool healed_ = false;
@@ -728,6 +739,32 @@ void World::setup() {
     fault_steps_ = opts_.steps;
     if (pcmk_) setup_pacemaker();
     if (opts_.swarm) swarm();
+    // The kinds added after the seeds recorded so far (off by default) draw
+    // their rates from the seed's hash, not the schedule's PRNG: without
+    // them a schedule draws exactly what it drew before they existed.
+    Rng r(mix(opts_.seed ^ 0x1d7c3aull));
+    for (Fault f : {Fault::link_degraded, Fault::target_crash_loop}) {
+        const auto i = static_cast<size_t>(f);
+        rate_[i] = static_cast<uint32_t>(r.range(0, kMaxRate[i]));
+    }
+    // Swarm with omission (Groce et al.: a schedule leaves out a random half
+    // of the kinds, so that the others meet undisturbed), only when the
+    // later kinds are asked for (CI's slice): one schedule in two leaves
+    // each earlier kind out with probability 1/2 and runs the later ones at
+    // 2-8 times their most usual rate.
+    const uint32_t later = (1u << static_cast<unsigned>(Fault::link_degraded)) |
+                           (1u << static_cast<unsigned>(Fault::target_crash_loop)) |
+                           (1u << static_cast<unsigned>(Fault::fence_delay));
+    if ((opts_.fault_mask & later) && r.below(2) == 0) {
+        for (size_t i = 0; i < static_cast<size_t>(Fault::link_degraded); ++i)
+            if (r.below(4) != 0) rate_[i] = 0;
+        for (Fault f : {Fault::link_degraded, Fault::target_crash_loop}) {
+            const auto i = static_cast<size_t>(f);
+            rate_[i] = static_cast<uint32_t>(std::min<uint64_t>(1000, uint64_t{kMaxRate[i]} * (2 + r.below(7))));
+        }
+    }
+    const int64_t delay_max = r.range(1000, 5000);
+    if (pcmk_ && (opts_.fault_mask & (1u << static_cast<unsigned>(Fault::fence_delay)))) fence_delay_max_ = delay_max;
 }
 
 // Swarm testing (Groce et al., "Swarm testing", ISSTA 2012): one schedule
@@ -876,6 +913,7 @@ bool World::run_one(int64_t limit) {
         for (int thr = 0; thr < kThreads; ++thr) offer(thread_time(*H, thr), H->idx, thr);
     offer(device_time(), -1, 0);
     if (!healed_) offer(next_fault_, -2, 0);
+    if (!healed_ && crash_loop_left_ > 0) offer(crash_loop_next_, -3, 0);
     if (best > limit || best >= kNever) return false;
     const auto [h, thr] = ties[n > 1 ? rng_.below(n) : 0];
     now_ = std::max(now_, best);
@@ -884,6 +922,7 @@ bool World::run_one(int64_t limit) {
     hash(static_cast<uint64_t>((h + 2) * 4 + thr));
     if (h == -1) device_step();
     else if (h == -2) fault_step();
+    else if (h == -3) crash_loop_step();
     else run_thread(host(h), thr);
     after_step();
     return true;
@@ -1172,6 +1211,15 @@ void World::fence_next(Host& H) {
         return;
     }
     if (now_ < c.retry_at) return;
+    // pcmk_delay_max: a random delay before each fencing action (drawn only
+    // under fence_delay, off by default).
+    if (fence_delay_max_ > 0 && !c.delayed) {
+        c.delayed = true;
+        c.retry_at = now_ + rng_.range(0, fence_delay_max_);
+        ++res_.faults[static_cast<size_t>(Fault::fence_delay)];
+        return;
+    }
+    c.delayed = false;
     assert(c.to_fence != 0 && !(c.to_fence & (1u << H.idx)) && "a controller never fences itself");
     c.fencing = __builtin_ctz(c.to_fence);
     c.fencing_starts = host(c.fencing).stack_starts;
@@ -1461,6 +1509,7 @@ void World::app_submit(Host& H, App& a) {
         op.ring_index = a.sent_seen;
         op.cut = now_ < H.dev_cut_until;
         op.at = now_ + (draw(Fault::device_delay) ? rng_.range(50, 1500) : rng_.range(1, 20));
+        if (now_ < H.link_slow_until) op.at = std::max(op.at, now_ + rng_.range(50, 1500));
         ops_.push_back(op);
     }
 }
@@ -1579,6 +1628,9 @@ Result<uint32_t> World::device_command(int h, const Command& cmd, std::span<uint
     call_started(h, thr, sent + bound);
     int64_t delay = rng_.range(0, 3);
     if (draw(Fault::device_delay)) delay = rng_.range(50, 2 * bound);
+    // A degraded link: retransmissions make every command slow, some past
+    // its bound (drawn only under link_degraded, off by default).
+    if (now_ < H.link_slow_until) delay = std::max(delay, rng_.range(50, std::min<int64_t>(bound + bound / 4, 4000)));
     if (now_ < H.dev_cut_until) {
         block(h, thr, sent + bound);
         return timed_out;
@@ -1638,6 +1690,10 @@ Result<T> World::etcd_call(int h, Ms timeout, F&& effect) {
         d1 = rng_.range(0, bound);
         d2 = rng_.range(bound / 2, 2 * bound);
     }
+    if (now_ < H.link_slow_until) {  // link_degraded (off by default)
+        d1 = std::max(d1, rng_.range(0, bound));
+        d2 = std::max(d2, rng_.range(0, 2 * bound));
+    }
     if (d1 >= bound) {
         block(h, kDriver, sent + bound);
         return make_error_code(Errc::timeout);
@@ -1659,7 +1715,7 @@ void World::fault_step() {
     // Event faults with a non-zero rate in this schedule, weighted by it.
     constexpr std::array kinds{Fault::freeze,           Fault::crash,          Fault::etcd_partition,
                                Fault::etcd_down,        Fault::device_partition, Fault::target_restart,
-                               Fault::cluster_partition};
+                               Fault::cluster_partition, Fault::link_degraded, Fault::target_crash_loop};
     uint64_t total = 0;
     for (Fault f : kinds)
         if (opts_.fault_mask & (1u << static_cast<size_t>(f))) total += rate_[static_cast<size_t>(f)];
@@ -1700,19 +1756,46 @@ void World::inject(Fault f, Host& H) {
         until = now_ + (rng_.chance(200) ? rng_.range(3000, 20000) : rng_.range(200, 3000));
         H.dev_cut_until = until;
         break;
-    case Fault::target_restart:
-        // No PTPL: every registration and the reservation are gone.
-        target_.regs.clear();
-        target_.type = ResvType::none;
-        target_.holder.reset();
-        target_.generation = 0;
-        target_.notices.clear();
-        checker_.target_restarted();
-        break;
+    case Fault::target_restart: restart_target(); break;
     case Fault::cluster_partition: H.cs.cut_until = until = now_ + rng_.range(200, 3 * token_ms_); break;
+    case Fault::link_degraded:
+        // The same link carries the cluster's (or etcd's) traffic and the
+        // NVMe/TCP path: corosync loses its peers, etcd's answers are slow
+        // (many past their bound), the device's commands are slow.
+        until = now_ + rng_.range(200, 3 * (pcmk_ ? token_ms_ : ttl));
+        if (pcmk_) H.cs.cut_until = std::max(H.cs.cut_until, until);
+        H.link_slow_until = std::max(H.link_slow_until, until);
+        break;
+    case Fault::target_crash_loop:
+        // This restart, then one to three more (one running loop at a time).
+        restart_target();
+        if (crash_loop_left_ == 0) {
+            crash_loop_left_ = static_cast<int>(rng_.range(1, 3));
+            crash_loop_next_ = now_ + rng_.range(500, 5000);
+        }
+        break;
     default: assert(false && "not an event fault"); return;
     }
     trace(Rec::fault, H.idx, static_cast<uint32_t>(f), static_cast<uint64_t>(until - now_));
+}
+
+// No PTPL: every registration and the reservation are gone.
+void World::restart_target() {
+    target_.regs.clear();
+    target_.type = ResvType::none;
+    target_.holder.reset();
+    target_.generation = 0;
+    target_.notices.clear();
+    checker_.target_restarted();
+}
+
+// The next restart of a target_crash_loop (traced as one of it, not counted
+// as another fault).
+void World::crash_loop_step() {
+    restart_target();
+    --crash_loop_left_;
+    crash_loop_next_ = crash_loop_left_ > 0 ? now_ + rng_.range(500, 5000) : kNever;
+    trace(Rec::fault, -1, static_cast<uint32_t>(Fault::target_crash_loop), 0);
 }
 
 void World::heal() {
@@ -1728,18 +1811,21 @@ void World::heal() {
     live_deadline_ = calm + 3 * guard_.ttl_ms + 6000;
     // Pacemaker: a stack back within a second, unfencing, a membership
     // (token), a fence of a node lost meanwhile and its retry.
-    if (pcmk_) live_deadline_ = calm + 1000 + 4 * token_ms_ + 3 * (kFenceTimeoutMs + 3000);
+    if (pcmk_) live_deadline_ = calm + 1000 + 4 * token_ms_ + 3 * (kFenceTimeoutMs + 3000 + fence_delay_max_);
     for (auto& H : hosts_) {
         H->frozen_until = std::min(H->frozen_until, now_);
         H->clock.thaw(now_);
         H->etcd_cut_until = 0;
         H->dev_cut_until = 0;
+        H->link_slow_until = 0;
         H->cs.cut_until = 0;
         // The operator brings a stopped cluster stack back.
         if (!H->cs.up) H->cs.start_at = std::min(H->cs.start_at, now_ + 1000);
     }
     etcd_down_until_ = 0;
     next_fault_ = kNever;
+    crash_loop_left_ = 0;
+    crash_loop_next_ = kNever;
     trace(Rec::heal, -1, 0, 0);
 }
 

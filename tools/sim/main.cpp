@@ -7,7 +7,8 @@
 //   nvfence-sim --schedules N [--jobs J]     run seeds first..first+N-1
 //   nvfence-sim --seconds S [--jobs J]       run seeds until S seconds passed
 // Options: --first-seed S, --steps N (steps with faults per schedule),
-// --faults a,b (fault kinds; default all; none: no fault), --known-defects (count the
+// --faults a,b (fault kinds; default the thirteen of kDefaultFaults, all: every kind,
+// link_degraded and target_crash_loop included; none: no fault), --known-defects (count the
 // invariants the open defects of known_defect() break instead of failing;
 // none are open today), --tolerate
 // inv,inv, --progress-ms N, --fail-at-step N (a self_test violation at step N:
@@ -86,6 +87,7 @@ std::vector<std::string> split(const std::string& s) {
 std::optional<uint32_t> parse_faults(const std::string& list) {
     uint32_t m = 0;
     if (list == "none") return m;
+    if (list == "all") return nvfence::sim::kAllFaults;
     for (const auto& n : split(list)) {
         auto f = nvfence::sim::parse_fault(n);
         if (!f) return std::nullopt;
@@ -149,6 +151,15 @@ int parse_args(int argc, char** argv, Args& a) {
     return 0;
 }
 
+// "--faults a,b" when the kinds are not the default ones.
+std::string faults_option(uint32_t mask) {
+    if (mask == nvfence::sim::kDefaultFaults) return {};
+    std::string out;
+    for (size_t i = 0; i < kFaultCount; ++i)
+        if (mask & (1u << i)) out += (out.empty() ? "" : ",") + std::string(nvfence::sim::fault_name(static_cast<Fault>(i)));
+    return " --faults " + (out.empty() ? std::string("none") : out);
+}
+
 void print_result(const ScheduleResult& r, bool with_trace, const SimOptions& given) {
     const uint32_t steps = given.steps;
     std::printf("seed %llu (%s): %llu steps, %.1f s simulated, %llu invariant checks, trace hash %016llx\n",
@@ -176,7 +187,8 @@ void print_result(const ScheduleResult& r, bool with_trace, const SimOptions& gi
                      (given.cluster == nvfence::sim::Cluster::any
                           ? std::string()
                           : std::string(" --cluster ") + nvfence::sim::cluster_name(given.cluster)) +
-                     (given.swarm ? "" : " --no-swarm") + (given.stability ? " --stability" : ""))
+                     faults_option(given.fault_mask) + (given.swarm ? "" : " --no-swarm") +
+                     (given.stability ? " --stability" : ""))
                         .c_str());
 }
 
