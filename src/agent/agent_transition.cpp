@@ -154,15 +154,20 @@ std::optional<Transition> on_resumed(const AgentView& v, const Observation& o) {
     return to_state(v, S::standby, o.text + ": registered with " + k + ", not holding", EventLevel::info, me->key);
 }
 
+// FENCED again after a restart: the state file says FENCED already, with
+// the fence action's progress, so nothing is written and the action resumes.
+Transition still_fenced(const AgentView& v, const Observation& o, std::string text) {
+    Transition t = to_state(v, S::fenced, std::move(text), EventLevel::warning, o.key);
+    t.fence = FenceEntry::resumed;
+    t.persist.reset();
+    return t;
+}
+
 std::optional<Transition> on_resumed_fenced(const AgentView& v, const Observation& o) {
     if (v.state != S::starting) return std::nullopt;
-    Transition t = to_state(v, S::fenced,
-                            "still FENCED from before the restart (" + o.text +
-                                "); only 'nvfence rejoin' or a takeover request brings this host back",
-                            EventLevel::warning, o.key);
-    t.fence = FenceEntry::resumed;
-    t.persist.reset();  // the file says FENCED already, with the action's progress
-    return t;
+    return still_fenced(v, o,
+                        "still FENCED from before the restart (" + o.text +
+                            "); only 'nvfence rejoin' or a takeover request brings this host back");
 }
 
 // The elector's lease ended (or may have): a HOLDER fences itself like on
@@ -287,13 +292,9 @@ std::optional<Transition> watch_on_start(const AgentView& v, const Observation& 
             return watch(v, "check-only watcher: FENCED before the restart (" + o.text + "), and this node's key " +
                                 key_text(k) + " is back: the node was unfenced",
                          EventLevel::info, k);
-        Transition t = to_state(v, S::fenced,
-                                "check-only watcher: still FENCED from before the restart (" + o.text +
-                                    "); WATCHING again once the node is unfenced",
-                                EventLevel::warning, o.key);
-        t.fence = FenceEntry::resumed;
-        t.persist.reset();  // the file says FENCED already, with the action's progress
-        return t;
+        return still_fenced(v, o,
+                            "check-only watcher: still FENCED from before the restart (" + o.text +
+                                "); WATCHING again once the node is unfenced");
     }
     if (k) return watch(v, "check-only watcher: this node's key " + key_text(k) + " is registered", EventLevel::info, k);
     const bool seen = o.persisted == PersistedRole::standby || o.persisted == PersistedRole::holder;
