@@ -1831,6 +1831,27 @@ TEST(AgentSettingsTest, EveryInvalidValueNamesItsKey) {
 
 // Issue 27: role = watch, and the keys that contradict a check-only
 // watcher (they only mean something for an agent that registers).
+// nvfenced.conf(5): mode takes every spelling of the two Write Exclusive
+// types that the CLI takes (the one parser), and refuses the other four.
+TEST(AgentSettingsTest, ModeTakesEverySpellingOfItsTwoTypes) {
+    std::string why;
+    for (const auto& [text, type] : std::vector<std::pair<const char*, ResvType>>{
+             {"WE", ResvType::write_exclusive},
+             {"write_exclusive", ResvType::write_exclusive},
+             {"WERO", ResvType::write_exclusive_reg_only},
+             {"write-exclusive-registrants-only", ResvType::write_exclusive_reg_only},
+             {"Shared", ResvType::write_exclusive_reg_only}}) {
+        auto s = parse_agent_settings({{"device", "/dev/nvme1n1"}, {"mode", text}}, why);
+        ASSERT_TRUE(s.ok()) << text << ": " << why;
+        EXPECT_EQ(s->type, type) << text;
+    }
+    for (const char* text : {"ea", "EARO", "wear", "exclusive-access-all-regs", "3", ""}) {
+        auto s = parse_agent_settings({{"device", "/dev/nvme1n1"}, {"mode", text}}, why);
+        EXPECT_FALSE(s.ok()) << text;
+        EXPECT_NE(why.find("must be exclusive"), std::string::npos) << text << ": " << why;
+    }
+}
+
 TEST(AgentSettingsTest, RoleWatchAndTheKeysItRefuses) {
     std::string why;
     auto w = parse_agent_settings({{"device", "/d"}, {"role", "watch"}, {"fence_action", "reboot"}}, why);
