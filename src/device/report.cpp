@@ -6,6 +6,7 @@
 
 #include "nvfence/error.hpp"
 #include "internal/byte_order.hpp"
+#include "internal/file_name.hpp"
 
 namespace nvfence {
 namespace {
@@ -206,12 +207,7 @@ std::string volume_id(const std::string& serial, const NamespaceIdentity& ns, ui
     };
     if (auto g = hex(ns.nguid); !g.empty()) return "nguid-" + g;
     if (auto e = hex(ns.eui64); !e.empty()) return "eui-" + e;
-    std::string out;
-    for (char c : serial) {
-        const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                          c == '.' || c == '_' || c == '-';
-        out.push_back(keep ? c : '_');
-    }
+    std::string out = file_name_bytes(serial);
     if (out.empty()) out = "unnamed";
     return out + "-n" + std::to_string(nsid);
 }

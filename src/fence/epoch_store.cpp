@@ -14,6 +14,7 @@
 #include "nvfence/fd.hpp"
 #include "nvfence/key.hpp"
 #include "nvfence/state_file.hpp"
+#include "internal/file_name.hpp"
 
 namespace nvfence {
 namespace {
@@ -75,14 +76,7 @@ EpochStore::EpochStore(std::string dir, const std::string& volume)
 
 EpochStore::EpochStore(std::string dir, const std::string& volume, const StateMedium& medium)
     : dir_(std::move(dir)), medium_(&medium) {
-    std::string v;
-    for (char c : volume) {
-        const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                          (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
-        v.push_back(keep ? c : '_');
-    }
-    if (v.empty() || v[0] == '.') v = "v" + v;  // not insert(): GCC 12 -Wrestrict false positive
-    path_ = dir_ + "/" + v + ".epoch";
+    path_ = dir_ + "/" + volume_file_stem(volume) + ".epoch";
 }
 
 Result<uint32_t> EpochStore::load() const {
