@@ -982,32 +982,29 @@ TEST(FenceAgentActions, ThroughTheLocalAgent) {
 TEST(FenceAgentActions, ACheckOnlyWatcherIsBypassed) {
     Cluster c;
     unfence_all(c);
-    c.agent = [&](const ControlRequest& r) {
-        ControlReply rep;
-        rep.op = r.op;
-        rep.node = 1;
-        rep.check_only = true;
-        rep.state = AgentState::watching;
-        if (r.op != ControlOp::status) {
-            rep.exit_code = 1;
-            rep.message = "nvfenced is a check-only watcher (role = watch)";
-        }
-        return rep;
+    // A watcher of @p node in @p state: answers status, refuses the rest.
+    auto watcher = [](uint8_t node, AgentState state) {
+        return [node, state](const ControlRequest& r) {
+            ControlReply rep;
+            rep.op = r.op;
+            rep.node = node;
+            rep.check_only = true;
+            rep.state = state;
+            if (r.op != ControlOp::status) {
+                rep.exit_code = 1;
+                rep.message = "nvfenced is a check-only watcher (role = watch)";
+            }
+            return rep;
+        };
     };
+    c.agent = watcher(1, AgentState::watching);
     ASSERT_EQ(c.run("n1", kMap + "action=off\nplug=n2\nverbose=1"), kExitOk) << c.all_logs();
     EXPECT_FALSE(c.registered(2)) << "node 2 not fenced directly";
     for (const auto& r : c.agent_requests) EXPECT_EQ(r.op, ControlOp::status) << "the watcher was asked to act";
     EXPECT_TRUE(c.logged("is a check-only watcher (WATCHING): acting on the device directly")) << c.all_logs();
     // 'on' of a node whose watcher saw its key go: registered directly.
     c.agent_requests.clear();
-    c.agent = [&](const ControlRequest& r) {
-        ControlReply rep;
-        rep.op = r.op;
-        rep.node = 2;
-        rep.check_only = true;
-        rep.state = AgentState::fenced;
-        return rep;
-    };
+    c.agent = watcher(2, AgentState::fenced);
     ASSERT_EQ(c.run("n2", kMap + "action=on\nplug=n2"), kExitOk) << c.all_logs();
     EXPECT_TRUE(c.registered(2));
     for (const auto& r : c.agent_requests) EXPECT_EQ(r.op, ControlOp::status) << "the watcher was asked to rejoin";

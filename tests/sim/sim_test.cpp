@@ -338,19 +338,28 @@ TEST(SimWorld, PacemakerWithoutFaultsUnfencesEveryNodeAndRunsTheResourceOnce) {
 // A node cut from the cluster network (its path to the device intact) is
 // fenced by the quorate side through fence_nvfence and nvfenced, and the
 // resource moves: the path every Pacemaker schedule's safety rests on.
-TEST(SimWorld, PacemakerFencesANodeCutFromTheClusterAndMovesTheResource) {
-    int fenced = 0, moved = 0;
+// Pacemaker schedules of seeds 1..60 with only @p fault, traced; each must
+// run clean (a violation fails the test), and @p each sees every result.
+template <class Each>
+void pacemaker_schedules_with(Fault fault, Each each) {
     for (uint64_t seed = 1; seed <= 60; ++seed) {
         SimOptions o;
         o.seed = seed;
         o.cluster = Cluster::pacemaker;
-        o.fault_mask = 1u << static_cast<unsigned>(Fault::cluster_partition);
+        o.fault_mask = 1u << static_cast<unsigned>(fault);
         o.keep_trace = true;
         const ScheduleResult r = run_schedule(o);
         ASSERT_FALSE(r.violation) << "seed " << seed << ": " << r.violation->what << "\n" << r.trace;
+        each(r);
+    }
+}
+
+TEST(SimWorld, PacemakerFencesANodeCutFromTheClusterAndMovesTheResource) {
+    int fenced = 0, moved = 0;
+    pacemaker_schedules_with(Fault::cluster_partition, [&](const ScheduleResult& r) {
         fenced += r.trace.find("fenced\n") != std::string::npos ? 1 : 0;
         moved += r.trace.find("the resource starts here (start 2)") != std::string::npos ? 1 : 0;
-    }
+    });
     EXPECT_GT(fenced, 5) << "few schedules fenced anybody";
     EXPECT_GT(moved, 2) << "the resource never moved after a fence";
 }
@@ -440,17 +449,10 @@ TEST(SimWorld, ATargetCrashLoopRestartsTheTargetAgainAndAgain) {
 // slow); an etcd host loses etcd meanwhile. Both run clean.
 TEST(SimWorld, ADegradedLinkCutsANodeFromTheClusterAndItIsFenced) {
     int fenced = 0, injected = 0;
-    for (uint64_t seed = 1; seed <= 60; ++seed) {
-        SimOptions o;
-        o.seed = seed;
-        o.cluster = Cluster::pacemaker;
-        o.fault_mask = 1u << static_cast<unsigned>(Fault::link_degraded);
-        o.keep_trace = true;
-        const ScheduleResult r = run_schedule(o);
-        ASSERT_FALSE(r.violation) << "seed " << seed << ": " << r.violation->what << "\n" << r.trace;
+    pacemaker_schedules_with(Fault::link_degraded, [&](const ScheduleResult& r) {
         fenced += r.trace.find("fenced\n") != std::string::npos ? 1 : 0;
         injected += r.faults[static_cast<size_t>(Fault::link_degraded)] > 0 ? 1 : 0;
-    }
+    });
     EXPECT_GT(fenced, 5) << "few schedules fenced anybody";
     EXPECT_GT(injected, 20);
     for (uint64_t seed = 1; seed <= 30; ++seed) {
