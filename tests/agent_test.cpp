@@ -250,7 +250,7 @@ TEST_F(WatcherTest, RefusesEveryRequestThatWouldChangeTheDevice) {
     unfence(*a, 1);
     a->start_ok();
     const size_t sent = a->target.log.size();
-    for (ControlOp op : {ControlOp::takeover, ControlOp::release, ControlOp::rejoin}) {
+    for (ControlOp op : {ControlOp::takeover, ControlOp::handoff, ControlOp::rejoin}) {
         const ControlReply r = a->request(op);
         EXPECT_EQ(r.exit_code, static_cast<uint8_t>(ExitCode::failure)) << control_op_name(op);
         EXPECT_NE(r.message.find("check-only watcher (role = watch)"), std::string::npos) << r.message;
@@ -718,7 +718,7 @@ TEST_P(NoReacquire, FencedAgentNeverRegistersOrAcquiresByItself) {
     auto free_all = [&] { ASSERT_TRUE(b->agent->stop().ok()); };  // release + unregister: nobody left
     switch (GetParam()) {
     case Sched::release_after:
-        s = {{1500, takeover}, {3500, [&] { EXPECT_EQ(b->request(ControlOp::release).exit_code, 0); }}};
+        s = {{1500, takeover}, {3500, [&] { EXPECT_EQ(b->request(ControlOp::handoff).exit_code, 0); }}};
         break;
     case Sched::unregister_after: s = {{1500, takeover}, {3500, free_all}}; break;
     case Sched::target_restart:
@@ -883,7 +883,7 @@ TEST_F(AgentTest, RoleAcquireNeverReacquiresAfterPreemptionRejoinHandoffOrCrash)
     ASSERT_EQ(a->agent->state(), AgentState::fenced);
     ASSERT_EQ(a->request(ControlOp::rejoin).exit_code, 0);
     EXPECT_EQ(a->agent->state(), AgentState::standby);
-    ASSERT_EQ(b->request(ControlOp::release).exit_code, 0);  // the holder hands off
+    ASSERT_EQ(b->request(ControlOp::handoff).exit_code, 0);  // the holder hands off
     const size_t acquires = a->sent(opcode::kResvAcquire);
     a->agent.reset();  // kill -9
     a->boot();
@@ -1097,12 +1097,12 @@ TEST_F(AgentTest, HandoffAndStopStopTheWritersBeforeTheRelease) {
         if (what == "writers") holding_when_stopped.push_back(t.is_holder(a->id));
     };
     a->hooks->writer_result = make_error_code(Errc::timeout);
-    auto r = a->request(ControlOp::release);
+    auto r = a->request(ControlOp::handoff);
     EXPECT_NE(r.exit_code, 0) << "writers that would not stop: no release";
     EXPECT_TRUE(t.is_holder(a->id));
     EXPECT_EQ(a->agent->state(), AgentState::holder);
     a->hooks->writer_result = Ok{};
-    r = a->request(ControlOp::release);
+    r = a->request(ControlOp::handoff);
     EXPECT_EQ(r.exit_code, 0) << r.message;
     EXPECT_FALSE(t.is_holder(a->id));
     ASSERT_EQ(holding_when_stopped.size(), 2u);
@@ -1301,7 +1301,7 @@ TEST_F(AgentTest, TakeoverFromFencedIsRefusedUntilRejoin) {
 
 TEST_F(AgentTest, HandoffReleasesSoTheStandbyAcquiresWithoutPreempting) {
     holder_and_standby();
-    auto r = a->request(ControlOp::release);
+    auto r = a->request(ControlOp::handoff);
     EXPECT_EQ(r.exit_code, 0) << r.message;
     EXPECT_TRUE(r.changed);
     EXPECT_EQ(a->agent->state(), AgentState::standby);
@@ -1318,18 +1318,18 @@ TEST_F(AgentTest, HandoffReleasesSoTheStandbyAcquiresWithoutPreempting) {
 
 TEST_F(AgentTest, HandoffWhenNotHolderIsAConflict) {
     holder_and_standby();
-    auto r = b->request(ControlOp::release);
+    auto r = b->request(ControlOp::handoff);
     EXPECT_EQ(r.exit_code, static_cast<uint8_t>(ExitCode::conflict));
     EXPECT_NE(r.message.find(format_key(a->agent->key()) + " does"), std::string::npos) << r.message;
     ASSERT_EQ(b->request(ControlOp::takeover).exit_code, 0);
     run_schedule(*a->agent, clock, kInterval);
-    EXPECT_EQ(a->request(ControlOp::release).exit_code, static_cast<uint8_t>(ExitCode::conflict));
+    EXPECT_EQ(a->request(ControlOp::handoff).exit_code, static_cast<uint8_t>(ExitCode::conflict));
     auto free = host(4);
     t.regs.clear();
     t.type = ResvType::none;
     t.holder.reset();
     free->start_ok();
-    auto idle = free->request(ControlOp::release);
+    auto idle = free->request(ControlOp::handoff);
     EXPECT_EQ(idle.exit_code, 0) << "nothing held, nothing to release";
     EXPECT_FALSE(idle.changed);
 }
@@ -1491,7 +1491,7 @@ TEST_F(AgentTest, MutatingRequestsAreRefusedWhileStarting) {
     a = host(1);
     EXPECT_EQ(a->request(ControlOp::status).exit_code, 0);
     EXPECT_EQ(a->request(ControlOp::status).state, AgentState::starting);
-    for (auto op : {ControlOp::takeover, ControlOp::release, ControlOp::rejoin})
+    for (auto op : {ControlOp::takeover, ControlOp::handoff, ControlOp::rejoin})
         EXPECT_EQ(a->request(op).exit_code, static_cast<uint8_t>(ExitCode::failure));
     EXPECT_EQ(t.log.size(), 0u);
 }
@@ -1909,7 +1909,9 @@ TEST(AgentTransitionsTest, TheTableAllowsNoWayOutOfFencedButRejoinAndStop) {
     EXPECT_TRUE(agent_transition_allowed(S::fenced, S::standby));  // rejoin
     EXPECT_TRUE(agent_transition_allowed(S::fenced, S::stopping));
     EXPECT_TRUE(agent_transition_allowed(S::holder, S::fenced));
-    EXPECT_FALSE(agent_transition_allowed(S::fenced, S::fenced));
+    // Not a way out: a check-only watcher whose node was unfenced and fenced
+    // again between two checks runs its fence action again.
+    EXPECT_TRUE(agent_transition_allowed(S::fenced, S::fenced));
     EXPECT_FALSE(agent_transition_allowed(S::stopping, S::holder));
 }
 
@@ -2011,7 +2013,7 @@ TEST(AgentNamesTest, VolumeNameMatchesTheCliAndSocketDefault) {
     EXPECT_EQ(agent_volume_name(info), "eui-00000000000000ab");
     info.volume = "vol-0abc";  // what Namespace::open found
     EXPECT_EQ(agent_volume_name(info), "vol-0abc");
-    EXPECT_EQ(default_socket_path("vol-0abc"), "/run/nvfence/vol-0abc.sock");
+    EXPECT_EQ(control_socket_path("vol-0abc"), "/run/nvfence/vol-0abc.sock");
     EXPECT_TRUE(valid_instance_name("vol-0abc"));
     EXPECT_FALSE(valid_instance_name("-x"));
     EXPECT_FALSE(valid_instance_name("a/b"));

@@ -61,7 +61,7 @@ std::vector<Observation> observations(const std::vector<ReservationStatus>& rs) 
     std::vector<Observation> out;
     for (K kind : kKinds)
         for (const auto& st : rs)
-            for (int flags = 0; flags < 16; ++flags) {
+            for (int flags = 0; flags < 32; ++flags) {
                 Observation o;
                 o.kind = kind;
                 o.report = &st;
@@ -69,6 +69,7 @@ std::vector<Observation> observations(const std::vector<ReservationStatus>& rs) 
                 o.notes.registration_preempted = flags & 2;
                 o.holding = flags & 4;
                 o.unregistered = flags & 8;
+                o.unfenced_key = flags & 16 ? key_of(1, 9) : 0;  // fence_nvfence's record, newer than key_of(1, 5)
                 o.found_ours = flags & 1;
                 const Registrant* me = st.find_host(make_host(1));
                 o.found_key = me ? me->key : 0;
@@ -147,7 +148,7 @@ TEST(AgentTransitionTest, EveryDecisionIsInTheTableAndEveryTableEntryIsReachable
 // start) and on a stop: no request, lease, view loss or registration of
 // its own ever changes its state; it leaves FENCED only when a check reads
 // the node's key back, and it waits rather than fences for a key it never
-// saw.
+// saw (unless the device says this host's registration was preempted).
 TEST(AgentTransitionTest, AWatcherMovesOnlyOnItsReadsAndStop) {
     for (ResvType type : kTypes) {
         const auto rs = reports(type);
@@ -165,10 +166,16 @@ TEST(AgentTransitionTest, AWatcherMovesOnlyOnItsReadsAndStop) {
                 }
                 if (t->to == S::fenced && t->fence == FenceEntry::fresh) {
                     EXPECT_FALSE(key_there) << t->why;
-                    // Fenced only once the key was seen: watched, or persisted at start.
+                    // Fenced only once the key was seen: watched, persisted at
+                    // start, this host's registration preempted since, or
+                    // recorded by fence_nvfence's `on` (newer than a fence's).
                     EXPECT_TRUE(state == S::watching ||
-                                (state == S::starting && o.persisted != PersistedRole::none))
+                                (state == S::starting && o.persisted != PersistedRole::none) ||
+                                (state == S::waiting && o.notes.registration_preempted) || o.unfenced_key != 0)
                         << t->why;
+                    if (state == S::fenced) {
+                        EXPECT_EQ(t->key, o.unfenced_key) << "fenced again for the new key";
+                    }
                 }
                 if (t->to == S::watching) {
                     EXPECT_TRUE(key_there) << t->why;
@@ -179,6 +186,33 @@ TEST(AgentTransitionTest, AWatcherMovesOnlyOnItsReadsAndStop) {
                     EXPECT_FALSE(t->persist) << "nothing seen, nothing persisted";
                 }
             }
+    }
+}
+
+// Found by the simulator's first Pacemaker schedules with role = watch
+// (seed 10, no fault): fence_nvfence's `on` registered the node, the
+// controller fenced it 300 ms later, before the watcher's next check saw
+// the key; the device's Registration Preempted notification reached the
+// watcher, which stayed WAITING: no fence action, the node never restarted
+// its stack, never came back. A waiting watcher told that this host's
+// registration was preempted (pages from before its start are discarded)
+// was unfenced and fenced since: it runs the fence action.
+TEST(AgentTransitionTest, AWaitingWatcherToldItsRegistrationWasPreemptedRunsTheFenceAction) {
+    const auto rs = reports(ResvType::write_exclusive_reg_only);
+    for (const auto& st : rs) {
+        if (st_has_node_key(st)) continue;
+        Observation o;
+        o.kind = K::report;
+        o.report = &st;
+        o.notes.pages = 1;
+        o.notes.registration_preempted = true;
+        const auto t = decide_transition(view_of(S::waiting, ResvType::write_exclusive_reg_only, true, false, true), o);
+        ASSERT_TRUE(t) << "stayed WAITING";
+        EXPECT_EQ(t->to, S::fenced);
+        EXPECT_EQ(t->fence, FenceEntry::fresh);
+        EXPECT_NE(t->why.find("Registration Preempted"), std::string::npos) << t->why;
+        o.notes = CheckNotes{};  // without the notification: still waiting
+        EXPECT_FALSE(decide_transition(view_of(S::waiting, ResvType::write_exclusive_reg_only, true, false, true), o));
     }
 }
 
@@ -346,6 +380,21 @@ TEST_F(ApplyDeathTest, ApplyRefusesATransitionOutsideTheTable) {
     stale.why = "from a state the agent is not in";
     EXPECT_DEATH((void)h.agent->apply(stale), "HOLDER -> STANDBY applied while the agent is STANDBY");
     EXPECT_EQ(h.agent->state(), S::standby) << "the parent is untouched";
+}
+
+// The decision's precondition: a watcher is never STANDBY or HOLDER, an
+// agent that registers never WAITING or WATCHING. A view that breaks it is
+// a broken invariant, not a decision.
+TEST(AgentTransitionDeathTest, AViewOfTheOtherKindOfAgentIsABrokenInvariant) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    Observation o;
+    o.kind = K::stopped;
+    o.text = "stop";
+    EXPECT_DEATH((void)decide_transition(view_of(S::holder, ResvType::write_exclusive, true, false, true), o),
+                 "broken invariant");
+    EXPECT_DEATH((void)decide_transition(view_of(S::watching, ResvType::write_exclusive, true, false, false), o),
+                 "broken invariant");
+    EXPECT_TRUE(decide_transition(view_of(S::watching, ResvType::write_exclusive, true, false, true), o));
 }
 
 TEST_F(ApplyTest, ApplyChangesStateEmitsAndPersists) {

@@ -19,6 +19,7 @@
 #include "nvfence/control.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/key.hpp"
+#include "nvfence/nvfence.h"
 
 namespace nvfence::test {
 namespace {
@@ -71,7 +72,7 @@ TEST(ControlCodecTest, RequestWireLayoutIsExact) {
 }
 
 TEST(ControlCodecTest, EveryRequestRoundTrips) {
-    for (auto op : {ControlOp::status, ControlOp::takeover, ControlOp::release, ControlOp::rejoin}) {
+    for (auto op : {ControlOp::status, ControlOp::takeover, ControlOp::handoff, ControlOp::rejoin}) {
         ControlRequest q;
         q.op = op;
         q.id = static_cast<uint32_t>(op) * 1000;
@@ -268,7 +269,7 @@ TEST(ControlCodecTest, NamesOfStatesAndOps) {
     EXPECT_STREQ(agent_state_name(AgentState::fenced), "FENCED");
     EXPECT_STREQ(agent_state_name(AgentState::holder), "HOLDER");
     EXPECT_STREQ(agent_state_name(AgentState::standby), "STANDBY");
-    EXPECT_STREQ(control_op_name(ControlOp::release), "release");
+    EXPECT_STREQ(control_op_name(ControlOp::handoff), "handoff");
     EXPECT_STREQ(agent_state_name(AgentState::waiting), "WAITING");
     EXPECT_STREQ(agent_state_name(AgentState::watching), "WATCHING");
     EXPECT_TRUE(agent_state_valid(6));
@@ -347,7 +348,7 @@ TEST_F(ControlSocketTest, RequestAndReplyOverTheSocket) {
 TEST_F(ControlSocketTest, OnlyRootMayChangeTheReservationOrTheAgent) {
     EXPECT_TRUE(control_op_allowed(ControlOp::status, 1000));
     EXPECT_FALSE(control_op_allowed(ControlOp::takeover, 1000));
-    EXPECT_FALSE(control_op_allowed(ControlOp::release, 1000));
+    EXPECT_FALSE(control_op_allowed(ControlOp::handoff, 1000));
     EXPECT_FALSE(control_op_allowed(ControlOp::rejoin, 1000));
     EXPECT_FALSE(control_op_allowed(ControlOp::takeover, ControlPeer{}.uid)) << "unknown peer is not root";
     EXPECT_TRUE(control_op_allowed(ControlOp::takeover, 0));
@@ -368,7 +369,7 @@ TEST_F(ControlSocketTest, OnlyRootMayChangeTheReservationOrTheAgent) {
     if (kid == 0) {
         if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(90);
         uint8_t codes[4] = {99, 99, 99, 99};
-        const ControlOp ops[4] = {ControlOp::status, ControlOp::takeover, ControlOp::release, ControlOp::rejoin};
+        const ControlOp ops[4] = {ControlOp::status, ControlOp::takeover, ControlOp::handoff, ControlOp::rejoin};
         for (int i = 0; i < 4; ++i) {
             ControlRequest q;
             q.op = ops[i];
@@ -584,6 +585,91 @@ TEST_F(ControlSocketTest, AtMostMaxClientsAreKeptANewOneClosesTheOldest) {
     EXPECT_EQ(server.clients(), 3u);
     s = server.serve(h);
     EXPECT_EQ(s.answered + s.dropped, 0u) << "nothing ready: returns at once";
+}
+
+// ---- the C API's agent call ------------------------------------------------------
+
+// nvf_agent_request is the control client (control_request) for C callers:
+// the request goes out as the CLI sends it and the reply's fields arrive.
+TEST_F(ControlSocketTest, TheCApiAsksTheAgentAndGetsItsAnswer) {
+    Fd l = listen_ok();
+    ControlRequest seen;
+    auto th = serve(l.get(), 1, [&](const ControlRequest& q, const ControlPeer&) {
+        seen = q;
+        ControlReply r;
+        r.exit_code = 0;
+        r.changed = true;
+        r.state = AgentState::holder;
+        r.check_only = false;
+        r.holder_self = true;
+        r.node = 2;
+        r.key = 0xf500000200000009ull;
+        r.holder = r.key;
+        r.previous_holder = 0xf500000100000007ull;
+        r.generation = 41;
+        r.pid = 4242;
+        r.last_check_age_ms = 17;
+        r.volume = "vol-0abc";
+        r.message = std::string(600, 'm');  // longer than the C struct's buffer
+        return r;
+    });
+    nvf_agent_reply rep = NVF_AGENT_REPLY_INIT;
+    const int rc = nvf_agent_request(path().c_str(), NVF_AGENT_TAKEOVER, 0xf500000100000007ull, 3000, &rep);
+    th.join();
+    ASSERT_EQ(rc, 0) << nvf_strerror(rc);
+    EXPECT_EQ(seen.op, ControlOp::takeover);
+    EXPECT_EQ(seen.victim, 0xf500000100000007ull);
+    EXPECT_EQ(rep.size, sizeof rep);
+    EXPECT_EQ(rep.exit_code, 0);
+    EXPECT_EQ(rep.state, NVF_AGENT_HOLDER);
+    EXPECT_EQ(rep.changed, 1);
+    EXPECT_EQ(rep.check_only, 0);
+    EXPECT_EQ(rep.holder_self, 1);
+    EXPECT_EQ(rep.node, 2);
+    EXPECT_EQ(rep.key, 0xf500000200000009ull);
+    EXPECT_EQ(rep.holder, rep.key);
+    EXPECT_EQ(rep.previous_holder, 0xf500000100000007ull);
+    EXPECT_EQ(rep.generation, 41u);
+    EXPECT_EQ(rep.pid, 4242u);
+    EXPECT_EQ(rep.last_check_age_ms, 17u);
+    EXPECT_STREQ(rep.volume, "vol-0abc");
+    EXPECT_EQ(std::strlen(rep.message), sizeof rep.message - 1) << "cut to fit, NUL-terminated";
+}
+
+TEST_F(ControlSocketTest, TheCApiPassesTheAgentsRefusalAsItsExitCode) {
+    Fd l = listen_ok();
+    auto th = serve(l.get(), 1, [](const ControlRequest& q, const ControlPeer&) {
+        return control_error_reply(q, make_error_code(Errc::not_holder), "this host does not hold it");
+    });
+    nvf_agent_reply rep = NVF_AGENT_REPLY_INIT;
+    const int rc = nvf_agent_request(path().c_str(), NVF_AGENT_HANDOFF, 0, 3000, &rep);
+    th.join();
+    ASSERT_EQ(rc, 0) << "the agent answered";
+    EXPECT_EQ(rep.exit_code, static_cast<int>(exit_code_for(make_error_code(Errc::not_holder))));
+    EXPECT_NE(rep.exit_code, 0);
+    EXPECT_STREQ(rep.message, "this host does not hold it");
+}
+
+TEST_F(ControlSocketTest, TheCApiRefusesBadArgumentsAndNamesAMissingAgent) {
+    nvf_agent_reply rep = NVF_AGENT_REPLY_INIT;
+    const int inval = -NVF_ERRC_INVALID_ARGUMENT;
+    EXPECT_EQ(nvf_agent_request(nullptr, NVF_AGENT_STATUS, 0, 1000, &rep), inval);
+    EXPECT_EQ(nvf_agent_request(path().c_str(), NVF_AGENT_STATUS, 0, 1000, nullptr), inval);
+    EXPECT_EQ(nvf_agent_request(path().c_str(), 0, 0, 1000, &rep), inval);
+    EXPECT_EQ(nvf_agent_request(path().c_str(), 5, 0, 1000, &rep), inval);
+    EXPECT_EQ(nvf_agent_request(path().c_str(), -1, 0, 1000, &rep), inval);
+    EXPECT_EQ(nvf_agent_request(path().c_str(), NVF_AGENT_STATUS, 7, 1000, &rep), inval) << "a victim only for takeover";
+    EXPECT_EQ(nvf_agent_request(path().c_str(), NVF_AGENT_STATUS, 0, 0, &rep), inval) << "an unbounded wait";
+    EXPECT_EQ(nvf_agent_request(path().c_str(), NVF_AGENT_STATUS, 0, 600001, &rep), inval);
+    for (const char* bad : {"", "a/b", "..", "."})
+        EXPECT_EQ(nvf_agent_request(bad, NVF_AGENT_STATUS, 0, 1000, &rep), inval) << bad;
+    nvf_agent_reply zeroed{};
+    EXPECT_EQ(nvf_agent_request(path().c_str(), NVF_AGENT_STATUS, 0, 1000, &zeroed), inval) << "size 0";
+    // Nobody listens: the connect's errno, with words that say so.
+    const int rc = nvf_agent_request(path().c_str(), NVF_AGENT_STATUS, 0, 1000, &rep);
+    EXPECT_EQ(nvf_err_errno(rc), ENOENT) << nvf_strerror(rc);
+    EXPECT_EQ(nvf_agent_request("no-such-volume-for-this-test", NVF_AGENT_STATUS, 0, 1000, &rep),
+              -(NVF_ERR_ERRNO_BASE + ENOENT));
 }
 
 }  // namespace

@@ -1008,6 +1008,22 @@ TEST(FenceAgentActions, ACheckOnlyWatcherIsBypassed) {
     ASSERT_EQ(c.run("n2", kMap + "action=on\nplug=n2"), kExitOk) << c.all_logs();
     EXPECT_TRUE(c.registered(2));
     for (const auto& r : c.agent_requests) EXPECT_EQ(r.op, ControlOp::status) << "the watcher was asked to rejoin";
+    // ... and recorded for the watcher (<volume>.unfenced in state_dir), so
+    // that it knows of the unfencing before any check of it sees the key.
+    size_t records = 0;
+    for (const auto& e : std::filesystem::directory_iterator(c.state.path())) {
+        if (e.path().extension() != ".unfenced") continue;
+        ++records;
+        std::ifstream in(e.path());
+        std::string line;
+        std::getline(in, line);
+        ASSERT_EQ(line.rfind("key=", 0), 0u) << line;
+        const auto k = parse_key(line.substr(4));
+        ASSERT_TRUE(k.ok()) << line;
+        ASSERT_TRUE(decode_key(*k));
+        EXPECT_EQ(decode_key(*k)->node, 2) << line;
+    }
+    EXPECT_EQ(records, 1u) << "one record of the unfencing";
     c.agent_requests.clear();
     std::string out;
     ASSERT_EQ(c.run("n2", kMap + "action=status\nplug=n2", &out), kExitOk) << c.all_logs();

@@ -1,8 +1,10 @@
 """nvfenced in the lab (issue 5): the paused holder, kill -9 and restart,
 clean stop, a host cut off from the target, a target restart, and bad
 configuration. Agents run for real in the host VMs; `nvfence
-status|takeover|rejoin` talk to them over their control sockets."""
+status|takeover|rejoin` talk to them over their control sockets, and so
+does the C API's nvf_agent_request (examples/c)."""
 import json
+import re
 import time
 
 import pytest
@@ -141,6 +143,40 @@ def test_clean_stop_releases(clean):
     rc, out = takeover(b)
     assert rc == OK and out["state"] == "HOLDER", out
     assert out["previous_holder"] is None, out     # acquired, nothing preempted
+
+
+def c_agent(host, op, target=VOL):
+    """nvfence-c-example agent OP TARGET: the C API's nvf_agent_request."""
+    r = host.run(f"nvfence-c-example agent {op} {target}", timeout_s=90)
+    m = re.search(r"^agent: exit (\d+) state (\d+) changed (\d) key (\S+) holder (\S+) volume (\S*)$", r.out, re.M)
+    assert m, (r.rc, r.out, r.err)
+    assert int(m.group(1)) == r.rc, r
+    return {"exit": r.rc, "state": STATES[int(m.group(2))], "changed": m.group(3) == "1",
+            "key": m.group(4), "holder": m.group(5), "volume": m.group(6), "out": r.out}
+
+
+STATES = ["STARTING", "STANDBY", "HOLDER", "FENCED", "STOPPING", "WAITING", "WATCHING"]
+
+
+def test_c_api_asks_the_agent(clean):
+    """An engine asks its nvfenced through the C API: the same answers as
+    `nvfence status|handoff|takeover`, the agent's refusals as exit codes."""
+    a, b = clean.hosts
+    start_agent(a, 1, "acquire")
+    start_agent(b, 2)
+    st = c_agent(a, "status")
+    assert st["exit"] == OK and st["state"] == "HOLDER" and st["volume"] == VOL, st
+    assert st["key"] == st["holder"] == status(a)["key_text"], (st, status(a))
+    r = c_agent(b, "handoff")   # B holds nothing
+    assert r["exit"] != OK and r["state"] == "STANDBY" and "does not hold" in r["out"], r
+    r = c_agent(a, "handoff")
+    assert r["exit"] == OK and r["state"] == "STANDBY" and r["changed"], r
+    assert report(b)["holder"] is None
+    r = c_agent(b, "takeover")
+    assert r["exit"] == OK and r["state"] == "HOLDER" and r["key"] == r["holder"], r
+    assert report(a)["holder_key"] == r["key"]
+    r = a.run("nvfence-c-example agent status /run/nvfence/nope.sock")
+    assert r.rc == 1 and "No such file" in r.err, r
 
 
 def test_cut_off_holder_ends_fenced(clean):

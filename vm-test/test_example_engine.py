@@ -6,7 +6,8 @@ shared namespace, takes the reservation, writes through the fenced writer;
 host B takes over naming A's key (compare-and-swap); A's next writes
 complete as fenced and latch its writer; the blocks hold B's data; a
 second takeover naming the gone key changes nothing for B and is a lost
-race for A.
+race for A; B evicts node A again registered (nvf_fence_evict_node), a
+second eviction changes nothing, and its own node is refused.
 
 2. The example storage engine (examples/engine, nvfence-logengine) through a
 failover: primary A holds the reservation through libnvfence and appends a
@@ -35,8 +36,8 @@ def cx(host, *args, timeout_s=60):
     return host.run("nvfence-c-example " + " ".join(args), timeout_s=timeout_s)
 
 
-def taken(res):
-    m = re.search(r"^takeover: changed (\d) key (\S+) holder (\S+) removed (\d+)", res.out, re.M)
+def taken(res, op="takeover"):
+    m = re.search(rf"^{op}: changed (\d) key (\S+) holder (\S+) removed (\d+)", res.out, re.M)
     assert m, res.out
     return int(m.group(1)), m.group(2), m.group(3), int(m.group(4))
 
@@ -95,6 +96,26 @@ def test_capi_failover(lab):
     r = cx(a, f'takeover "$NVFENCE_DEV" 1 {ka}')
     assert r.rc == LOST_RACE, r
     assert "holder" in r.out and kb in r.out, r.out
+
+    # The one eviction routine (Fence::evict_node, fence_nvfence's 'off')
+    # through the C API: A registers again as a standby; B evicts node 1,
+    # verified, and keeps holding with its key; a second eviction finds
+    # nothing to do; its own node is refused with nothing sent.
+    r = a.run('nvfence register "$NVFENCE_DEV" --node 1')
+    assert r.rc == OK, r
+    assert len(report(a)["registrants"]) == 2
+    r = cx(b, 'evict-node "$NVFENCE_DEV" 2 1')
+    assert r.rc == OK, r
+    changed, key, holder, removed = taken(r, "evict-node")
+    assert changed == 1 and removed == 1 and key == kb and holder == kb, r.out
+    st = report(a)
+    assert len(st["registrants"]) == 1 and st["registrants"][0]["key"] == st["holder"], st
+    r = cx(b, 'evict-node "$NVFENCE_DEV" 2 1')
+    assert r.rc == OK and taken(r, "evict-node")[0] == 0, r
+    gen = report(a)["generation"]
+    r = cx(b, 'evict-node "$NVFENCE_DEV" 2 2')
+    assert r.rc == 2 and "own key" in r.err, r
+    assert report(a)["generation"] == gen
 
     # Release and leave through the C API.
     r = cx(b, 'release "$NVFENCE_DEV" 2')

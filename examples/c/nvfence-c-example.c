@@ -13,7 +13,14 @@
  *   write DEV LBA [COUNT]        write COUNT blocks through the fenced writer
  *                                under this host's registered epoch; prints
  *                                one line per completion: ok, fenced, error
+ *   evict-node DEV NODE VICTIM_NODE
+ *                                evict every key of node VICTIM_NODE (as
+ *                                fence_nvfence's 'off'), verified
  *   release DEV NODE / leave DEV NODE
+ *   agent OP TARGET [VICTIM]     ask the host agent nvfenced of TARGET (a
+ *                                volume name or socket path): OP is status,
+ *                                takeover, handoff or rejoin; prints its
+ *                                answer; exits with the agent's exit code
  */
 #define _POSIX_C_SOURCE 200809L
 #include <nvfence/nvfence.h>
@@ -29,7 +36,8 @@ static int fail(const char *what, int rc) {
 
 static int usage(void) {
     fprintf(stderr, "usage: nvfence-c-example version | info DEV | takeover DEV NODE [VICTIM] |\n"
-                    "       write DEV LBA [COUNT] | release DEV NODE | leave DEV NODE\n");
+                    "       evict-node DEV NODE VICTIM_NODE | write DEV LBA [COUNT] | release DEV NODE |\n"
+                    "       leave DEV NODE | agent status|takeover|handoff|rejoin TARGET [VICTIM]\n");
     return 2;
 }
 
@@ -89,19 +97,22 @@ static int cmd_info(const char *dev) {
     return rc ? fail("report", rc) : 0;
 }
 
-/* Opens DEV and a fence for NODE, runs op, prints the outcome. */
-static int cmd_fence(const char *dev, const char *node_s, const char *op, const char *victim_s) {
+/* Opens DEV and a fence for NODE, runs op, prints the outcome. @p arg:
+ * takeover's victim key, evict-node's victim node. */
+static int cmd_fence(const char *dev, const char *node_s, const char *op, const char *arg) {
     nvf_ns *ns = NULL;
     nvf_fence *f = NULL;
     nvf_fence_options fo = NVF_FENCE_OPTIONS_INIT;
     nvf_outcome o;
-    unsigned long long node;
+    unsigned long long node, victim_node = 0;
     uint64_t victim = 0;
     char key[32];
     int rc;
     if (parse_u64(node_s, 255, &node) || node == 0) return usage();
-    if (victim_s && nvf_key_parse(victim_s, &victim)) {
-        fprintf(stderr, "nvfence-c-example: bad victim key '%s'\n", victim_s);
+    if (strcmp(op, "evict-node") == 0) {
+        if (parse_u64(arg, 255, &victim_node) || victim_node == 0) return usage();
+    } else if (arg && nvf_key_parse(arg, &victim)) {
+        fprintf(stderr, "nvfence-c-example: bad victim key '%s'\n", arg);
         return 2;
     }
     fo.node = (uint8_t)node;
@@ -113,6 +124,8 @@ static int cmd_fence(const char *dev, const char *node_s, const char *op, const 
         return fail(dev, rc);
     }
     if (strcmp(op, "takeover") == 0) rc = nvf_fence_takeover(f, victim, &o);
+    else if (strcmp(op, "evict-node") == 0)
+        rc = nvf_fence_evict_node(f, (uint8_t)victim_node, NVF_EVICT_ABSENT_FENCE, &o);
     else if (strcmp(op, "release") == 0) rc = nvf_fence_release(f, &o);
     else rc = nvf_fence_leave(f, &o);
     if (rc == 0) {
@@ -131,6 +144,25 @@ static int cmd_fence(const char *dev, const char *node_s, const char *op, const 
     nvf_fence_free(f);
     nvf_ns_close(ns);
     return rc ? fail(op, rc) : 0;
+}
+
+/* Asks the agent of TARGET; prints its answer. */
+static int cmd_agent(const char *op_s, const char *target, const char *victim_s) {
+    static const char *const ops[] = {"status", "takeover", "handoff", "rejoin"};
+    nvf_agent_reply r = NVF_AGENT_REPLY_INIT;
+    uint64_t victim = 0;
+    char key[32], holder[32];
+    int op = 0, rc, i;
+    for (i = 0; i < 4; ++i)
+        if (strcmp(op_s, ops[i]) == 0) op = NVF_AGENT_STATUS + i;
+    if (op == 0 || (victim_s && (op != NVF_AGENT_TAKEOVER || nvf_key_parse(victim_s, &victim)))) return usage();
+    rc = nvf_agent_request(target, op, victim, 60000, &r);
+    if (rc) return fail(target, rc);
+    nvf_key_format(r.key, key, sizeof key);
+    nvf_key_format(r.holder, holder, sizeof holder);
+    printf("agent: exit %d state %d changed %u key %s holder %s volume %s\nmessage: %s\n", r.exit_code, r.state,
+           (unsigned)r.changed, r.key ? key : "none", r.holder ? holder : "none", r.volume, r.message);
+    return r.exit_code;
 }
 
 static int cmd_write(const char *dev, const char *lba_s, const char *count_s) {
@@ -214,6 +246,9 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "info") == 0 && argc == 3) return cmd_info(argv[2]);
     if (strcmp(argv[1], "takeover") == 0 && (argc == 4 || argc == 5))
         return cmd_fence(argv[2], argv[3], "takeover", argc == 5 ? argv[4] : NULL);
+    if (strcmp(argv[1], "agent") == 0 && (argc == 4 || argc == 5))
+        return cmd_agent(argv[2], argv[3], argc == 5 ? argv[4] : NULL);
+    if (strcmp(argv[1], "evict-node") == 0 && argc == 5) return cmd_fence(argv[2], argv[3], argv[1], argv[4]);
     if ((strcmp(argv[1], "release") == 0 || strcmp(argv[1], "leave") == 0) && argc == 4)
         return cmd_fence(argv[2], argv[3], argv[1], NULL);
     if (strcmp(argv[1], "write") == 0 && (argc == 4 || argc == 5))

@@ -83,11 +83,11 @@ inline constexpr uint64_t kControlNever = UINT64_MAX;
 enum class ControlOp : uint8_t {
     status = 1,    ///< Report the agent's state; changes nothing.
     takeover = 2,  ///< Verified preempt-and-abort of the holder (Fence::takeover).
-    release = 3,   ///< Release the reservation, stay registered (handoff).
+    handoff = 3,   ///< Stop the writers, release the reservation, stay registered (Fence::release).
     rejoin = 4,    ///< Operator: leave FENCED, register as standby with a new epoch.
 };
 
-/// Words for an op: "status", "takeover", "release", "rejoin".
+/// Words for an op: "status", "takeover", "handoff", "rejoin" (the CLI's commands).
 NVFENCE_API const char* control_op_name(ControlOp op);
 /// True for the values of ControlOp.
 NVFENCE_API bool control_op_valid(uint8_t raw);
@@ -181,6 +181,10 @@ NVFENCE_API Result<ControlReply> decode_reply(std::span<const uint8_t> msg);
 /// with @p message; the status snapshot fields are left empty.
 NVFENCE_API ControlReply control_error_reply(const ControlRequest& req, std::error_code ec,
                                              const std::string& message);
+
+/// The agent's control socket for volume @p volume: `/run/nvfence/<volume>.sock`
+/// (nvfenced's default; `control_socket` in nvfenced.conf overrides it).
+NVFENCE_API std::string control_socket_path(const std::string& volume);
 
 /// Sends @p req to the agent listening at @p socket_path and waits for the
 /// reply, everything bounded by @p timeout_ms (1..600000). Errors: the

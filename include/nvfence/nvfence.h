@@ -109,6 +109,11 @@ enum nvf_errc {
     NVF_ERRC_STATE_IO = 23,        /**< The state directory could not be used. */
     NVF_ERRC_REFUSED = 24,         /**< Refused for safety. */
     NVF_ERRC_PROTOCOL = 25,        /**< A malformed control-socket message. */
+    NVF_ERRC_EPOCH_OUT_OF_RANGE = 26, /**< An epoch above what this host may use. */
+    NVF_ERRC_UNSAFE_STATE_DIR = 27,/**< The state directory is writable by others or not ours. */
+    NVF_ERRC_OWN_KEY = 28,         /**< The victim named is this host's own key (or node). */
+    NVF_ERRC_PERMISSION_DENIED = 29,/**< The peer may not make this request (control socket). */
+    NVF_ERRC_VIEW_LOST = 30,       /**< The agent could not read the device for too long. */
     NVF_ERRC_NOMEM = 90,           /**< Out of memory. */
     NVF_ERRC_INTERNAL = 91,        /**< An unexpected failure inside the library. */
     NVF_ERRC_TRUNCATED = 92        /**< An output buffer was too small; the result is cut short. */
@@ -291,6 +296,31 @@ NVFENCE_API int nvf_fence_acquire(nvf_fence *f, nvf_outcome *out);
  *  makes it a compare-and-swap: -NVF_ERRC_LOST_RACE when another host
  *  holds afterwards. Already holder: success without change. */
 NVFENCE_API int nvf_fence_takeover(nvf_fence *f, uint64_t victim, nvf_outcome *out);
+/** What nvf_fence_evict_node() does when the victim node has no key
+ *  registered. */
+typedef enum nvf_evict_absent {
+    /** Still a fence: when nobody holds, this host takes the reservation
+     *  (nobody holding lets every host write); when a reservation is held,
+     *  success without change. fence_nvfence's 'off'. */
+    NVF_EVICT_ABSENT_FENCE = 0,
+    /** A failed compare: nothing is sent; success without change when this
+     *  host holds, -NVF_ERRC_LOST_RACE when another host holds,
+     *  -NVF_ERRC_INVALID_KEY when nobody holds. `nvfence preempt
+     *  --victim-node`. */
+    NVF_EVICT_ABSENT_COMPARE = 1
+} nvf_evict_absent;
+
+/** Evicts node @p victim_node (1-255) of this fence's tag: preempts (and
+ *  aborts) every key of it, whatever its epoch, with this host's registered
+ *  key, and verifies with a Report (a key registered again meanwhile gets
+ *  another round, bounded). When the victim held the reservation, or nobody
+ *  held, this host re-keys with a fresh epoch and takes it; a third host's
+ *  reservation and the other registrants are kept. The one eviction routine
+ *  of fence_nvfence's 'off' and `nvfence preempt --victim-node`
+ *  (Fence::evict_node). -NVF_ERRC_NOT_REGISTERED when this host is not
+ *  registered, -NVF_ERRC_OWN_KEY for its own node, nothing sent either way;
+ *  @p absent: an nvf_evict_absent. @p out may be NULL. */
+NVFENCE_API int nvf_fence_evict_node(nvf_fence *f, uint8_t victim_node, int absent, nvf_outcome *out);
 /** Releases the reservation if this host holds it. */
 NVFENCE_API int nvf_fence_release(nvf_fence *f, nvf_outcome *out);
 /** Unregisters this host (releasing first if it holds). */
@@ -391,6 +421,66 @@ NVFENCE_API int nvf_writer_submit(nvf_writer *w);
  *  how many (>= 0), or -NVF_ERRC_TIMEOUT when none arrived.
  *  -NVF_ERRC_INVALID_ARGUMENT when @p min_complete exceeds min(n, 64). */
 NVFENCE_API int nvf_writer_reap(nvf_writer *w, nvf_completion *out, size_t n, uint32_t min_complete);
+
+/* ------------------------------------------------------------ agent */
+/* A request to the host agent nvfenced over its control socket, as
+ * `nvfence status|takeover|handoff|rejoin` sends it: an engine can read its
+ * agent's state (HOLDER and the key whose epoch its writer uses) or ask it
+ * to take over or hand off. */
+
+/** What to ask the agent (the control protocol's ops). */
+typedef enum nvf_agent_op {
+    NVF_AGENT_STATUS = 1,   /**< The agent's state; changes nothing; any user who can reach the socket. */
+    NVF_AGENT_TAKEOVER = 2, /**< Take the reservation (verified preempt-and-abort); root. */
+    NVF_AGENT_HANDOFF = 3,  /**< Stop the writer units, release, stay registered; root. */
+    NVF_AGENT_REJOIN = 4    /**< Leave FENCED: register again as a standby with a new epoch; root. */
+} nvf_agent_op;
+
+/** The agent's state. */
+typedef enum nvf_agent_state {
+    NVF_AGENT_STARTING = 0, /**< Not yet registered or resumed. */
+    NVF_AGENT_STANDBY = 1,  /**< Registered, not holding. */
+    NVF_AGENT_HOLDER = 2,   /**< Registered and holding the reservation. */
+    NVF_AGENT_FENCED = 3,   /**< Preempted or lost: writers stopped; waits for rejoin. */
+    NVF_AGENT_STOPPING = 4, /**< Clean stop in progress. */
+    NVF_AGENT_WAITING = 5,  /**< Check-only watcher: this node's key not seen yet. */
+    NVF_AGENT_WATCHING = 6  /**< Check-only watcher: this node's key is registered. */
+} nvf_agent_state;
+
+/** The agent's answer; start from NVF_AGENT_REPLY_INIT (size, as for the
+ *  options structs: the library fills the fields that fit in size). */
+typedef struct nvf_agent_reply {
+    size_t size;              /**< sizeof(nvf_agent_reply) as the caller compiled it. */
+    int exit_code;            /**< The agent's verdict as nvfence's exit codes: 0 done, 3 conflict, ... */
+    int state;                /**< nvf_agent_state after the request. */
+    uint8_t changed;          /**< The request changed the device. */
+    uint8_t check_only;       /**< The agent is a check-only watcher (role = watch). */
+    uint8_t holder_self;      /**< The holder last reported is this host. */
+    uint8_t node;             /**< This host's node id. */
+    uint64_t key;             /**< This host's key (0: none). */
+    uint64_t holder;          /**< The holder's key last reported (0: none). */
+    uint64_t previous_holder; /**< Takeover: the holder before (0: none). */
+    uint32_t generation;      /**< Generation last reported. */
+    uint32_t pid;             /**< The agent's process id. */
+    uint64_t last_check_age_ms; /**< Since the agent's last good check (UINT64_MAX: never). */
+    char volume[128];         /**< The volume's name (NUL-terminated, cut to fit). */
+    char message[512];        /**< What happened, for people (NUL-terminated, cut to fit). */
+} nvf_agent_reply;
+
+#define NVF_AGENT_REPLY_INIT {sizeof(nvf_agent_reply), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, {0}, {0}}
+
+/** Sends @p op to the agent of @p target (a volume name, whose socket is
+ *  /run/nvfence/<volume>.sock, or an absolute socket path) and waits for its
+ *  answer, everything bounded by @p timeout_ms (1..600000). @p victim:
+ *  NVF_AGENT_TAKEOVER's key to preempt (0: the holder), 0 otherwise.
+ *  Returns 0 when the agent answered: its verdict is then
+ *  out->exit_code (0: done; otherwise out->message says why). Else the
+ *  transport's failure: -(NVF_ERR_ERRNO_BASE + ENOENT) no agent,
+ *  ECONNREFUSED a stale socket, EACCES the socket's permissions;
+ *  -NVF_ERRC_TIMEOUT; -NVF_ERRC_PROTOCOL (a reply of another version);
+ *  -NVF_ERRC_INVALID_ARGUMENT (NULL, bad op, name or size). */
+NVFENCE_API int nvf_agent_request(const char *target, int op, uint64_t victim, uint32_t timeout_ms,
+                                  nvf_agent_reply *out);
 
 #ifdef __cplusplus
 }

@@ -389,6 +389,7 @@ void Agent::observe(const ReservationStatus& st, const CheckNotes& notes) {
         if (state_ == AgentState::starting || state_ == AgentState::stopping) return;
         o.report = &st;
         o.notes = notes;
+        o.unfenced_key = unfenced_key_;
         (void)decide(o);
         NVF_INVARIANT(state_ != AgentState::watching || key_ != 0);
         return;
@@ -411,6 +412,10 @@ void Agent::check() {
                  " ms): the agent was paused or starved; checking now");
     timed_.reset_slowest();
     const CheckNotes notes = drain_notifications(true);
+    // Before the Report: `on` records after it registers, so a record read
+    // now names a registration the Report shows (or its removal).
+    const bool unseen = state_ == AgentState::waiting || state_ == AgentState::fenced;
+    unfenced_key_ = check_only() && unseen ? read_unfenced_key() : 0;
     auto st = fence_.verify();
     ++checks_;
     if (!st) {
@@ -563,6 +568,14 @@ Status Agent::acquire_for_start_role() {
     return Ok{};
 }
 
+// fence_nvfence's record of this node's unfencing (check-only watchers):
+// its key when it is one of this node's, else 0.
+uint64_t Agent::read_unfenced_key() const {
+    const uint64_t k = statefile_ ? statefile_->unfenced_key() : 0;
+    const auto f = decode_key(k);
+    return f && f->tag == opts_.tag && f->node == opts_.node ? k : 0;
+}
+
 Status Agent::load_start_state(std::optional<PersistedState>& saved) {
     if (statefile_) {
         auto l = statefile_->load();
@@ -604,6 +617,7 @@ Status Agent::start() {
     if (stale.pages > 0)
         emit(AgentEventKind::info, EventLevel::info,
              "discarded " + std::to_string(stale.pages) + " reservation notification(s) from before this start");
+    unfenced_key_ = check_only() ? read_unfenced_key() : 0;  // before the Report, as in check()
     auto st = fence_.verify();
     if (!st) {
         last_error_ = "cannot read the reservation: " + st.error().message();
@@ -654,6 +668,7 @@ Status Agent::resume(const std::optional<PersistedState>& saved, const Reservati
         w.report = &st;
         w.persisted = role;
         w.key = saved ? saved->key : 0;
+        w.unfenced_key = unfenced_key_;
         (void)decide(w);
         NVF_INVARIANT(state_ == AgentState::waiting || state_ == AgentState::watching ||
                       state_ == AgentState::fenced);
@@ -790,7 +805,7 @@ ControlReply Agent::handle(const ControlRequest& req, const std::string& who) {
                           std::string("the agent is ") + agent_state_name(state_) + "; try again");
     switch (req.op) {
     case ControlOp::takeover: return do_takeover(req, by);
-    case ControlOp::release: return do_release(req, by);
+    case ControlOp::handoff: return do_handoff(req, by);
     case ControlOp::rejoin: return do_rejoin(req, by);
     case ControlOp::status: break;
     }
@@ -980,7 +995,7 @@ ControlReply Agent::took_over(const ControlRequest& req, const Outcome& out, con
     return r;
 }
 
-ControlReply Agent::do_release(const ControlRequest& req, const std::string& by) {
+ControlReply Agent::do_handoff(const ControlRequest& req, const std::string& by) {
     if (state_ == AgentState::fenced)
         return fail_reply(req, make_error_code(Errc::not_holder),
                           "this host is FENCED and holds nothing (" + fence_reason_ + ")");

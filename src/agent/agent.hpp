@@ -300,6 +300,7 @@ private:
     Status resume(const std::optional<PersistedState>& saved, const ReservationStatus& st, bool fresh);
     Status register_fresh(bool fresh);
     ControlReply refuse_check_only(const ControlRequest& req, const std::string& who);
+    uint64_t read_unfenced_key() const;
     Status apply_start_role(const ReservationStatus& st, bool resumed, bool fresh);
     Status acquire_for_start_role();
     ControlReply do_takeover(const ControlRequest& req, const std::string& who);
@@ -309,7 +310,7 @@ private:
     ControlReply takeover_failed(const ControlRequest& req, std::error_code ec, std::optional<uint64_t> victim,
                                  const std::string& by, std::string why = {});
     ControlReply took_over(const ControlRequest& req, const Outcome& out, const std::string& by);
-    ControlReply do_release(const ControlRequest& req, const std::string& who);
+    ControlReply do_handoff(const ControlRequest& req, const std::string& who);
     ControlReply do_rejoin(const ControlRequest& req, const std::string& who);
     void rejoin_if_auto(const ReservationStatus& st);
     ControlReply reply_for(const ControlRequest& req);
@@ -320,6 +321,7 @@ private:
     AgentHooks& hooks_;
     const EpochStore* epochs_;
     const AgentStateFile* statefile_;
+    uint64_t unfenced_key_ = 0;  ///< Check-only: fence_nvfence's record, read before the last Report.
     HostId self_;
     TimedPassthru timed_;
     Reservations resv_;

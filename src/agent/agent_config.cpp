@@ -429,6 +429,5 @@ std::string agent_volume_name(const NamespaceInfo& info) {
     return volume_id(info.ctrl.serial, info.ns, info.nsid);
 }
 
-std::string default_socket_path(const std::string& name) { return "/run/nvfence/" + name + ".sock"; }
 
 }  // namespace nvfence

@@ -128,8 +128,6 @@ Result<std::string> resolve_device_spec(const std::string& spec, const std::stri
 /// its epoch file and the udev rules use for the instance.
 std::string agent_volume_name(const NamespaceInfo& info);
 
-/// `/run/nvfence/<name>.sock`.
-std::string default_socket_path(const std::string& name);
 
 /// True when @p s is a usable instance / volume name: 1..64 characters of
 /// [A-Za-z0-9._-], not starting with '.' or '-'.

@@ -153,6 +153,21 @@ AgentStateFile::AgentStateFile(std::string dir, const std::string& volume)
 AgentStateFile::AgentStateFile(std::string dir, const std::string& volume, const StateMedium& medium)
     : dir_(std::move(dir)), medium_(&medium) {
     path_ = dir_ + "/" + volume_file_stem(volume) + ".agent";
+    unfenced_path_ = dir_ + "/" + volume_file_stem(volume) + ".unfenced";
+}
+
+Status AgentStateFile::save_unfenced(uint64_t key) const {
+    return medium_->write_atomic(dir_, unfenced_path_, "key=" + format_key_hex(key) + "\n");
+}
+
+uint64_t AgentStateFile::unfenced_key() const {
+    bool absent = false;
+    auto text = medium_->read(unfenced_path_, 64, absent);
+    if (!text || absent) return 0;
+    std::string_view t = *text;
+    if (t.substr(0, 4) != "key=" || t.empty() || t.back() != '\n') return 0;
+    auto key = parse_key(t.substr(4, t.size() - 5));
+    return key ? *key : 0;
 }
 
 Result<std::optional<PersistedState>> AgentStateFile::load() const {

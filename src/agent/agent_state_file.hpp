@@ -74,9 +74,19 @@ public:
     Status save(const PersistedState& s) const;
     /// The file's path.
     const std::string& path() const { return path_; }
+    /// Records that fence_nvfence's `on` unfenced this node with @p key
+    /// (`<volume>.unfenced` beside the state file, as fence_scsi's `on`
+    /// records its key for fence_scsi_check): a check-only watcher that
+    /// never saw the key registered still knows the node was unfenced.
+    Status save_unfenced(uint64_t key) const;
+    /// The key of that record; 0 when there is none or it does not parse.
+    uint64_t unfenced_key() const;
+    /// The record's path.
+    const std::string& unfenced_path() const { return unfenced_path_; }
 
 private:
     std::string dir_;
+    std::string unfenced_path_;
     std::string path_;
     const StateMedium* medium_;
 };

@@ -2,6 +2,7 @@
 #include "agent/agent_transition.hpp"
 
 #include "agent/agent_text.hpp"
+#include "internal/invariant.hpp"
 #include "nvfence/key.hpp"
 
 namespace nvfence {
@@ -26,7 +27,8 @@ constexpr AgentStatePair kAllowedTransitions[] = {
     // back (the cluster manager unfenced the node); a newer key of the
     // node replaces the one watched without a change of state.
     {S::starting, S::waiting},  {S::starting, S::watching}, {S::waiting, S::watching},
-    {S::waiting, S::stopping},  {S::watching, S::watching}, {S::watching, S::fenced},
+    {S::waiting, S::stopping},  {S::waiting, S::fenced},    {S::watching, S::watching}, {S::watching, S::fenced},
+    {S::fenced, S::fenced},
     {S::watching, S::stopping}, {S::fenced, S::watching},
 };
 
@@ -261,24 +263,55 @@ std::string watch_gone_reason(const Observation& o, const std::string& k) {
            "): running the fence action; WATCHING again once the node is unfenced";
 }
 
+// fence_nvfence's `on` unfenced this node with a key this watcher has not
+// acted on: any while WAITING; while FENCED, a newer one than the key it
+// fenced for (a fencer's own re-key is older than the next `on`'s).
+bool unfenced_since(const AgentView& v, const Observation& o) {
+    if (!o.unfenced_key) return false;
+    if (v.state == S::waiting || v.key == 0) return true;
+    const auto r = decode_key(o.unfenced_key), f = decode_key(v.key);
+    return r && f && r->epoch > f->epoch;
+}
+
+// WAITING or FENCED, no key of the node registered, and yet it was
+// unfenced since (fence_nvfence's record, or while WAITING the device's
+// Registration Preempted notification; pages from before the start were
+// discarded): fenced again before a check saw the key.
+std::optional<Transition> watch_unseen_fence(const AgentView& v, const Observation& o) {
+    const bool preempted = v.state == S::waiting && o.notes.registration_preempted;
+    if (!unfenced_since(v, o) && !preempted) return std::nullopt;
+    const std::string how = unfenced_since(v, o)
+                                ? "fence_nvfence 'on' unfenced this node with " + key_text(o.unfenced_key) +
+                                      ", which is not registered"
+                                : std::string("this host's registration was preempted (Registration Preempted "
+                                              "notification)");
+    return fence(v,
+                 "check-only watcher: " + how +
+                     " before a check saw this node's key: the node was unfenced and fenced since; running the "
+                     "fence action; WATCHING once the node is unfenced again",
+                 unfenced_since(v, o) ? o.unfenced_key : v.key);
+}
+
 // A check: the node's key is seen, replaced, gone, or back.
 std::optional<Transition> watch_on_report(const AgentView& v, const Observation& o) {
     if (!o.report || (v.state != S::waiting && v.state != S::watching && v.state != S::fenced)) return std::nullopt;
     const uint64_t k = node_key(v, o.report);
-    if (v.state == S::waiting) {
-        if (!k) return std::nullopt;
-        return watch(v, "check-only watcher: this node's key " + key_text(k) + " is registered (the node was unfenced)",
-                     EventLevel::info, k);
-    }
-    if (v.state == S::fenced) {
-        if (!k) return std::nullopt;
-        return watch(v, "check-only watcher: this node's key " + key_text(k) + " is back (the node was unfenced)",
+    if (v.state == S::waiting || v.state == S::fenced) {
+        if (!k) return watch_unseen_fence(v, o);
+        return watch(v,
+                     "check-only watcher: this node's key " + key_text(k) +
+                         (v.state == S::waiting ? " is registered" : " is back") + " (the node was unfenced)",
                      EventLevel::info, k);
     }
     if (!k) return fence(v, watch_gone_reason(o, key_text(v.key)), v.key);
     if (k == v.key) return std::nullopt;
     return watch(v, "check-only watcher: this node's key is now " + key_text(k) + " (was " + key_text(v.key) + ")",
                  EventLevel::info, k);
+}
+
+AgentView with_key(AgentView v, uint64_t key) {
+    v.key = key;
+    return v;
 }
 
 // start(): the state file and the start's Report. A key never seen before
@@ -292,19 +325,24 @@ std::optional<Transition> watch_on_start(const AgentView& v, const Observation& 
             return watch(v, "check-only watcher: FENCED before the restart (" + o.text + "), and this node's key " +
                                 key_text(k) + " is back: the node was unfenced",
                          EventLevel::info, k);
+        // Unfenced again after that fence, and fenced again while down.
+        const AgentView was = with_key(v, o.key);
+        if (unfenced_since(was, o)) return watch_unseen_fence(was, o);
         return still_fenced(v, o,
                             "check-only watcher: still FENCED from before the restart (" + o.text +
                                 "); WATCHING again once the node is unfenced");
     }
     if (k) return watch(v, "check-only watcher: this node's key " + key_text(k) + " is registered", EventLevel::info, k);
     const bool seen = o.persisted == PersistedRole::standby || o.persisted == PersistedRole::holder;
-    if (!seen)
+    if (!seen && !o.unfenced_key)
         return wait_for_key(v, "check-only watcher: this node's key is not registered and was never seen: waiting "
                                "for the node to be unfenced (nothing is registered by this agent)");
+    const uint64_t gone = seen ? o.key : o.unfenced_key;
     return fence(v,
-                 "check-only watcher: while the agent was down, this node's key " + key_text(o.key) +
-                     " was removed (preempted or unregistered): running the fence action",
-                 o.key);
+                 "check-only watcher: while the agent was down, this node's key " + key_text(gone) + " (" +
+                     (seen ? "seen" : "recorded by fence_nvfence 'on'") +
+                     ") was removed (preempted or unregistered): running the fence action",
+                 gone);
 }
 
 std::optional<Transition> watch_on_stopped(const AgentView& v) {
@@ -339,8 +377,11 @@ bool agent_transition_allowed(AgentState from, AgentState to) {
     return false;
 }
 
-std::optional<Transition> decide_transition(const AgentView& v, const Observation& o) {
-    if (v.check_only) return decide_watch(v, o);
+namespace {
+
+bool watcher_state(AgentState s) { return s == S::waiting || s == S::watching; }
+
+std::optional<Transition> decide_registering(const AgentView& v, const Observation& o) {
     switch (o.kind) {
     case K::report: return on_report(v, o);
     case K::view_lost: return on_view_lost(v, o);
@@ -350,6 +391,27 @@ std::optional<Transition> decide_transition(const AgentView& v, const Observatio
     case K::lease_lost: return on_lease_lost(v, o);
     default: return on_request(v, o);
     }
+}
+
+// What every decision promises (agent_transition.hpp), checked on each one.
+void check_decision(const AgentView& v, const Transition& t) {
+    NVF_INVARIANT(t.from == v.state);
+    NVF_INVARIANT(agent_transition_allowed(t.from, t.to));
+    NVF_INVARIANT(v.check_only ? !registered(t.to) : !watcher_state(t.to));
+    NVF_INVARIANT((t.fence != FenceEntry::none) == (t.to == S::fenced));
+    NVF_INVARIANT(t.to != S::holder || t.key != 0);
+    NVF_INVARIANT(!t.why.empty());
+}
+
+}  // namespace
+
+std::optional<Transition> decide_transition(const AgentView& v, const Observation& o) {
+    // A watcher never stands by or holds; an agent that registers never
+    // waits for or watches a key.
+    NVF_INVARIANT(v.check_only ? !registered(v.state) : !watcher_state(v.state));
+    auto t = v.check_only ? decide_watch(v, o) : decide_registering(v, o);
+    if (t) check_decision(v, *t);
+    return t;
 }
 
 }  // namespace nvfence

@@ -77,6 +77,10 @@ struct Observation {
     uint64_t found_key = 0;                          ///< resumed: this host id's key on the device (0: none).
     bool found_ours = false;                         ///< resumed: found_key is the persisted key or a newer one of ours.
     bool unregistered = false;                       ///< stopped: the registration was removed.
+    /// Check-only (report while WAITING, resumed): the key fence_nvfence's
+    /// `on` recorded for this node (AgentStateFile::unfenced_key, read
+    /// before the Report), 0: none.
+    uint64_t unfenced_key = 0;
     std::string text;                                ///< The caller's words (see each kind).
 };
 

@@ -5,13 +5,14 @@
 
 #include "nvfence/epoch_store.hpp"
 #include "nvfence/key.hpp"
+#include "internal/invariant.hpp"
 
 namespace nvfence {
 
 const char* win_action_name(WinAction a) {
     switch (a) {
     case WinAction::acquire: return "acquire";
-    case WinAction::preempt: return "preempt";
+    case WinAction::takeover: return "takeover";
     case WinAction::already_holder: return "already-holder";
     case WinAction::stale: return "stale";
     case WinAction::reissue: return "reissue";
@@ -47,8 +48,9 @@ bool has_epoch(const Registrant* r, uint8_t tag, uint32_t epoch) {
 }
 }  // namespace
 
-WinDecision decide_on_win(uint32_t token, const ReservationStatus& st, const HostId& self, uint8_t tag,
-                          uint32_t floor) {
+namespace {
+
+WinDecision decide(uint32_t token, const ReservationStatus& st, const HostId& self, uint8_t tag, uint32_t floor) {
     WinDecision d;
     const Registrant* holder = st.holder();
     const Registrant* me = st.find_host(self);
@@ -99,9 +101,41 @@ WinDecision decide_on_win(uint32_t token, const ReservationStatus& st, const Hos
         d.why = "holder with an older key " + format_key(holder->key) + ": re-key to epoch " + std::to_string(token);
         return d;
     }
-    d.action = WinAction::preempt;
+    d.action = WinAction::takeover;
     d.victim = holder->key;
     d.why = "preempt holder " + format_key(holder->key) + " with epoch " + std::to_string(token);
+    return d;
+}
+
+// The token rule's promises (term.hpp), checked on every decision: the
+// device is acted on only under a usable token above every other key of
+// the tag and above this host's floor, and a takeover's victim is the
+// holder read, never this host.
+void check_win(const WinDecision& d, uint32_t token, const ReservationStatus& st, const HostId& self, uint8_t tag,
+               uint32_t floor) {
+    NVF_INVARIANT(!d.why.empty());
+    const bool acts = d.action == WinAction::acquire || d.action == WinAction::takeover || d.action == WinAction::rekey;
+    if (acts) {
+        NVF_INVARIANT(usable_epoch(token) && d.device_max_epoch < token);
+        NVF_INVARIANT(floor < token || has_epoch(st.find_host(self), tag, token));
+    }
+    const Registrant* holder = st.holder();
+    NVF_INVARIANT(d.action != WinAction::acquire || holder == nullptr);
+    NVF_INVARIANT((d.action == WinAction::takeover) == d.victim.has_value());
+    if (d.victim) {
+        NVF_INVARIANT(holder && *d.victim == holder->key && holder != st.find_host(self));
+    }
+    if (d.action == WinAction::reissue) {
+        NVF_INVARIANT(d.device_max_epoch >= token);
+    }
+}
+
+}  // namespace
+
+WinDecision decide_on_win(uint32_t token, const ReservationStatus& st, const HostId& self, uint8_t tag,
+                          uint32_t floor) {
+    WinDecision d = decide(token, st, self, tag, floor);
+    check_win(d, token, st, self, tag, floor);
     return d;
 }
 

@@ -27,7 +27,7 @@ namespace nvfence {
 /// What to do on a win.
 enum class WinAction : uint8_t {
     acquire,         ///< Nobody holds: acquire (takeover without victim).
-    preempt,         ///< Preempt-and-abort WinDecision::victim, with the token's epoch.
+    takeover,        ///< Fence::takeover of WinDecision::victim (verified preempt-and-abort), with the token's epoch.
     already_holder,  ///< We already hold with this token (a retry).
     stale,           ///< A holder at or above our token: resign and back off.
     reissue,         ///< A registrant at or above the token: get a token above it.
@@ -40,7 +40,7 @@ const char* win_action_name(WinAction a);
 /// The decision on a win and why.
 struct WinDecision {
     WinAction action = WinAction::stale;  ///< What to do.
-    std::optional<uint64_t> victim;       ///< preempt: the holder key read.
+    std::optional<uint64_t> victim;       ///< takeover: the holder key read.
     uint32_t device_max_epoch = 0;        ///< Highest epoch of our tag on the device (reissue: or the floor).
     std::string why;                      ///< One line for the log.
 };

@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 
+#include "nvfence/control.hpp"
 #include "nvfence/epoch_store.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/fence.hpp"
@@ -49,8 +50,17 @@ struct nvf_writer {
 static_assert(static_cast<int>(Errc::not_found) == NVF_ERRC_NOT_FOUND);
 static_assert(static_cast<int>(Errc::fenced) == NVF_ERRC_FENCED);
 static_assert(static_cast<int>(Errc::protocol) == NVF_ERRC_PROTOCOL);
+static_assert(static_cast<int>(Errc::own_key) == NVF_ERRC_OWN_KEY);
+static_assert(static_cast<int>(Errc::view_lost) == NVF_ERRC_VIEW_LOST);
+// Every Errc has its C name: the last one is the last of nvf_errc's own.
+constexpr int kLastErrc = NVF_ERRC_VIEW_LOST;
 static_assert(static_cast<int>(ResvType::exclusive_access_all_regs) == NVF_RESV_EXCLUSIVE_ACCESS_ALL_REGS);
 static_assert(static_cast<int>(IoStatus::io_error) == NVF_IO_ERROR);
+static_assert(static_cast<int>(ControlOp::status) == NVF_AGENT_STATUS);
+static_assert(static_cast<int>(ControlOp::takeover) == NVF_AGENT_TAKEOVER);
+static_assert(static_cast<int>(ControlOp::handoff) == NVF_AGENT_HANDOFF);
+static_assert(static_cast<int>(ControlOp::rejoin) == NVF_AGENT_REJOIN);
+static_assert(static_cast<int>(AgentState::watching) == NVF_AGENT_WATCHING);
 static_assert(static_cast<int>(IoKind::flush) == NVF_IO_FLUSH);
 static_assert(static_cast<int>(WriterMode::passthrough) == NVF_WRITER_PASSTHROUGH);
 
@@ -74,7 +84,7 @@ int to_code(std::error_code ec) noexcept {
 std::error_code from_code(int code) noexcept {
     if (code >= 0) return {};
     const int v = -code;
-    if (v <= 25) return make_error_code(static_cast<Errc>(v));
+    if (v <= kLastErrc) return make_error_code(static_cast<Errc>(v));
     if (v > NVF_ERR_NVME_BASE && v <= NVF_ERR_NVME_BASE + kStatusMask)
         return make_nvme_error(static_cast<uint16_t>(v - NVF_ERR_NVME_BASE));
     if (v > NVF_ERR_ERRNO_BASE && v < 2 * NVF_ERR_ERRNO_BASE) return errno_error(v - NVF_ERR_ERRNO_BASE);
@@ -175,6 +185,35 @@ int read_options(const T* opts, size_t first_size, T& out) noexcept {
     std::memcpy(&out, opts, std::min(n, sizeof(T)));
     out.size = sizeof(T);
     return NVF_OK;
+}
+
+// The size of nvf_agent_reply's first version (see kFenceOptionsV1).
+constexpr size_t kAgentReplyV1 = offsetof(nvf_agent_reply, message) + sizeof(nvf_agent_reply::message);
+
+void fill_agent_reply(const ControlReply& r, nvf_agent_reply* out) noexcept {
+    nvf_agent_reply a = NVF_AGENT_REPLY_INIT;
+    a.exit_code = r.exit_code;
+    a.state = static_cast<int>(r.state);
+    a.changed = r.changed ? 1 : 0;
+    a.check_only = r.check_only ? 1 : 0;
+    a.holder_self = r.holder_self ? 1 : 0;
+    a.node = r.node;
+    a.key = r.key;
+    a.holder = r.holder;
+    a.previous_holder = r.previous_holder;
+    a.generation = r.generation;
+    a.pid = r.pid;
+    a.last_check_age_ms = r.last_check_age_ms;
+    copy_str(a.volume, sizeof a.volume, r.volume);
+    copy_str(a.message, sizeof a.message, r.message);
+    const size_t n = out->size;
+    std::memcpy(out, &a, std::min(n, sizeof a));
+    out->size = n;
+}
+
+// A volume name becomes a file name under /run/nvfence: no '/', no "." or "..".
+bool volume_name_ok(const std::string& v) noexcept {
+    return !v.empty() && v != "." && v != ".." && v.find('/') == std::string::npos && v.size() <= 100;
 }
 
 }  // namespace
@@ -380,6 +419,17 @@ int nvf_fence_takeover(nvf_fence* f, uint64_t victim, nvf_outcome* out) {
     }, &victim);
 }
 
+int nvf_fence_evict_node(nvf_fence* f, uint8_t victim_node, int absent, nvf_outcome* out) {
+    if (victim_node == 0) return -NVF_ERRC_INVALID_ARGUMENT;
+    if (absent != NVF_EVICT_ABSENT_FENCE && absent != NVF_EVICT_ABSENT_COMPARE) return -NVF_ERRC_INVALID_ARGUMENT;
+    struct A { uint8_t node; EvictAbsent absent; } a{victim_node, absent == NVF_EVICT_ABSENT_COMPARE
+                                                                      ? EvictAbsent::compare : EvictAbsent::fence};
+    return fence_op(f, out, [](Fence& fe, void* p) {
+        auto* x = static_cast<A*>(p);
+        return fe.evict_node(x->node, x->absent);
+    }, &a);
+}
+
 int nvf_fence_release(nvf_fence* f, nvf_outcome* out) {
     return fence_op(f, out, [](Fence& fe, void*) { return fe.release(); }, nullptr);
 }
@@ -484,6 +534,26 @@ int nvf_writer_reap(nvf_writer* w, nvf_completion* out, size_t n, uint32_t min_c
             out[i].bytes = tmp[i].bytes;
         }
         return static_cast<int>(*r);
+    });
+}
+
+// ---------------------------------------------------------------- agent
+
+int nvf_agent_request(const char* target, int op, uint64_t victim, uint32_t timeout_ms, nvf_agent_reply* out) {
+    if (!target || !out || out->size < kAgentReplyV1) return -NVF_ERRC_INVALID_ARGUMENT;
+    if (op < 0 || op > 255 || !control_op_valid(static_cast<uint8_t>(op))) return -NVF_ERRC_INVALID_ARGUMENT;
+    if (victim != 0 && op != NVF_AGENT_TAKEOVER) return -NVF_ERRC_INVALID_ARGUMENT;
+    return guarded([&] {
+        const std::string t(target);
+        if (t.empty() || (t.front() != '/' && !volume_name_ok(t))) return -NVF_ERRC_INVALID_ARGUMENT;
+        ControlRequest req;
+        req.op = static_cast<ControlOp>(op);
+        req.id = 1;
+        req.victim = victim;
+        auto r = control_request(t.front() == '/' ? t : control_socket_path(t), req, timeout_ms);
+        if (!r) return to_code(r.error());
+        fill_agent_reply(*r, out);
+        return NVF_OK;
     });
 }
 

@@ -188,11 +188,13 @@ Status send_message(int fd, const std::vector<uint8_t>& msg, Deadline deadline) 
 
 }  // namespace
 
+std::string control_socket_path(const std::string& volume) { return "/run/nvfence/" + volume + ".sock"; }
+
 const char* control_op_name(ControlOp op) {
     switch (op) {
     case ControlOp::status: return "status";
     case ControlOp::takeover: return "takeover";
-    case ControlOp::release: return "release";
+    case ControlOp::handoff: return "handoff";
     case ControlOp::rejoin: return "rejoin";
     }
     return "unknown";

@@ -6,6 +6,7 @@
 
 #include "nvfence/error.hpp"
 #include "internal/byte_order.hpp"
+#include "internal/invariant.hpp"
 
 namespace nvfence {
 namespace {
@@ -56,7 +57,7 @@ Command encode_release(const ReleaseArgs& a) {
 
 Command encode_report(const ReportArgs& a) {
     // A length that is not a whole number of dwords is a caller bug.
-    if (a.len_bytes < 4 || a.len_bytes % 4 != 0) std::abort();
+    NVF_INVARIANT(a.len_bytes >= 4 && a.len_bytes % 4 == 0);
     Command c;
     c.opcode = opcode::kResvReport;
     c.nsid = a.nsid;
@@ -77,7 +78,7 @@ Command encode_identify(IdentifyCns cns, uint32_t nsid) {
 }
 
 Command encode_get_log_page(uint8_t lid, uint32_t nsid, uint32_t len_bytes, bool rae) {
-    if (len_bytes < 4 || len_bytes % 4 != 0) std::abort();
+    NVF_INVARIANT(len_bytes >= 4 && len_bytes % 4 == 0);
     const uint32_t numd = len_bytes / 4 - 1;
     Command c;
     c.queue = Queue::admin;
@@ -124,7 +125,7 @@ NotificationMask decode_notification_mask(uint32_t dw0) {
 }
 
 Command encode_rw(bool write, uint32_t nsid, uint64_t slba, uint32_t nlb, uint32_t data_len) {
-    if (nlb == 0 || nlb > 0x10000) std::abort();
+    NVF_INVARIANT(nlb >= 1 && nlb <= 0x10000);
     Command c;
     c.opcode = write ? opcode::kWrite : opcode::kRead;
     c.nsid = nsid;

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "nvfence/error.hpp"
+#include "internal/invariant.hpp"
 
 namespace nvfence {
 namespace {
@@ -39,7 +40,10 @@ bool parse_digits(std::string_view s, int base, uint64_t& out) {
 Result<uint64_t> make_key(const KeyFields& f) {
     if (f.node == 0 || f.epoch == 0) return make_error_code(Errc::invalid_argument);
     const uint64_t low = (uint64_t{f.tag} << 40) | (uint64_t{f.node} << 32) | f.epoch;
-    return (uint64_t{kKeyMagic} << 56) | (uint64_t{crc8(low)} << 48) | low;
+    const uint64_t key = (uint64_t{kKeyMagic} << 56) | (uint64_t{crc8(low)} << 48) | low;
+    const auto back = decode_key(key);
+    NVF_INVARIANT(back && back->tag == f.tag && back->node == f.node && back->epoch == f.epoch);
+    return key;
 }
 
 std::optional<KeyFields> decode_key(uint64_t key) noexcept {

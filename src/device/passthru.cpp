@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "nvfence/error.hpp"
+#include "internal/invariant.hpp"
 
 namespace nvfence {
 
@@ -37,10 +38,10 @@ Result<uint32_t> IoctlPassthru::submit_raw(const Command& cmd, std::span<uint8_t
     std::array<uint8_t, 16> payload = cmd.payload;
     if (cmd.data_len > 0) {
         if (cmd.host_to_device && data.empty()) {
-            if (cmd.data_len > payload.size()) std::abort();
+            NVF_INVARIANT(cmd.data_len <= payload.size());
             pc.addr = reinterpret_cast<uintptr_t>(payload.data());
         } else {
-            if (data.size() < cmd.data_len) std::abort();
+            NVF_INVARIANT(data.size() >= cmd.data_len);
             pc.addr = reinterpret_cast<uintptr_t>(data.data());
         }
     }

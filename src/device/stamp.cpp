@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "nvfence/error.hpp"
+#include "internal/invariant.hpp"
 
 namespace nvfence {
 namespace {
@@ -42,7 +43,7 @@ uint32_t crc32c(std::span<const uint8_t> data, uint32_t crc) {
 }
 
 void write_stamp(std::span<uint8_t> block, const Stamp& s) {
-    if (block.size() < kStampMinBlock || block.size() % kStampMinBlock != 0) std::abort();
+    NVF_INVARIANT(block.size() >= kStampMinBlock && block.size() % kStampMinBlock == 0);
     std::memcpy(block.data(), kMagic, sizeof kMagic);
     put(block, 8, s.key, 8);
     put(block, 16, s.epoch, 4);

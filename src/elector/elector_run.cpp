@@ -37,7 +37,7 @@ Result<WinResult> carry_out_win(Elector& elector, Fence& fence, const EpochStore
         case WinAction::already_holder: w.key_epoch = w.term.epoch; return w;
         case WinAction::rekey:
         case WinAction::acquire:
-        case WinAction::preempt: break;
+        case WinAction::takeover: break;
         }
         auto o = fence.takeover_with_token(*st, w.term.epoch);
         if (!o) return o.error();

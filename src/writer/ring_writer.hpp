@@ -37,6 +37,7 @@
 #include "nvfence/error.hpp"
 #include "nvfence/fd.hpp"
 #include "nvfence/writer.hpp"
+#include "internal/invariant.hpp"
 
 namespace nvfence::detail {
 
@@ -393,7 +394,7 @@ private:
 
     Completion complete_(const io_uring_cqe& cqe) {
         const auto id = static_cast<uint32_t>(cqe.user_data);
-        if (id >= qd_) std::abort();  // not ours: the ring is private to this writer
+        NVF_INVARIANT(id < qd_);  // ours: the ring is private to this writer
         Slot& s = slots_[id];
         Completion c;
         if (s.cancelled) {

@@ -23,13 +23,14 @@
 #include "nvfence/fd.hpp"
 #include "nvfence/namespace.hpp"
 #include "writer/ring_writer.hpp"
+#include "internal/invariant.hpp"
 
 namespace nvfence {
 
 // ---------------------------------------------------------------- AlignedBuffer
 
 AlignedBuffer::AlignedBuffer(size_t bytes, size_t align) {
-    if (align == 0 || (align & (align - 1)) != 0) std::abort();
+    NVF_INVARIANT(align != 0 && (align & (align - 1)) == 0);
     if (align < sizeof(void*)) align = sizeof(void*);
     n_ = (bytes + align - 1) / align * align;
     if (n_ == 0) return;

@@ -488,7 +488,7 @@ TEST_F(AgentElectorTest, AWinThatArrivesAfterTheLeaseMayHaveExpiredIsNotActedOn)
 TEST_F(AgentElectorTest, AHandoffStaysOutOfTheElectionForTheHoldOff) {
     setup();
     win();
-    ASSERT_EQ(b->request(ControlOp::release).exit_code, 0) << b->hooks->dump();
+    ASSERT_EQ(b->request(ControlOp::handoff).exit_code, 0) << b->hooks->dump();
     ASSERT_EQ(b->agent->state(), AgentState::standby);
     const int resigns = elector.resigns;
     bridge->publish(*b->agent);  // as the agent's loop does after every request

@@ -49,7 +49,7 @@ LeaderInfo mine() {
 TEST(ElectorPolicy, WinPreemptsTheHolderReadWithTheToken) {
     auto st = status({reg(1, 1, 5, true), reg(2, 2, 6, false)});
     auto d = decide_on_win(7, st, host(2), 0);
-    EXPECT_EQ(d.action, WinAction::preempt) << d.why;
+    EXPECT_EQ(d.action, WinAction::takeover) << d.why;
     ASSERT_TRUE(d.victim);
     EXPECT_EQ(*d.victim, *make_key({0, 1, 5}));
     EXPECT_EQ(d.device_max_epoch, 6u);
@@ -60,7 +60,7 @@ TEST(ElectorPolicy, WinWhenHolderAboveOrEqualTokenIsStale) {
     auto st = status({reg(1, 1, 9, true), reg(2, 2, 3, false)});
     EXPECT_EQ(decide_on_win(8, st, host(2), 0).action, WinAction::stale);
     EXPECT_EQ(decide_on_win(9, st, host(2), 0).action, WinAction::stale);
-    EXPECT_EQ(decide_on_win(10, st, host(2), 0).action, WinAction::preempt);
+    EXPECT_EQ(decide_on_win(10, st, host(2), 0).action, WinAction::takeover);
 }
 
 TEST(ElectorPolicy, WinBelowARegistrantAsksForANewToken) {
@@ -87,7 +87,7 @@ TEST(ElectorPolicy, OtherTagsAndForeignHoldersAreNotComparedByEpoch) {
     // Another cluster's holder with a huge epoch says nothing about our tokens.
     auto st = status({reg(1, 1, 4000000000u, true, 9)});
     auto d = decide_on_win(3, st, host(2), 0);
-    EXPECT_EQ(d.action, WinAction::preempt);
+    EXPECT_EQ(d.action, WinAction::takeover);
     EXPECT_EQ(d.device_max_epoch, 0u);
     ReservationStatus foreign = status({});
     Registrant f;
@@ -97,7 +97,7 @@ TEST(ElectorPolicy, OtherTagsAndForeignHoldersAreNotComparedByEpoch) {
     foreign.registrants.push_back(f);
     foreign.num_registrants = 1;
     auto df = decide_on_win(1, foreign, host(2), 0);
-    EXPECT_EQ(df.action, WinAction::preempt);
+    EXPECT_EQ(df.action, WinAction::takeover);
     EXPECT_EQ(*df.victim, 0x1234u);
 }
 
@@ -266,7 +266,7 @@ TEST(ElectorPolicy, AFloorAtOrAboveTheTokenAsksForATokenAboveTheFloor) {
     auto d = decide_on_win(8, st, host(2), 0, 9);
     EXPECT_EQ(d.action, WinAction::reissue) << d.why;
     EXPECT_EQ(d.device_max_epoch, 9u) << "the next token must pass the floor";
-    EXPECT_EQ(decide_on_win(10, st, host(2), 0, 9).action, WinAction::preempt);
+    EXPECT_EQ(decide_on_win(10, st, host(2), 0, 9).action, WinAction::takeover);
 }
 
 TEST(ElectorPolicy, ATokenOutsideTheKeysEpochsIsStaleAndSaysHowToRepair) {
@@ -285,7 +285,7 @@ TEST(ElectorPolicy, AKeyAtOrAboveTheCeilingIsPreemptedNotATokenToPass) {
     for (uint32_t epoch : {kEpochCeiling, kMaxEpoch}) {
         auto st = status({reg(9, 9, epoch, true), reg(1, 1, 4, false)});
         auto d = decide_on_win(6, st, host(2), 0, 4);
-        EXPECT_EQ(d.action, WinAction::preempt) << epoch << ": " << d.why;
+        EXPECT_EQ(d.action, WinAction::takeover) << epoch << ": " << d.why;
         EXPECT_EQ(d.victim, st.registrants[0].key);
         EXPECT_EQ(d.device_max_epoch, 4u) << epoch;
         EXPECT_EQ(max_epoch_of_tag(st, 0), 4u) << epoch;

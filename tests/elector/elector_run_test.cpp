@@ -88,7 +88,7 @@ TEST_F(ElectorRun, PreemptsTheOldHolderWithTheTokenAsEpoch) {
     e.counter = 2;  // etcd's counter is behind the device
     auto w = win(*b, e);
     ASSERT_TRUE(w) << w.error().message();
-    EXPECT_EQ(w->decision.action, WinAction::preempt) << w->decision.why;
+    EXPECT_EQ(w->decision.action, WinAction::takeover) << w->decision.why;
     ASSERT_EQ(e.floors.size(), 1u);
     EXPECT_EQ(e.floors[0], 6u) << "the token is asked above the device's epochs";
     EXPECT_EQ(w->term.epoch, 7u);
@@ -156,7 +156,7 @@ TEST_F(ElectorRun, ReissuesWhenARegistrantOvertookTheToken) {
     auto w = win(*b, e);
     ASSERT_TRUE(w) << w.error().message();
     EXPECT_EQ(e.terms, 2);
-    EXPECT_EQ(w->decision.action, WinAction::preempt);
+    EXPECT_EQ(w->decision.action, WinAction::takeover);
     EXPECT_EQ(w->term.epoch, 8u);
     EXPECT_EQ(target.find(b->id)->key, key(2, 8));
     EXPECT_EQ(*target.holder, b->id);

@@ -31,6 +31,12 @@ import sys
 LAYERS = ["internal", "device", "fence", "writer", "client", "capi", "agent", "elector", "tools"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
 
+# Layers that may use only some of the layers below them. The client of the
+# agent's control socket is thin (as sanlock's client library): the wire
+# format and a socket, over the device layer's errors and types, never the
+# fence protocol or the writer.
+ONLY_BELOW = {"client": {"internal", "device", "client"}}
+
 # include/nvfence/: the public engine API, each header with its layer.
 PUBLIC = {
     "error.hpp": "device", "result.hpp": "device", "fd.hpp": "device", "key.hpp": "device",
@@ -79,6 +85,9 @@ def check_file(path, layer, src, errors, public):
                 errors.append(f"{where}: public header includes internal \"{name}\"")
             elif RANK[target] > RANK[layer]:
                 errors.append(f"{where}: layer {layer} includes \"{name}\" of the higher layer {target}")
+            elif layer in ONLY_BELOW and target not in ONLY_BELOW[layer]:
+                errors.append(f"{where}: layer {layer} includes \"{name}\" of layer {target}; it may use only "
+                              + ", ".join(sorted(ONLY_BELOW[layer])))
 
 
 def check_sources(src):

@@ -36,6 +36,12 @@ static void test_errors(void) {
     CHECK(strstr(nvf_strerror(-(NVF_ERR_ERRNO_BASE + ENOENT)), "No such file") != NULL);
     CHECK(strstr(nvf_strerror(-NVF_ERRC_NOMEM), "memory") != NULL);
     CHECK(strstr(nvf_strerror(-12345678), "unknown") != NULL);
+    /* Every code the library returns has its words, the last ones too. */
+    CHECK(strstr(nvf_strerror(-NVF_ERRC_OWN_KEY), "own key") != NULL);
+    CHECK(strstr(nvf_strerror(-NVF_ERRC_VIEW_LOST), "view of the device") != NULL);
+    CHECK(strstr(nvf_strerror(-NVF_ERRC_EPOCH_OUT_OF_RANGE), "epoch") != NULL);
+    CHECK(nvf_exit_code(-NVF_ERRC_OWN_KEY) == 2);
+    CHECK(nvf_exit_code(-NVF_ERRC_PERMISSION_DENIED) == 5);
     CHECK(nvf_is_fenced(NVF_ERR_RESERVATION_CONFLICT) == 1);
     CHECK(nvf_is_fenced(-(NVF_ERR_ERRNO_BASE + EBADE)) == 1);
     CHECK(nvf_is_fenced(-NVF_ERRC_FENCED) == 1);
@@ -145,6 +151,7 @@ static void test_open_errors(const char *dir) {
     CHECK(nvf_ns_report(NULL, NULL) == -NVF_ERRC_INVALID_ARGUMENT);
     CHECK(nvf_fence_new(NULL, NULL, NULL) == -NVF_ERRC_INVALID_ARGUMENT);
     CHECK(nvf_fence_takeover(NULL, 0, NULL) == -NVF_ERRC_INVALID_ARGUMENT);
+    CHECK(nvf_fence_evict_node(NULL, 2, NVF_EVICT_ABSENT_FENCE, NULL) == -NVF_ERRC_INVALID_ARGUMENT);
     CHECK(nvf_fence_verify(NULL, NULL) == -NVF_ERRC_INVALID_ARGUMENT);
     CHECK(nvf_fence_set_cptpl(NULL, NVF_CPTPL_SET) == -NVF_ERRC_INVALID_ARGUMENT);
     CHECK(NVF_CPTPL_NO_CHANGE == 0 && NVF_CPTPL_CLEAR == 2 && NVF_CPTPL_SET == 3); /* the CPTPL field values */

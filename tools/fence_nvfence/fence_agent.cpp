@@ -7,6 +7,7 @@
 #include <set>
 #include <utility>
 
+#include "agent/agent_state_file.hpp"
 #include "nvfence/epoch_store.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/fence.hpp"
@@ -290,9 +291,27 @@ void set_ptpl_with(const Ctx& c, Device& d, uint64_t key) {
         c.info(d.path() + ": asked the device to persist the reservation through power loss (CPTPL set)");
 }
 
+// This host's epoch floor for @p d under state_dir, on the host's medium.
+EpochStore epoch_store(const Ctx& c, const Device& d) {
+    if (c.host.state_medium) return EpochStore(c.o.state_dir, d.volume(), *c.host.state_medium);
+    return EpochStore(c.o.state_dir, d.volume());
+}
+
+// The record of this unfencing that a check-only watcher reads
+// (AgentStateFile::save_unfenced): without it, a watcher that has not seen
+// the key yet would miss a fence that removes it before its next check.
+void record_unfenced(const Ctx& c, const Device& d, uint64_t key) {
+    const AgentStateFile f = c.host.state_medium ? AgentStateFile(c.o.state_dir, d.volume(), *c.host.state_medium)
+                                                 : AgentStateFile(c.o.state_dir, d.volume());
+    if (auto s = f.save_unfenced(key); !s)
+        c.log(Level::warning, d.path() + ": cannot record the unfencing in " + f.unfenced_path() + ": " +
+                                  s.error().message() + " (a check-only watcher that has not seen " +
+                                  key_words(key) + " yet would miss a fence that removes it before it does)");
+}
+
 bool on_direct(const Ctx& c, Device& d, uint8_t node) {
     const ResvType type = resv_type_for(c.o.mode);
-    EpochStore store(c.o.state_dir, d.volume());
+    EpochStore store = epoch_store(c, d);
     FenceOptions fo;
     fo.tag = c.o.tag;
     fo.node = node;
@@ -314,6 +333,7 @@ bool on_direct(const Ctx& c, Device& d, uint8_t node) {
     }
     if (j->changed) c.info(d.path() + ": registered " + key_words(j->key));
     else c.debug(d.path() + ": already registered with " + key_words(j->key));
+    record_unfenced(c, d, j->key);
     if (c.o.aptpl && !j->after.ptpl) set_ptpl_with(c, d, j->key);
     if (j->after.type == ResvType::none) {
         auto a = f.acquire();
@@ -477,7 +497,7 @@ OffResult off_direct_failed(const Ctx& c, const Device& d, const Fence& f, uint8
 
 // Without nvfenced: Fence::evict_node with this host's registered key.
 OffResult off_direct(const Ctx& c, Device& d, uint8_t victim) {
-    EpochStore store(c.o.state_dir, d.volume());
+    EpochStore store = epoch_store(c, d);
     FenceOptions fo;
     fo.tag = c.o.tag;
     fo.type = resv_type_for(c.o.mode);  // node 0: the node of this host's key

@@ -24,6 +24,7 @@
 #include "nvfence/control.hpp"
 #include "nvfence/fence.hpp"
 #include "nvfence/reservation.hpp"
+#include "nvfence/state_file.hpp"
 #include "options.hpp"
 
 namespace nvfence::fence_agent {
@@ -97,6 +98,10 @@ struct Host {
     /// False once the process that ran this agent (Pacemaker's fencer) has
     /// exited: `on` then changes nothing. Unset: always alive.
     std::function<bool()> requester_alive;
+    /// Where the epoch floor under state_dir lives: nullptr, the file
+    /// system; the simulator gives each host its simulated disk (nothing of
+    /// a simulated node touches a real file).
+    const StateMedium* state_medium = nullptr;
 };
 
 /// Runs the action of @p parsed and returns its exit code; what the agent

@@ -142,7 +142,7 @@ std::optional<std::string> find_agent_real(const Options& o, const Device& d) {
         candidates.push_back(o.agent_socket);
     } else {
         std::error_code ec;
-        const std::string def = default_socket_path(d.volume());
+        const std::string def = control_socket_path(d.volume());
         if (std::filesystem::exists(def, ec)) candidates.push_back(def);
         for (const auto& e : std::filesystem::directory_iterator("/run/nvfence", ec)) {
             if (candidates.size() >= kMaxAgentSockets) break;

@@ -86,7 +86,7 @@ std::optional<std::string> socket_path(const AgentCli& st, int& rc) {
                       "give the volume id or instance name (e.g. vol-0123456789abcdef0), or --socket PATH");
             return std::nullopt;
         }
-        return default_socket_path(st.volume);
+        return control_socket_path(st.volume);
     }
     std::vector<std::string> found;
     std::error_code ec;
@@ -245,7 +245,7 @@ std::optional<int> run_agent_commands(const AgentCli& st) {
     ControlRequest req;
     if (st.status && st.status->parsed()) req.op = ControlOp::status;
     else if (st.takeover && st.takeover->parsed()) req.op = ControlOp::takeover;
-    else if (st.handoff && st.handoff->parsed()) req.op = ControlOp::release;
+    else if (st.handoff && st.handoff->parsed()) req.op = ControlOp::handoff;
     else if (st.rejoin && st.rejoin->parsed()) req.op = ControlOp::rejoin;
     else return std::nullopt;
     if (req.op == ControlOp::takeover && !st.victim.empty()) {
@@ -288,7 +288,7 @@ std::optional<int> run_agent_commands(const AgentCli& st) {
         }
         std::printf("holder:      %s\ngeneration:  %u\n%s\n", key_words(r.key).c_str(), r.generation, r.message.c_str());
         break;
-    case ControlOp::release:
+    case ControlOp::handoff:
         std::printf("handoff: %s\nstate:       %s\nkey:         %s\n", r.message.c_str(), agent_state_name(r.state),
                     key_words(r.key).c_str());
         break;

@@ -297,7 +297,7 @@ int open_namespace(const nvfence::AgentSettings& s, spdlog::logger& log, Setup& 
     }
     d.volume = nvfence::agent_volume_name(d.info);
     d.name = s.name.empty() ? nvfence::volume_name(d.volume) : s.name;
-    d.socket = s.control_socket.empty() ? nvfence::default_socket_path(d.name) : s.control_socket;
+    d.socket = s.control_socket.empty() ? nvfence::control_socket_path(d.name) : s.control_socket;
     return 0;
 }
 
@@ -522,7 +522,7 @@ int prepare(const nvfence::AgentSettings& s, spdlog::logger& log, Setup& d) {
     // When the socket is known from the configuration, a second agent for
     // it is refused before it touches the device.
     if (!s.control_socket.empty() || !s.name.empty()) {
-        const std::string early = s.control_socket.empty() ? nvfence::default_socket_path(s.name) : s.control_socket;
+        const std::string early = s.control_socket.empty() ? nvfence::control_socket_path(s.name) : s.control_socket;
         if (int rc = lock_socket(early, log, d.sock_lock)) return rc;
     }
     if (int rc = open_namespace(s, log, d)) return rc;
