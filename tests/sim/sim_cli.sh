@@ -46,7 +46,7 @@ h1=$("$SIM" --seed 77 --known-defects | grep -o 'trace hash [0-9a-f]*')
 h2=$("$SIM" --seed 77 --known-defects | grep -o 'trace hash [0-9a-f]*')
 [ -n "$h1" ] && [ "$h1" = "$h2" ] || { echo "FAIL: seed 77 replayed with '$h1' then '$h2'"; fail=1; }
 p=$("$SIM" --schedules 10 --jobs 1 --known-defects --progress-ms 0)
-grep -q '^done: 10 schedules (.*/s; [0-9]* Pacemaker), [0-9]* steps (.*/s), [0-9]* invariant checks; faults: freeze=' <<<"$p" ||
+grep -q '^done: 10 schedules (.*/s; [0-9]* Pacemaker, [0-9]* with role = watch), [0-9]* steps (.*/s), [0-9]* invariant checks; faults: freeze=' <<<"$p" ||
     { echo "FAIL: progress line: $p"; fail=1; }
 [ $fail = 0 ] && echo "sim_cli: all checks passed"
 exit $fail

@@ -191,6 +191,21 @@ std::optional<Violation> InvariantChecker::fence_done(int fencer, int victim, in
                                                 std::to_string(victim_keys) + " key(s) of the victim registered"};
 }
 
+std::optional<Violation> InvariantChecker::watch_live(const std::vector<HostView>& hosts, int device_holder) const {
+    ++checks_;
+    for (size_t i = 0; i < hosts.size(); ++i) {
+        const HostView& h = hosts[i];
+        if (h.alive && h.state != AgentState::watching)
+            return Violation{Inv::liveness, "host " + std::to_string(i) + "'s check-only watcher is " +
+                                                agent_state_name(h.state) +
+                                                " after the world healed: its node is not unfenced"};
+    }
+    if (device_holder < 0)
+        return Violation{Inv::liveness, "nobody holds the reservation after the world healed: a host that is not "
+                                        "registered could write"};
+    return std::nullopt;
+}
+
 std::optional<Violation> InvariantChecker::live(const std::vector<HostView>& hosts, int device_holder) const {
     ++checks_;
     int holders = 0, holder = -1;

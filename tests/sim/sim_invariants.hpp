@@ -144,6 +144,11 @@ public:
     std::optional<Violation> fence_done(int fencer, int victim, int exit, size_t victim_keys) const;
     /// Liveness: @p device_holder is the host the device shows holding (-1: none).
     std::optional<Violation> live(const std::vector<HostView>& hosts, int device_holder) const;
+    /// Liveness of check-only watchers (role = watch): every live host's
+    /// watcher sees its node's key (WATCHING: the node is unfenced) and a
+    /// reservation is held (@p device_holder >= 0), so that a host that is
+    /// not registered cannot write.
+    std::optional<Violation> watch_live(const std::vector<HostView>& hosts, int device_holder) const;
     /// Checks performed so far.
     uint64_t checks() const { return checks_; }
 

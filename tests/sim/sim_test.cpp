@@ -341,11 +341,12 @@ TEST(SimWorld, PacemakerWithoutFaultsUnfencesEveryNodeAndRunsTheResourceOnce) {
 // Pacemaker schedules of seeds 1..60 with only @p fault, traced; each must
 // run clean (a violation fails the test), and @p each sees every result.
 template <class Each>
-void pacemaker_schedules_with(Fault fault, Each each) {
+void pacemaker_schedules_with(Fault fault, Each each, Watcher watcher = Watcher::acquire) {
     for (uint64_t seed = 1; seed <= 60; ++seed) {
         SimOptions o;
         o.seed = seed;
         o.cluster = Cluster::pacemaker;
+        o.watcher = watcher;
         o.fault_mask = 1u << static_cast<unsigned>(fault);
         o.keep_trace = true;
         const ScheduleResult r = run_schedule(o);
@@ -362,6 +363,80 @@ TEST(SimWorld, PacemakerFencesANodeCutFromTheClusterAndMovesTheResource) {
     });
     EXPECT_GT(fenced, 5) << "few schedules fenced anybody";
     EXPECT_GT(moved, 2) << "the resource never moved after a fence";
+}
+
+// Issue 27's check-only watcher (role = watch), as docs/PACEMAKER.md now
+// configures each node's nvfenced: it never registers, fence_nvfence's `on`
+// registers the node on the device itself, and a node cut from the cluster
+// is still fenced, its watcher still kills its stack, the resource moves.
+TEST(SimWorld, PacemakerWithTheCheckOnlyWatcherUnfencesFencesAndMovesTheResource) {
+    for (uint64_t seed = 1; seed <= 20; ++seed) {
+        SimOptions o;
+        o.seed = seed;
+        o.cluster = Cluster::pacemaker;
+        o.watcher = Watcher::watch;
+        o.fault_mask = 0;
+        o.keep_trace = true;
+        const ScheduleResult r = run_schedule(o);
+        ASSERT_FALSE(r.violation) << "seed " << seed << ": " << r.violation->what << "\n" << r.trace;
+        EXPECT_EQ(r.watcher, Watcher::watch);
+        EXPECT_NE(r.trace.find("the resource starts here"), std::string::npos) << r.trace;
+    }
+    // Seed 10 fences a node (a quorate controller of a partial membership
+    // at startup) 300 ms after its `on`, before its watcher's first check:
+    // the watcher, told by the device that its registration was preempted,
+    // runs the fence action, and the node comes back (it stayed WAITING,
+    // for good, before AWaitingWatcherToldItsRegistrationWasPreemptedRunsTheFenceAction).
+    SimOptions o;
+    o.seed = 10;
+    o.cluster = Cluster::pacemaker;
+    o.watcher = Watcher::watch;
+    o.fault_mask = 0;
+    o.keep_trace = true;
+    const ScheduleResult s10 = run_schedule(o);
+    ASSERT_FALSE(s10.violation) << s10.violation->what << "\n" << s10.trace;
+    EXPECT_NE(s10.trace.find("host 1: agent FENCED"), std::string::npos) << s10.trace;
+    EXPECT_NE(s10.trace.find("host 1: its watcher killed corosync"), std::string::npos) << s10.trace;
+    int fenced = 0, moved = 0;
+    pacemaker_schedules_with(
+        Fault::cluster_partition,
+        [&](const ScheduleResult& r) {
+            fenced += r.trace.find("fenced\n") != std::string::npos ? 1 : 0;
+            moved += r.trace.find("the resource starts here (start 2)") != std::string::npos ? 1 : 0;
+        },
+        Watcher::watch);
+    EXPECT_GT(fenced, 5) << "few schedules fenced anybody";
+    EXPECT_GT(moved, 2) << "the resource never moved after a fence";
+}
+
+// --watcher any: the seed's hash picks, about half each, the same for a
+// seed every time; an etcd schedule is the same whatever it says.
+TEST(SimWorld, AnyWatcherIsPickedBySeedAndLeavesEtcdSchedulesAlone) {
+    int watch = 0;
+    for (uint64_t seed = 1; seed <= 40; ++seed) {
+        SimOptions o;
+        o.seed = seed;
+        o.cluster = Cluster::pacemaker;
+        o.watcher = Watcher::any;
+        o.steps = 50;
+        const ScheduleResult a = run_schedule(o), b = run_schedule(o);
+        ASSERT_NE(a.watcher, Watcher::any);
+        EXPECT_EQ(a.watcher, b.watcher) << "seed " << seed;
+        EXPECT_EQ(a.trace_hash, b.trace_hash) << "seed " << seed;
+        watch += a.watcher == Watcher::watch ? 1 : 0;
+        SimOptions fixed = o;
+        fixed.watcher = a.watcher;
+        EXPECT_EQ(run_schedule(fixed).trace_hash, a.trace_hash) << "any is one of the two, seed " << seed;
+    }
+    EXPECT_GT(watch, 8);
+    EXPECT_LT(watch, 32);
+    for (uint64_t seed = 1; seed <= 5; ++seed) {
+        SimOptions e, w;
+        e.seed = w.seed = seed;
+        e.cluster = w.cluster = Cluster::etcd;
+        w.watcher = Watcher::watch;
+        EXPECT_EQ(run_schedule(e).trace_hash, run_schedule(w).trace_hash) << "seed " << seed;
+    }
 }
 
 TEST(SimWorld, WithoutFaultsOneHostHoldsAndNothingButKnownDefectsBreaks) {

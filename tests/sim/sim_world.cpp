@@ -72,6 +72,21 @@ const char* cluster_name(Cluster c) {
     return "?";
 }
 
+const char* watcher_name(Watcher w) {
+    switch (w) {
+    case Watcher::acquire: return "acquire";
+    case Watcher::watch: return "watch";
+    case Watcher::any: return "any";
+    }
+    return "?";
+}
+
+std::optional<Watcher> parse_watcher(const std::string& name) {
+    for (Watcher w : {Watcher::acquire, Watcher::watch, Watcher::any})
+        if (name == watcher_name(w)) return w;
+    return std::nullopt;
+}
+
 std::optional<Cluster> parse_cluster(const std::string& name) {
     for (Cluster c : {Cluster::any, Cluster::etcd, Cluster::pacemaker})
         if (name == cluster_name(c)) return c;
@@ -92,6 +107,9 @@ using Ms = milliseconds;
 constexpr uint8_t kTag = 7;
 constexpr uint32_t kBlocks = 16;  // the media the writers write (InvariantChecker's size)
 constexpr uint32_t kBlockBytes = 512;
+
+// A host's state directory: a name on its simulated disk, never a real path.
+std::string host_dir(int h) { return "/sim/host" + std::to_string(h); }
 constexpr int kThreads = 3;
 enum Thr : int { kAgent = 0, kDriver = 1, kApp = 2 };
 constexpr int kFiberThreads = 2;  // kAgent and kDriver wait; the application never does
@@ -378,6 +396,7 @@ public:
     bool draw(Fault f);
     /// Pacemaker: host @p h's watcher ran its fence action (kills corosync).
     void watcher_fired(int h);
+    uint64_t app_key(const Host& H) const;
     bool pacemaker() const { return pcmk_; }
     Rng& rng() { return rng_; }
     int64_t ttl() const { return guard_.ttl_ms; }
@@ -730,7 +749,7 @@ void World::setup() {
         H->cntlid = static_cast<uint16_t>(i + 1);
         H->clock.set_drift_ppm(rng_.range(-200, 200));
         H->disk.on_write = [this, i] { return crash_at_write(i); };
-        const std::string dir = "/sim/host" + std::to_string(i);
+        const std::string dir = host_dir(i);
         H->epochs = std::make_unique<EpochStore>(dir, "vol-sim", H->disk);
         H->statefile = std::make_unique<AgentStateFile>(dir, "vol-sim", H->disk);
         H->next = {rng_.range(0, 500), kNever, kNever};
@@ -787,7 +806,12 @@ void World::swarm() {
 // As docs/PACEMAKER.md configures nvfenced as each node's watcher.
 void World::setup_pacemaker() {
     agent_opts_.type = ResvType::write_exclusive_reg_only;  // fence_nvfence's default mode
-    agent_opts_.role = StartRole::acquire;
+    // Drawn from the seed's hash, not the schedule's PRNG (as swarm()): the
+    // recorded seeds draw what they drew before the watcher existed.
+    res_.watcher = opts_.watcher != Watcher::any ? opts_.watcher
+                   : Rng(mix(opts_.seed ^ 0x3a7c4eull)).chance(500) ? Watcher::watch
+                                                                    : Watcher::acquire;
+    agent_opts_.role = res_.watcher == Watcher::watch ? StartRole::watch : StartRole::acquire;
     agent_opts_.rejoin_auto = false;         // only unfencing (fence_nvfence on) rejoins
     agent_opts_.holder_needs_lease = false;  // elector = none
     agent_opts_.fence_on_view_loss = false;  // Pacemaker decides
@@ -1361,7 +1385,8 @@ int World::fence_agent_run(Host& H, const char* action, int target) {
     for (const auto& O : hosts_)
         map += (map.empty() ? "" : ";") + std::string("host") + std::to_string(O->idx) + ":" + std::to_string(O->idx + 1);
     const std::vector<std::string> args{"-o", action, "-n", "host" + std::to_string(target), "-d", "/dev/sim",
-                                        "--node-ids", map, "--cluster-tag", std::to_string(kTag)};
+                                        "--node-ids", map, "--cluster-tag", std::to_string(kTag),
+                                        "--state-dir", host_dir(H.idx)};
     const fence_agent::Parsed parsed = fence_agent::parse_argv(args);
     if (!parsed.ok()) {
         std::fprintf(stderr, "nvfence-sim: fence_nvfence refused the simulator's options: %s\n",
@@ -1386,6 +1411,7 @@ int World::fence_agent_run(Host& H, const char* action, int target) {
     fh.resolve = [](const std::string& p) { return p; };
     fh.discover = [] { return std::vector<std::string>{}; };
     fh.dm_slaves = [](const std::string&) { return std::vector<std::string>{}; };
+    fh.state_medium = &H.disk;  // its epoch floor on the host's simulated disk, as nvfenced's
     std::string out;
     return fence_agent::run(parsed, fh, out);
 }
@@ -1440,21 +1466,36 @@ std::optional<Violation> World::cluster_live() const {
 
 // ---------------------------------------------------------------- world: the application's writes
 
+// The key the application's writer runs under. nvfenced's key, except
+// under the check-only watcher (role = watch), which registers nothing: a
+// new writer then takes the key fence_nvfence's `on` registered for this
+// host (what the device shows for its host id) and keeps it for as long as
+// the resource runs here, as an application writes on whatever the device
+// then says (its writes after an eviction are the device's to refuse).
+uint64_t World::app_key(const Host& H) const {
+    if (!pcmk_ || res_.watcher != Watcher::watch) return H.proc->agent.key();
+    if (H.proc->app.writer) return H.proc->app.key;
+    for (const auto& g : target_.regs)
+        if (g.host == H.id) return g.key;
+    return 0;
+}
+
 void World::app_step(Host& H) {
     Proc& p = *H.proc;
     App& a = p.app;
     // etcd: the writer runs while its agent holds; Pacemaker: while the
     // resource runs on this node (every registrant may write).
     const bool holder = pcmk_ ? H.cs.runs : p.agent.state() == AgentState::holder;
-    const uint64_t order = pcmk_ ? H.cs.placement : epoch_of(p.agent.key());
+    const uint64_t key = app_key(H);
+    const uint64_t order = pcmk_ ? H.cs.placement : epoch_of(key);
     // A new grant may start the writers again, once the stopped writer has
     // drained: a writer stopped with writes in flight never resumes.
     if (!holder && !a.writer) a.stopped = false;
     if (a.writer) app_reap(H, a);
     // A new grant (a re-key to a new token): the writer of the old one
     // drains first, then a writer of the new grant starts.
-    if (a.writer && (p.agent.key() != a.key || order != a.order) && a.writer->in_flight() == 0) a.writer.reset();
-    if (!a.writer && holder && !a.stopped && p.agent.key() != 0) {
+    if (a.writer && (key != a.key || order != a.order) && a.writer->in_flight() == 0) a.writer.reset();
+    if (!a.writer && holder && !a.stopped && key != 0) {
         detail::WriterTarget t;
         t.fd = Fd(-1);
         t.mode = WriterMode::block;
@@ -1465,19 +1506,19 @@ void World::app_step(Host& H) {
         WriterOptions o;
         o.queue_depth = 4;
         o.timeout_ms = 1;
-        o.epoch = epoch_of(p.agent.key());
+        o.epoch = epoch_of(key);
         a.writer = std::make_unique<SimWriter>(std::move(t), o);
         const bool ok = a.writer->init().ok();
         assert(ok);
         (void)ok;
-        a.key = p.agent.key();
+        a.key = key;
         a.order = order;
         a.id = ++writer_ids_;
         a.sent_seen = 0;
         a.queued.clear();
     }
     // Writes only while its agent holds with the grant the writer has.
-    if (a.writer && holder && p.agent.key() == a.key && order == a.order && !a.stopped && !a.writer->fenced() &&
+    if (a.writer && holder && key == a.key && order == a.order && !a.stopped && !a.writer->fenced() &&
         a.writer->in_flight() < a.writer->queue_depth())
         app_submit(H, a);
     if (a.writer && (a.stopped || a.writer->fenced()) && a.writer->in_flight() == 0) a.writer.reset();
@@ -1910,7 +1951,8 @@ void World::check_liveness() {
         views.push_back(view(*H));
         all_up = all_up && views.back().alive;
     }
-    auto v = checker_.live(views, device_holder());
+    auto v = res_.watcher == Watcher::watch && pcmk_ ? checker_.watch_live(views, device_holder())
+                                                     : checker_.live(views, device_holder());
     if (!v && pcmk_) v = cluster_live();
     const bool live = all_up && !v;
     if (live && (pcmk_ || !opts_.stability)) {

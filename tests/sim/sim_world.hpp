@@ -92,6 +92,22 @@ enum class Cluster : uint8_t {
 };
 /// "any", "etcd", "pacemaker".
 const char* cluster_name(Cluster c);
+
+/// How a Pacemaker schedule runs each node's nvfenced.
+enum class Watcher : uint8_t {
+    /// role = acquire (registers, acquires a free reservation at its first
+    /// start): the configuration of the seeds recorded before 2026-12-05.
+    acquire,
+    /// role = watch, the check-only watcher docs/PACEMAKER.md configures:
+    /// never registers; fence_nvfence's `on` registers the node itself.
+    watch,
+    /// The seed's hash picks one of the two, half and half.
+    any,
+};
+/// "acquire", "watch", "any".
+const char* watcher_name(Watcher w);
+/// Parses a watcher name; nullopt when unknown.
+std::optional<Watcher> parse_watcher(const std::string& name);
 /// Parses a cluster name; nullopt when unknown.
 std::optional<Cluster> parse_cluster(const std::string& name);
 
@@ -107,6 +123,9 @@ struct SimOptions {
     /// Which cluster manager. An etcd schedule of a seed is the same
     /// whatever this says (the choice does not draw from its PRNG).
     Cluster cluster = Cluster::any;
+    /// Pacemaker schedules: each node's nvfenced. The default keeps the
+    /// recorded seeds' configuration; CI's slice runs any (scripts/test.sh).
+    Watcher watcher = Watcher::acquire;
     /// Swarm testing: one schedule in four (decided by a hash of the seed)
     /// concentrates on one to three event fault kinds at several times
     /// their usual rate, so that rare kinds meet. Off: the schedules
@@ -141,6 +160,7 @@ struct ScheduleResult {
     uint64_t trace_hash = 0;                  ///< FNV-1a over the trace: equal for equal runs.
     uint64_t checks = 0;                      ///< Invariant checks performed.
     Cluster cluster = Cluster::etcd;          ///< The cluster manager it ran (never any).
+    Watcher watcher = Watcher::acquire;       ///< Pacemaker: how nvfenced ran (never any).
     std::array<uint64_t, kFaultCount> faults{};  ///< Faults injected by kind.
     std::optional<Violation> violation;       ///< The first broken invariant.
     uint64_t violation_step = 0;              ///< Its step.

@@ -14,7 +14,9 @@
 // inv,inv, --progress-ms N, --fail-at-step N (a self_test violation at step N:
 // tests the reporting, not the product), --cluster any|etcd|pacemaker (who decides
 // which host writes; any: the seed picks, one schedule in four Pacemaker), --no-swarm
-// (no schedule concentrates on a few fault kinds: the seeds recorded before 2026-12-04).
+// (no schedule concentrates on a few fault kinds: the seeds recorded before 2026-12-04),
+// --watcher acquire|watch|any (Pacemaker schedules: nvfenced with role = acquire, the
+// default and the recorded seeds', or the check-only watcher, role = watch; any: the seed picks).
 // Exit: 0 no violation, 1 a violation (seed and trace printed), 2 usage; --help: 0.
 #include <atomic>
 #include <chrono>
@@ -53,7 +55,8 @@ struct Args {
 const char kUsage[] =
     "usage: nvfence-sim --seed N [--trace] [--events] | (--schedules N | --seconds S) [--jobs J] [--first-seed S]\n"
     "       [--steps N] [--faults kind,...] [--known-defects] [--tolerate invariant,...] [--progress-ms N]\n"
-    "       [--fail-at-step N] [--cluster any|etcd|pacemaker] [--no-swarm] [--stability]\n"
+    "       [--fail-at-step N] [--cluster any|etcd|pacemaker] [--watcher acquire|watch|any] [--no-swarm]\n"
+    "       [--stability]\n"
     "Runs the product's agent, elector driver, fence_nvfence and writer against a simulated device,\n"
     "etcd, Corosync/Pacemaker membership and hosts (--cluster any: the seed picks, one in four Pacemaker).\n"
     "Exit: 0 no violation, 1 an invariant broke (seed and trace printed), 2 usage.\n";
@@ -144,6 +147,8 @@ int parse_args(int argc, char** argv, Args& a) {
         else if (k == "--tolerate" && v && parse_invariants(v)) a.sim.tolerate = *parse_invariants(argv[++i]);
         else if (k == "--cluster" && v && nvfence::sim::parse_cluster(v))
             a.sim.cluster = *nvfence::sim::parse_cluster(argv[++i]);
+        else if (k == "--watcher" && v && nvfence::sim::parse_watcher(v))
+            a.sim.watcher = *nvfence::sim::parse_watcher(argv[++i]);
         else return usage("bad or incomplete option: " + k);
     }
     if (!a.seed && a.schedules == 0 && a.seconds == 0) return usage("give --seed, --schedules or --seconds");
@@ -187,6 +192,9 @@ void print_result(const ScheduleResult& r, bool with_trace, const SimOptions& gi
                      (given.cluster == nvfence::sim::Cluster::any
                           ? std::string()
                           : std::string(" --cluster ") + nvfence::sim::cluster_name(given.cluster)) +
+                     (given.watcher == nvfence::sim::Watcher::acquire
+                          ? std::string()
+                          : std::string(" --watcher ") + nvfence::sim::watcher_name(given.watcher)) +
                      faults_option(given.fault_mask) + (given.swarm ? "" : " --no-swarm") +
                      (given.stability ? " --stability" : ""))
                         .c_str());
@@ -204,7 +212,7 @@ int replay(const Args& a) {
 // Totals over every schedule run so far.
 struct Totals {
     std::mutex mu;
-    uint64_t schedules = 0, steps = 0, checks = 0, pacemaker = 0;
+    uint64_t schedules = 0, steps = 0, checks = 0, pacemaker = 0, watch = 0;
     std::array<uint64_t, kFaultCount> faults{};
     std::array<uint64_t, kInvCount> tolerated{};
     std::array<uint64_t, kInvCount> first_seed{};  // first seed (lowest) per tolerated invariant, 0 none
@@ -213,6 +221,7 @@ struct Totals {
         std::lock_guard lk(mu);
         ++schedules;
         if (r.cluster == nvfence::sim::Cluster::pacemaker) ++pacemaker;
+        if (r.cluster == nvfence::sim::Cluster::pacemaker && r.watcher == nvfence::sim::Watcher::watch) ++watch;
         steps += r.steps;
         checks += r.checks;
         for (size_t i = 0; i < kFaultCount; ++i) faults[i] += r.faults[i];
@@ -236,9 +245,11 @@ void progress(Totals& t, double secs, bool final_line) {
             known += std::string(" ") + nvfence::sim::inv_name(static_cast<Inv>(i)) + "=" +
                      std::to_string(t.tolerated[i]) + " (first seed " + std::to_string(t.first_seed[i]) + ")";
     const double s = secs > 0 ? secs : 1e-9;
-    std::printf("%s%llu schedules (%.1f/s; %llu Pacemaker), %llu steps (%.0f/s), %llu invariant checks; faults:%s%s%s\n",
+    std::printf("%s%llu schedules (%.1f/s; %llu Pacemaker, %llu with role = watch), %llu steps (%.0f/s), %llu invariant "
+                "checks; faults:%s%s%s\n",
                 final_line ? "done: " : "", static_cast<unsigned long long>(t.schedules),
-                static_cast<double>(t.schedules) / s, static_cast<unsigned long long>(t.pacemaker), static_cast<unsigned long long>(t.steps),
+                static_cast<double>(t.schedules) / s, static_cast<unsigned long long>(t.pacemaker),
+                static_cast<unsigned long long>(t.watch), static_cast<unsigned long long>(t.steps),
                 static_cast<double>(t.steps) / s, static_cast<unsigned long long>(t.checks), faults.c_str(),
                 known.empty() ? "" : "; tolerated:", known.c_str());
     std::fflush(stdout);
