@@ -409,6 +409,24 @@ TEST(SimWorld, PacemakerWithTheCheckOnlyWatcherUnfencesFencesAndMovesTheResource
     EXPECT_GT(moved, 2) << "the resource never moved after a fence";
 }
 
+// The seeds of the watcher's first runs with every fault kind (CI's list,
+// the stability window): the key wiped by a target restart before the
+// watcher's check, while WAITING (3, 1002) or FENCED after a new `on`
+// (1003, 1012). Each stayed unfenced for good before fence_nvfence recorded
+// its unfencings for the watcher.
+TEST(SimRegressions, WatcherSeedsOfTheFirstRunStayClean) {
+    for (uint64_t seed : {3ull, 1002ull, 1003ull, 1012ull}) {
+        SimOptions o;
+        o.seed = seed;
+        o.cluster = Cluster::pacemaker;
+        o.watcher = Watcher::watch;
+        o.fault_mask = kAllFaults;
+        o.stability = true;
+        const ScheduleResult r = run_schedule(o);
+        EXPECT_FALSE(r.violation) << "seed " << seed << ": " << r.violation->what;
+    }
+}
+
 // --watcher any: the seed's hash picks, about half each, the same for a
 // seed every time; an etcd schedule is the same whatever it says.
 TEST(SimWorld, AnyWatcherIsPickedBySeedAndLeavesEtcdSchedulesAlone) {
