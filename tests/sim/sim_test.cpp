@@ -340,14 +340,20 @@ TEST(SimWorld, PacemakerWithoutFaultsUnfencesEveryNodeAndRunsTheResourceOnce) {
 // resource moves: the path every Pacemaker schedule's safety rests on.
 // Pacemaker schedules of seeds 1..60 with only @p fault, traced; each must
 // run clean (a violation fails the test), and @p each sees every result.
+// A Pacemaker schedule of @p seed with @p watcher and the fault kinds @p faults.
+SimOptions pacemaker(uint64_t seed, Watcher watcher, uint32_t faults) {
+    SimOptions o;
+    o.seed = seed;
+    o.cluster = Cluster::pacemaker;
+    o.watcher = watcher;
+    o.fault_mask = faults;
+    return o;
+}
+
 template <class Each>
 void pacemaker_schedules_with(Fault fault, Each each, Watcher watcher = Watcher::acquire) {
     for (uint64_t seed = 1; seed <= 60; ++seed) {
-        SimOptions o;
-        o.seed = seed;
-        o.cluster = Cluster::pacemaker;
-        o.watcher = watcher;
-        o.fault_mask = 1u << static_cast<unsigned>(fault);
+        SimOptions o = pacemaker(seed, watcher, 1u << static_cast<unsigned>(fault));
         o.keep_trace = true;
         const ScheduleResult r = run_schedule(o);
         ASSERT_FALSE(r.violation) << "seed " << seed << ": " << r.violation->what << "\n" << r.trace;
@@ -371,11 +377,7 @@ TEST(SimWorld, PacemakerFencesANodeCutFromTheClusterAndMovesTheResource) {
 // is still fenced, its watcher still kills its stack, the resource moves.
 TEST(SimWorld, PacemakerWithTheCheckOnlyWatcherUnfencesFencesAndMovesTheResource) {
     for (uint64_t seed = 1; seed <= 20; ++seed) {
-        SimOptions o;
-        o.seed = seed;
-        o.cluster = Cluster::pacemaker;
-        o.watcher = Watcher::watch;
-        o.fault_mask = 0;
+        SimOptions o = pacemaker(seed, Watcher::watch, 0);
         o.keep_trace = true;
         const ScheduleResult r = run_schedule(o);
         ASSERT_FALSE(r.violation) << "seed " << seed << ": " << r.violation->what << "\n" << r.trace;
@@ -387,11 +389,7 @@ TEST(SimWorld, PacemakerWithTheCheckOnlyWatcherUnfencesFencesAndMovesTheResource
     // the watcher, told by the device that its registration was preempted,
     // runs the fence action, and the node comes back (it stayed WAITING,
     // for good, before AWaitingWatcherToldItsRegistrationWasPreemptedRunsTheFenceAction).
-    SimOptions o;
-    o.seed = 10;
-    o.cluster = Cluster::pacemaker;
-    o.watcher = Watcher::watch;
-    o.fault_mask = 0;
+    SimOptions o = pacemaker(10, Watcher::watch, 0);
     o.keep_trace = true;
     const ScheduleResult s10 = run_schedule(o);
     ASSERT_FALSE(s10.violation) << s10.violation->what << "\n" << s10.trace;
@@ -416,11 +414,7 @@ TEST(SimWorld, PacemakerWithTheCheckOnlyWatcherUnfencesFencesAndMovesTheResource
 // its unfencings for the watcher.
 TEST(SimRegressions, WatcherSeedsOfTheFirstRunStayClean) {
     for (uint64_t seed : {3ull, 1002ull, 1003ull, 1012ull}) {
-        SimOptions o;
-        o.seed = seed;
-        o.cluster = Cluster::pacemaker;
-        o.watcher = Watcher::watch;
-        o.fault_mask = kAllFaults;
+        SimOptions o = pacemaker(seed, Watcher::watch, kAllFaults);
         o.stability = true;
         const ScheduleResult r = run_schedule(o);
         EXPECT_FALSE(r.violation) << "seed " << seed << ": " << r.violation->what;
@@ -432,10 +426,7 @@ TEST(SimRegressions, WatcherSeedsOfTheFirstRunStayClean) {
 TEST(SimWorld, AnyWatcherIsPickedBySeedAndLeavesEtcdSchedulesAlone) {
     int watch = 0;
     for (uint64_t seed = 1; seed <= 40; ++seed) {
-        SimOptions o;
-        o.seed = seed;
-        o.cluster = Cluster::pacemaker;
-        o.watcher = Watcher::any;
+        SimOptions o = pacemaker(seed, Watcher::any, kDefaultFaults);
         o.steps = 50;
         const ScheduleResult a = run_schedule(o), b = run_schedule(o);
         ASSERT_NE(a.watcher, Watcher::any);
