@@ -451,6 +451,8 @@ private:
     void takeover_command(Host& H, uint8_t op, int64_t limit);
     void start_race(Host& P, int64_t limit);
     void hold_victim(Host& H, int64_t limit);
+    template <class Done>
+    void hold_completion(Host& H, int64_t limit, Done done);
     void pause_winner(Host& H);
     void paused_restart_step();
     void heal();
@@ -1890,7 +1892,7 @@ void World::start_race(Host& P, int64_t limit) {
     }
     H->next[kDriver] = std::min(H->next[kDriver], now_ + 1);
     trace(Rec::fault, P.idx, static_cast<uint32_t>(Fault::fence_race), static_cast<uint64_t>(H->idx));
-    while (now_ < limit && !race_checked_) block(P.idx, kAgent, std::min(limit, now_ + 5));
+    hold_completion(P, limit, [this] { return race_checked_; });
 }
 
 // The node a race started for read the Report of its check: its key is
@@ -1900,8 +1902,15 @@ void World::start_race(Host& P, int64_t limit) {
 void World::hold_victim(Host& H, int64_t limit) {
     if (race_victim_ != H.idx || now_ >= race_until_) return;
     race_checked_ = true;
-    while (now_ < limit && target_.find(H.id)) block(H.idx, kAgent, std::min(limit, now_ + 5));
+    hold_completion(H, limit, [this, &H] { return target_.find(H.id) == nullptr; });
     race_victim_ = -1;
+}
+
+// The completion of @p H's agent's command comes once @p done() or at
+// @p limit (looked at every 5 ms).
+template <class Done>
+void World::hold_completion(Host& H, int64_t limit, Done done) {
+    while (now_ < limit && !done()) block(H.idx, kAgent, std::min(limit, now_ + 5));
 }
 
 // paused_win: @p H's driver just posted a win. Its VM pauses with its
