@@ -3,7 +3,7 @@
 # it rebuilds nvfence-sim once per patch). For each tests/mutations/*.patch
 # (default: every one) it applies the patch to a separate work tree of HEAD
 # (never the shared one), rebuilds nvfence-sim there and runs it the way
-# CI's slice does (every fault kind, --jobs 2) for SIM_SECONDS from
+# CI's slice does (every fault kind, --jobs SIM_JOBS) for SIM_SECONDS from
 # SIM_FIRST_SEED, stopping at the first violation. HEAD runs first and must
 # show none. One table row per patch: the first violation (invariant, seed)
 # and the schedules run until it (seed - first seed + 1: seeds are handed
@@ -17,6 +17,8 @@
 # Usage: tests/mutations/sim_run.sh [PATCH[+PATCH...]...]
 # Environment: SIM_SECONDS (default 60, CI's slice), SIM_FIRST_SEED
 # (default 1), SIM_ARGS (more nvfence-sim options, e.g. --steps 600),
+# SIM_JOBS (default 2: the build's and the simulator's jobs; 1 on a
+# machine shared with someone else, which runs half CI's schedules),
 # MUT_SIM_TREE (default /tmp/nvfence-sim-mut: the work tree,
 # made with `git worktree add` and reused).
 # Exit codes: 0 every patch caught, 1 one was not (or HEAD broke an
@@ -27,6 +29,7 @@ HERE=$PWD/tests/mutations
 W=${MUT_SIM_TREE:-/tmp/nvfence-sim-mut}
 SECS=${SIM_SECONDS:-60}
 FIRST=${SIM_FIRST_SEED:-1}
+JOBS=${SIM_JOBS:-2}
 if [ $# -gt 0 ]; then PATCHES=("$@"); else PATCHES=("$HERE"/*.patch); fi
 abs() {  # a+b+c -> absolute paths joined by +
     local out="" part
@@ -67,12 +70,12 @@ if [ ! -e "$W/build/CMakeCache.txt" ]; then
     cmake -S "$W" -B "$W/build" -G Ninja -DNVFENCE_WERROR=OFF >"$W/configure.log" 2>&1 ||
         { echo "sim_run.sh: configure failed: $W/configure.log" >&2; exit 2; }
 fi
-build() { nice -n 10 cmake --build "$W/build" -j2 --target nvfence-sim >"$W/build-$1.log" 2>&1; }
-faults=freeze,crash,crash_in_command,crash_in_write,etcd_partition,etcd_down,device_partition,device_delay,lost_done,lost_not_done,late_answer,target_restart,cluster_partition,link_degraded,target_crash_loop,fence_delay
+build() { nice -n 10 cmake --build "$W/build" -j"$JOBS" --target nvfence-sim >"$W/build-$1.log" 2>&1; }
+faults=freeze,crash,crash_in_command,crash_in_write,etcd_partition,etcd_down,device_partition,device_delay,lost_done,lost_not_done,late_answer,target_restart,cluster_partition,link_degraded,target_crash_loop,fence_delay,fence_race,paused_win
 # Prints "<invariant> <seed> <schedules>" or "none - <schedules>".
 sim() {
     local out v
-    out=$("$W/build/bin/nvfence-sim" --seconds "$SECS" --jobs 2 --first-seed "$FIRST" --faults "$faults" \
+    out=$("$W/build/bin/nvfence-sim" --seconds "$SECS" --jobs "$JOBS" --first-seed "$FIRST" --faults "$faults" \
         --progress-ms 0 ${SIM_ARGS:-} 2>&1)
     v=$(sed -n 's/^VIOLATION of \([a-z_]*\) at step [0-9]* (seed \([0-9]*\)).*/\1 \2/p' <<<"$out" | head -n1)
     if [ -n "$v" ]; then
@@ -84,7 +87,7 @@ sim() {
 }
 field() { sed -n "s/^$1: //p" "$2" | head -n1; }
 
-echo "nvfence-sim mutation check: HEAD $(git rev-parse --short HEAD), ${SECS}s per patch from seed $FIRST${SIM_ARGS:+ ($SIM_ARGS)}," \
+echo "nvfence-sim mutation check: HEAD $(git rev-parse --short HEAD), ${SECS}s per patch from seed $FIRST, $JOBS job(s)${SIM_ARGS:+ ($SIM_ARGS)}," \
      "load $(cut -d' ' -f1-3 /proc/loadavg) at start"
 printf '%-40s %-26s %-24s %-16s %-10s %s\n' patch defect "first violation" seed schedules verdict
 build head || { echo "sim_run.sh: HEAD does not build: $W/build-head.log" >&2; exit 2; }

@@ -285,6 +285,55 @@ TEST(SimRegressions, Seed272601258885307AWinAfterAFailedRenewalRenewsAndTheLeade
     EXPECT_FALSE(r.violation) << what(r);
 }
 
+// The seeds at which CI's slice (every kind, fence_race and paused_win
+// included, --stability) caught the mutations its earlier kinds missed
+// (2026-12-05, 77df279; tests/mutations/sim_run.sh), replayed on the code
+// with the fixes: the race happens (the kind is injected) and is refused.
+ScheduleResult ci_slice(uint64_t seed) {
+    SimOptions o;
+    o.seed = seed;
+    o.fault_mask = kAllFaults;
+    o.stability = true;
+    return run_schedule(o);
+}
+
+// p25e, fence_race: two nodes fenced each other through their nvfenced;
+// one's takeover re-keyed it, the other's nvfenced read its check's
+// Report, the preempt-and-abort removed the other's key, then the other's
+// takeover read the device. With Fence::takeover it registered the fenced
+// node again and preempted the first (seed 149: node 1 so, and node 0's
+// fence_nvfence off exited 0 with node 1 registered, fence_unverified;
+// seed 141120754387408, from 77df279's CI seed: node 0, the resource's
+// node, so, and its writes under the preempted key landed,
+// write_after_preempt). An agent's takeover is exactly its own key's
+// (Fence::takeover_registered).
+TEST(SimRegressions, FenceRaceSeedsATakeoverAfterItsKeyWasPreemptedIsRefused) {
+    for (uint64_t seed : {149ull, 141120754387408ull}) {
+        const ScheduleResult r = ci_slice(seed);
+        EXPECT_EQ(r.cluster, Cluster::pacemaker) << "seed " << seed;
+        EXPECT_GT(r.faults[static_cast<size_t>(Fault::fence_race)], 0u) << "seed " << seed;
+        EXPECT_FALSE(r.violation) << "seed " << seed << ": " << what(r);
+    }
+}
+
+// d24a + d24b, paused_win (seed 1743): host 1 won token 3 and paused 8.9 s
+// right after the win was posted; host 0 was elected with token 4 and
+// wrote; the target restarted (a crash loop, then the pause's restart);
+// host 1 resumed, its check found its key gone and rejoined with epoch 3,
+// the token's, and the win was carried out on that key: its writes of
+// epoch 3 landed over epoch 4's (acked_write_lost; seed 141120754387283,
+// from 77df279's CI seed, the same with the hosts' roles swapped). A win
+// is carried out only for the key it was posted for, and not after a
+// check that changed the host's key.
+TEST(SimRegressions, PausedWinSeedsAWinIsNotCarriedOutOnAKeyARejoinMade) {
+    for (uint64_t seed : {1743ull, 141120754387283ull}) {
+        const ScheduleResult r = ci_slice(seed);
+        EXPECT_EQ(r.cluster, Cluster::etcd) << "seed " << seed;
+        EXPECT_GT(r.faults[static_cast<size_t>(Fault::paused_win)], 0u) << "seed " << seed;
+        EXPECT_FALSE(r.violation) << "seed " << seed << ": " << what(r);
+    }
+}
+
 TEST(SimRegressions, PacemakerWindowOfSeeds1To1000) {
     for (uint64_t seed = 1; seed <= 1000; ++seed) {
         const ScheduleResult r = pacemaker(seed);

@@ -5,6 +5,8 @@
 // schedules in known-defect mode. The replays of the seeds that found
 // issue 24's defects are in sim_known_defects_test.cpp (CTest
 // sim_known_defects).
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "nvfence/key.hpp"
@@ -17,6 +19,22 @@ namespace {
 
 constexpr uint8_t kTag = 7;
 uint64_t key(uint8_t node, uint32_t epoch) { return *make_key(KeyFields{kTag, node, epoch}); }
+uint32_t bit(Fault f) { return 1u << static_cast<unsigned>(f); }
+
+// How often @p what occurs in @p text.
+uint64_t occurrences(const std::string& text, const std::string& what) {
+    uint64_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+}
+
+// No fault of another kind than @p only was injected.
+void expect_only(const ScheduleResult& r, Fault only) {
+    for (size_t i = 0; i < kFaultCount; ++i)
+        if (i != static_cast<size_t>(only)) {
+            EXPECT_EQ(r.faults[i], 0u) << fault_name(static_cast<Fault>(i));
+        }
+}
 
 // ---------------------------------------------------------------- invariants
 
@@ -338,8 +356,6 @@ TEST(SimWorld, PacemakerWithoutFaultsUnfencesEveryNodeAndRunsTheResourceOnce) {
 // A node cut from the cluster network (its path to the device intact) is
 // fenced by the quorate side through fence_nvfence and nvfenced, and the
 // resource moves: the path every Pacemaker schedule's safety rests on.
-// Pacemaker schedules of seeds 1..60 with only @p fault, traced; each must
-// run clean (a violation fails the test), and @p each sees every result.
 // A Pacemaker schedule of @p seed with @p watcher and the fault kinds @p faults.
 SimOptions pacemaker(uint64_t seed, Watcher watcher, uint32_t faults) {
     SimOptions o;
@@ -350,10 +366,13 @@ SimOptions pacemaker(uint64_t seed, Watcher watcher, uint32_t faults) {
     return o;
 }
 
+// Pacemaker schedules of seeds 1..60 with only the kinds of @p faults (bit
+// = Fault), traced; each must run clean (a violation fails the test), and
+// @p each sees every result.
 template <class Each>
-void pacemaker_schedules_with(Fault fault, Each each, Watcher watcher = Watcher::acquire) {
+void pacemaker_schedules_with(uint32_t faults, Each each, Watcher watcher = Watcher::acquire) {
     for (uint64_t seed = 1; seed <= 60; ++seed) {
-        SimOptions o = pacemaker(seed, watcher, 1u << static_cast<unsigned>(fault));
+        SimOptions o = pacemaker(seed, watcher, faults);
         o.keep_trace = true;
         const ScheduleResult r = run_schedule(o);
         ASSERT_FALSE(r.violation) << "seed " << seed << ": " << r.violation->what << "\n" << r.trace;
@@ -363,7 +382,7 @@ void pacemaker_schedules_with(Fault fault, Each each, Watcher watcher = Watcher:
 
 TEST(SimWorld, PacemakerFencesANodeCutFromTheClusterAndMovesTheResource) {
     int fenced = 0, moved = 0;
-    pacemaker_schedules_with(Fault::cluster_partition, [&](const ScheduleResult& r) {
+    pacemaker_schedules_with(bit(Fault::cluster_partition), [&](const ScheduleResult& r) {
         fenced += r.trace.find("fenced\n") != std::string::npos ? 1 : 0;
         moved += r.trace.find("the resource starts here (start 2)") != std::string::npos ? 1 : 0;
     });
@@ -397,7 +416,7 @@ TEST(SimWorld, PacemakerWithTheCheckOnlyWatcherUnfencesFencesAndMovesTheResource
     EXPECT_NE(s10.trace.find("host 1: its watcher killed corosync"), std::string::npos) << s10.trace;
     int fenced = 0, moved = 0;
     pacemaker_schedules_with(
-        Fault::cluster_partition,
+        bit(Fault::cluster_partition),
         [&](const ScheduleResult& r) {
             fenced += r.trace.find("fenced\n") != std::string::npos ? 1 : 0;
             moved += r.trace.find("the resource starts here (start 2)") != std::string::npos ? 1 : 0;
@@ -462,10 +481,15 @@ TEST(SimWorld, WithoutFaultsOneHostHoldsAndNothingButKnownDefectsBreaks) {
     }
 }
 
+// Sixty schedules at least, and on until every kind was injected:
+// fence_race needs two fencers racing (a two-node Pacemaker cluster whose
+// nodes lost each other), which the first schedule of all kinds to race
+// is seed 149's.
 TEST(SimWorld, FaultsAreInjectedAndCountedByKind) {
     std::array<uint64_t, kFaultCount> total{};
     uint64_t checks = 0;
-    for (uint64_t seed = 1; seed <= 60; ++seed) {
+    const auto every_kind = [&] { return std::all_of(total.begin(), total.end(), [](uint64_t n) { return n > 0; }); };
+    for (uint64_t seed = 1; seed <= 400 && (seed <= 60 || !every_kind()); ++seed) {
         SimOptions o;
         o.seed = seed;
         o.known_defects = true;
@@ -475,18 +499,19 @@ TEST(SimWorld, FaultsAreInjectedAndCountedByKind) {
         checks += r.checks;
     }
     for (size_t i = 0; i < kFaultCount; ++i)
-        EXPECT_GT(total[i], 0u) << fault_name(static_cast<Fault>(i)) << " never injected in 60 schedules";
+        EXPECT_GT(total[i], 0u) << fault_name(static_cast<Fault>(i)) << " never injected in 400 schedules";
     EXPECT_GT(checks, 60u * 100);
 }
 
-// link_degraded and target_crash_loop came after seeds were recorded: off
-// by default, and their rates are drawn from the seed's hash, so a
-// schedule without them is the one it was before they existed.
+// link_degraded, target_crash_loop, fence_delay, fence_race and
+// paused_win came after seeds were recorded: off by default, and their
+// rates are drawn from the seed's hash, so a schedule without them is the
+// one it was before they existed.
 TEST(SimWorld, TheLaterFaultKindsAreOffByDefault) {
     EXPECT_EQ(SimOptions{}.fault_mask, kDefaultFaults);
-    EXPECT_EQ(kDefaultFaults & (1u << static_cast<unsigned>(Fault::link_degraded)), 0u);
-    EXPECT_EQ(kDefaultFaults & (1u << static_cast<unsigned>(Fault::target_crash_loop)), 0u);
-    EXPECT_EQ(kDefaultFaults & (1u << static_cast<unsigned>(Fault::fence_delay)), 0u);
+    for (Fault f : {Fault::link_degraded, Fault::target_crash_loop, Fault::fence_delay, Fault::fence_race,
+                    Fault::paused_win})
+        EXPECT_EQ(kDefaultFaults & bit(f), 0u) << fault_name(f);
     EXPECT_EQ(kDefaultFaults, (1u << 13) - 1) << "the thirteen kinds of the seeds recorded so far";
     for (uint64_t seed = 1; seed <= 20; ++seed) {
         SimOptions o;
@@ -496,6 +521,8 @@ TEST(SimWorld, TheLaterFaultKindsAreOffByDefault) {
         EXPECT_EQ(r.faults[static_cast<size_t>(Fault::link_degraded)], 0u);
         EXPECT_EQ(r.faults[static_cast<size_t>(Fault::target_crash_loop)], 0u);
         EXPECT_EQ(r.faults[static_cast<size_t>(Fault::fence_delay)], 0u);
+        EXPECT_EQ(r.faults[static_cast<size_t>(Fault::fence_race)], 0u);
+        EXPECT_EQ(r.faults[static_cast<size_t>(Fault::paused_win)], 0u);
     }
 }
 
@@ -514,15 +541,8 @@ TEST(SimWorld, ATargetCrashLoopRestartsTheTargetAgainAndAgain) {
         const uint64_t injected = r.faults[static_cast<size_t>(Fault::target_crash_loop)];
         loops += injected;
         // The loop's further restarts are traced but not counted as faults.
-        uint64_t traced = 0;
-        for (size_t at = r.trace.find("fault target_crash_loop"); at != std::string::npos;
-             at = r.trace.find("fault target_crash_loop", at + 1))
-            ++traced;
-        again += traced > injected ? 1 : 0;
-        for (size_t i = 0; i < kFaultCount; ++i)
-            if (i != static_cast<size_t>(Fault::target_crash_loop)) {
-                EXPECT_EQ(r.faults[i], 0u) << fault_name(static_cast<Fault>(i));
-            }
+        again += occurrences(r.trace, "fault target_crash_loop") > injected ? 1 : 0;
+        expect_only(r, Fault::target_crash_loop);
     }
     EXPECT_GT(loops, 5u);
     EXPECT_GT(again, 5) << "few loops restarted the target more than once";
@@ -533,7 +553,7 @@ TEST(SimWorld, ATargetCrashLoopRestartsTheTargetAgainAndAgain) {
 // slow); an etcd host loses etcd meanwhile. Both run clean.
 TEST(SimWorld, ADegradedLinkCutsANodeFromTheClusterAndItIsFenced) {
     int fenced = 0, injected = 0;
-    pacemaker_schedules_with(Fault::link_degraded, [&](const ScheduleResult& r) {
+    pacemaker_schedules_with(bit(Fault::link_degraded), [&](const ScheduleResult& r) {
         fenced += r.trace.find("fenced\n") != std::string::npos ? 1 : 0;
         injected += r.faults[static_cast<size_t>(Fault::link_degraded)] > 0 ? 1 : 0;
     });
@@ -570,6 +590,46 @@ TEST(SimWorld, AFenceDelayDelaysEveryFencingActionAndTheNodeIsStillFenced) {
     EXPECT_GT(delayed, 5u);
 }
 
+// fence_race: two nodes fence each other through their nvfenced, and one's
+// preempt-and-abort lands between the other's check and its takeover; that
+// takeover is refused (its key is gone: Fence::takeover_registered) and the
+// cluster runs clean. Injected only where two fencers race, and traced.
+TEST(SimWorld, AFenceRaceLandsThePeersFenceBetweenTheCheckAndTheTakeover) {
+    uint64_t raced = 0;
+    pacemaker_schedules_with(bit(Fault::cluster_partition) | bit(Fault::fence_delay) | bit(Fault::fence_race),
+                             [&](const ScheduleResult& r) {
+                                 const uint64_t n = r.faults[static_cast<size_t>(Fault::fence_race)];
+                                 raced += n;
+                                 EXPECT_EQ(r.trace.find("fault fence_race: re-keyed, host ") != std::string::npos,
+                                           n > 0)
+                                     << r.trace;
+                             });
+    EXPECT_GT(raced, 3u) << "few takeovers met a peer's pending fence";
+}
+
+// paused_win: a winner's VM pauses right after its win was posted, with its
+// clock stopped, and the target restarts just before it resumes; the win
+// is not carried out on the key the check made meanwhile, and the
+// schedules run clean. Each injection is traced twice (the pause and its
+// restart), and counted once.
+TEST(SimWorld, APausedWinPausesTheWinnerAndRestartsTheTargetBeforeItResumes) {
+    uint64_t paused = 0, traced = 0;
+    for (uint64_t seed = 1; seed <= 40; ++seed) {
+        SimOptions o;
+        o.seed = seed;
+        o.cluster = Cluster::etcd;
+        o.fault_mask = bit(Fault::paused_win);
+        o.keep_trace = true;
+        const ScheduleResult r = run_schedule(o);
+        ASSERT_FALSE(r.violation) << "seed " << seed << ": " << r.violation->what << "\n" << r.trace;
+        paused += r.faults[static_cast<size_t>(Fault::paused_win)];
+        traced += occurrences(r.trace, "fault paused_win");
+        expect_only(r, Fault::paused_win);
+    }
+    EXPECT_GT(paused, 5u);
+    EXPECT_GE(traced, paused);
+}
+
 TEST(SimWorld, AFaultMaskKeepsOtherKindsOut) {
     SimOptions o;
     o.seed = 9;
@@ -578,10 +638,7 @@ TEST(SimWorld, AFaultMaskKeepsOtherKindsOut) {
     for (uint64_t seed = 1; seed <= 10; ++seed) {
         o.seed = seed;
         const ScheduleResult r = run_schedule(o);
-        for (size_t i = 0; i < kFaultCount; ++i)
-            if (i != static_cast<size_t>(Fault::freeze)) {
-                EXPECT_EQ(r.faults[i], 0u) << fault_name(static_cast<Fault>(i));
-            }
+        expect_only(r, Fault::freeze);
     }
 }
 

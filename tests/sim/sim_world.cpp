@@ -59,6 +59,8 @@ const char* fault_name(Fault f) {
     case Fault::link_degraded: return "link_degraded";
     case Fault::target_crash_loop: return "target_crash_loop";
     case Fault::fence_delay: return "fence_delay";
+    case Fault::fence_race: return "fence_race";
+    case Fault::paused_win: return "paused_win";
     }
     return "?";
 }
@@ -294,6 +296,9 @@ struct Host {
     int64_t etcd_cut_until = 0;
     int64_t dev_cut_until = 0;
     int64_t link_slow_until = 0;  // link_degraded: its device commands are slow
+    bool serving_takeover = false;  // its nvfenced serves fence_nvfence's takeover (fence_race)
+    int takeover_reports = 0;       // ... and read this many Reports for it
+    bool won = false;             // paused_win: its driver got a token in this step (a win is posted)
     int64_t lease_deadline_local = INT64_MIN;
     int64_t last_view_local = 0;  // the agent's last successful Report (its clock)
     int64_t last_view_world = 0;  // the same, world time
@@ -404,10 +409,12 @@ public:
 private:
     // Most per-opportunity rate (per mille) of each fault kind; each
     // schedule draws its own rate below it (0: that kind stays off).
-    static constexpr std::array<uint32_t, kFaultCount> kMaxRate{10, 10, 6, 150, 10, 10, 10, 60, 20, 20, 60, 2, 10, 10, 3, 0};
+    static constexpr std::array<uint32_t, kFaultCount> kMaxRate{10, 10, 6, 150, 10, 10, 10, 60, 20, 20,
+                                                                60, 2,  10, 10, 3,  0,  1000, 300};
 
     void setup();
     void setup_pacemaker();
+    void later_kinds();
     void swarm();
     // Pacemaker schedules (the cluster stack of each node).
     void cluster_step(Host& H);
@@ -458,6 +465,15 @@ private:
     void inject(Fault f, Host& H);
     void restart_target();
     void crash_loop_step();
+    void freeze_host(Host& H, int64_t until, bool stops);
+    Host* racing_peer(const Host& H);
+    void takeover_command(Host& H, uint8_t op, int64_t limit);
+    void start_race(Host& P, int64_t limit);
+    void hold_victim(Host& H, int64_t limit);
+    template <class Done>
+    void hold_completion(Host& H, int64_t limit, Done done);
+    void pause_winner(Host& H);
+    void paused_restart_step();
     void heal();
     void check(const std::optional<Violation>& v);
     void fail(const Violation& v);
@@ -491,6 +507,10 @@ private:
     int crash_loop_left_ = 0;
     int64_t fence_delay_max_ = 0;  // fence_delay: pcmk_delay_max (0: none)
     int64_t crash_loop_next_ = kNever;
+    int64_t restart_at_ = kNever;  // paused_win: the target restarts then (without PTPL)
+    int race_victim_ = -1;         // fence_race: the node whose check is held next
+    bool race_checked_ = false;    // ... its nvfenced read its check's Report
+    int64_t race_until_ = 0;       // ... the race ends by then
     int64_t fault_gap_ms_ = 500;
     int64_t etcd_down_until_ = 0;
     bool healed_ = false;
@@ -610,6 +630,7 @@ Result<Term> SimElector::term(uint32_t at_least, Ms timeout) {
         return term;
     });
     if (t && std::find(tokens_.begin(), tokens_.end(), t->epoch) == tokens_.end()) tokens_.push_back(t->epoch);
+    if (t) w_.host(host_).won = true;  // the driver posts the win next (ElectorDriver::post_win)
     return t;
 }
 
@@ -758,9 +779,13 @@ void World::setup() {
     fault_steps_ = opts_.steps;
     if (pcmk_) setup_pacemaker();
     if (opts_.swarm) swarm();
-    // The kinds added after the seeds recorded so far (off by default) draw
-    // their rates from the seed's hash, not the schedule's PRNG: without
-    // them a schedule draws exactly what it drew before they existed.
+    later_kinds();
+}
+
+// The kinds added after the seeds recorded so far (off by default) draw
+// their rates from the seed's hash, not the schedule's PRNG: without
+// them a schedule draws exactly what it drew before they existed.
+void World::later_kinds() {
     Rng r(mix(opts_.seed ^ 0x1d7c3aull));
     for (Fault f : {Fault::link_degraded, Fault::target_crash_loop}) {
         const auto i = static_cast<size_t>(f);
@@ -784,6 +809,14 @@ void World::setup() {
     }
     const int64_t delay_max = r.range(1000, 5000);
     if (pcmk_ && (opts_.fault_mask & (1u << static_cast<unsigned>(Fault::fence_delay)))) fence_delay_max_ = delay_max;
+    // fence_race and paused_win (2026-12-05) from a hash of their own: every
+    // schedule without them is the one it was before they existed, with the
+    // other later kinds too.
+    Rng q(mix(opts_.seed ^ 0x7ace5ull));
+    for (Fault f : {Fault::fence_race, Fault::paused_win}) {
+        const auto i = static_cast<size_t>(f);
+        rate_[i] = static_cast<uint32_t>(q.range(0, kMaxRate[i]));
+    }
 }
 
 // Swarm testing (Groce et al., "Swarm testing", ISSTA 2012): one schedule
@@ -842,6 +875,8 @@ void World::boot(Host& H) {
     ++H.gen;
     H.next = {now_, kNever, kNever};
     H.bridge_dirty = false;
+    H.serving_takeover = false;
+    H.won = false;
     H.last_view_local = H.clock.local_ms();
     trace(Rec::restart, H.idx, H.gen, 0);
 }
@@ -938,6 +973,7 @@ bool World::run_one(int64_t limit) {
     offer(device_time(), -1, 0);
     if (!healed_) offer(next_fault_, -2, 0);
     if (!healed_ && crash_loop_left_ > 0) offer(crash_loop_next_, -3, 0);
+    if (!healed_ && restart_at_ < kNever) offer(restart_at_, -4, 0);
     if (best > limit || best >= kNever) return false;
     const auto [h, thr] = ties[n > 1 ? rng_.below(n) : 0];
     now_ = std::max(now_, best);
@@ -947,6 +983,7 @@ bool World::run_one(int64_t limit) {
     if (h == -1) device_step();
     else if (h == -2) fault_step();
     else if (h == -3) crash_loop_step();
+    else if (h == -4) paused_restart_step();
     else run_thread(host(h), thr);
     after_step();
     return true;
@@ -1071,6 +1108,10 @@ void World::driver_step(Host& H) {
     H.bridge_dirty = true;
     H.next[kDriver] = now_ + std::max<int64_t>(1, w.count()) + rng_.range(0, 2);
     H.next[kAgent] = std::min(H.next[kAgent], now_ + rng_.range(0, 3));
+    if (H.won) {
+        H.won = false;
+        pause_winner(H);
+    }
 }
 
 // ---------------------------------------------------------------- world: the Pacemaker cluster
@@ -1444,7 +1485,10 @@ Result<ControlReply> World::control(Host& H, const ControlRequest& req) {
 void World::serve_control(Host& H) {
     if (!H.ctl_req || H.ctl_reply) return;
     const ControlRequest req = *H.ctl_req;
+    H.serving_takeover = req.op == ControlOp::takeover;
+    H.takeover_reports = 0;
     H.ctl_reply = H.proc->agent.handle(req, "fence_nvfence");
+    H.serving_takeover = false;
 }
 
 std::optional<Violation> World::cluster_live() const {
@@ -1702,6 +1746,7 @@ Result<uint32_t> World::device_command(int h, const Command& cmd, std::span<uint
     Result<uint32_t> r = uint32_t{0};
     if (!lost_not) r = execute(h, cmd, data, sent);
     const bool lost = lost_not || draw(Fault::lost_done);
+    if (thr == kAgent && H.serving_takeover && r && !lost) takeover_command(H, cmd.opcode, sent + bound - 1);
     block(h, thr, std::min(sent + bound, now_ + (delay - delay / 2)));
     if (delay > bound) return timed_out;
     if (lost) return std::error_code(ECONNRESET, std::system_category());
@@ -1782,8 +1827,7 @@ void World::inject(Fault f, Host& H) {
     case Fault::freeze: {
         until = now_ + rng_.range(100, 3 * ttl);
         const bool stops = rng_.chance(700);
-        H.frozen_until = std::max(H.frozen_until, until);
-        H.clock.freeze(now_, H.frozen_until, stops);
+        freeze_host(H, until, stops);
         break;
     }
     case Fault::crash: kill(H, Rec::crash, static_cast<uint32_t>(f)); return;
@@ -1839,6 +1883,101 @@ void World::crash_loop_step() {
     trace(Rec::fault, -1, static_cast<uint32_t>(Fault::target_crash_loop), 0);
 }
 
+// The VM pauses until @p until (its clock stops, or keeps counting and
+// jumps at the resume).
+void World::freeze_host(Host& H, int64_t until, bool stops) {
+    H.frozen_until = std::max(H.frozen_until, until);
+    H.clock.freeze(now_, H.frozen_until, stops);
+}
+
+// A controller of another partition that has @p H to fence (Pacemaker):
+// the other fencer of a race.
+Host* World::racing_peer(const Host& H) {
+    for (auto& Op : hosts_) {
+        Host& P = *Op;
+        if (P.idx == H.idx || !P.cs.up || !P.cs.joined || !(P.cs.to_fence & (1u << H.idx))) continue;
+        if (quorate(P) && dc_of(P) == P.idx) return &P;
+    }
+    return nullptr;
+}
+
+// fence_race: two fencers race, as in a two-node cluster whose nodes lost
+// each other (nvfence-sim seed 39191188853768 found the interleaving once;
+// mutation p25e needs it). @p H's nvfenced, serving fence_nvfence's
+// takeover, ran @p op, whose completion may come as late as @p limit
+// (within the command's bound).
+void World::takeover_command(Host& H, uint8_t op, int64_t limit) {
+    if (op == opcode::kResvRegister) start_race(H, limit);
+    else if (op == opcode::kResvReport && H.takeover_reports++ == 0) hold_victim(H, limit);
+}
+
+// @p P's takeover of a node just re-keyed P (its Register ran; the
+// preempt-and-abort comes next). When a controller of another partition
+// has P to fence, its fence starts now (a pcmk_delay_max delay, if it
+// waits one, is drawn as 0) and P's Register completes once that node's
+// nvfenced has read the Report of the check before its own takeover (or
+// at @p limit): that node's fence_nvfence saw P's new key.
+void World::start_race(Host& P, int64_t limit) {
+    if (race_victim_ >= 0 && now_ < race_until_) return;  // one race at a time
+    Host* H = racing_peer(P);
+    if (!H || !draw(Fault::fence_race)) return;
+    race_victim_ = H->idx;
+    race_checked_ = false;
+    race_until_ = limit + kControlTimeoutMs;
+    auto& c = H->cs;
+    if (c.delayed) {
+        c.retry_at = std::min(c.retry_at, now_);
+    } else if (fence_delay_max_ > 0 && c.waiting_on < 0 && now_ >= c.retry_at) {
+        c.delayed = true;  // its delay is 0
+        c.retry_at = now_;
+    }
+    H->next[kDriver] = std::min(H->next[kDriver], now_ + 1);
+    trace(Rec::fault, P.idx, static_cast<uint32_t>(Fault::fence_race), static_cast<uint64_t>(H->idx));
+    hold_completion(P, limit, [this] { return race_checked_; });
+}
+
+// The node a race started for read the Report of its check: its key is
+// still there. The completion comes once P's preempt-and-abort removed
+// that key (or at @p limit): the fence lands between its check and its
+// takeover, whose victim is P's new key.
+void World::hold_victim(Host& H, int64_t limit) {
+    if (race_victim_ != H.idx || now_ >= race_until_) return;
+    race_checked_ = true;
+    hold_completion(H, limit, [this, &H] { return target_.find(H.id) == nullptr; });
+    race_victim_ = -1;
+}
+
+// The completion of @p H's agent's command comes once @p done() or at
+// @p limit (looked at every 5 ms).
+template <class Done>
+void World::hold_completion(Host& H, int64_t limit, Done done) {
+    while (now_ < limit && !done()) block(H.idx, kAgent, std::min(limit, now_ + 5));
+}
+
+// paused_win: @p H's driver just posted a win. Its VM pauses with its
+// clock stopped for one to three lease TTLs (its lease runs out in etcd, a
+// peer wins and takes over meanwhile; its own clock still sees the lease),
+// and the target restarts without PTPL 1-20 ms before it resumes: the
+// agent's next check finds its key gone and rejoins (rejoin = auto), with
+// an epoch one above the highest it saw, which is the token when the
+// token was one above it too (seeds 393135 and 150658528188717 found that
+// interleaving; mutations d24a + d24b need it).
+void World::pause_winner(Host& H) {
+    if (!draw(Fault::paused_win)) return;
+    const int64_t ttl = guard_.ttl_ms;
+    const int64_t until = now_ + rng_.range(ttl + 1000, 3 * ttl);
+    freeze_host(H, until, true);
+    restart_at_ = std::min(restart_at_, H.frozen_until - rng_.range(1, 20));
+    trace(Rec::fault, H.idx, static_cast<uint32_t>(Fault::paused_win), static_cast<uint64_t>(until - now_));
+}
+
+// The restart of a paused_win (traced as one of it, not counted as another fault).
+void World::paused_restart_step() {
+    restart_at_ = kNever;
+    restart_target();
+    trace(Rec::fault, -1, static_cast<uint32_t>(Fault::paused_win), 0);
+}
+
 void World::heal() {
     healed_ = true;
     heal_at_ = now_;
@@ -1867,6 +2006,7 @@ void World::heal() {
     next_fault_ = kNever;
     crash_loop_left_ = 0;
     crash_loop_next_ = kNever;
+    restart_at_ = kNever;
     trace(Rec::heal, -1, 0, 0);
 }
 
@@ -2022,6 +2162,8 @@ std::string World::format_rec(const TraceRec& r) const {
     const std::string who = r.host >= 0 ? "host " + std::to_string(r.host) + ": " : "";
     switch (r.kind) {
     case Rec::fault:
+        if (static_cast<Fault>(r.a) == Fault::fence_race)
+            return who + "fault fence_race: re-keyed, host " + std::to_string(r.b) + "'s fence of it runs now";
         return who + "fault " + fault_name(static_cast<Fault>(r.a)) +
                (r.b ? " for " + std::to_string(r.b) + " ms" : std::string());
     case Rec::command: {

@@ -64,9 +64,30 @@ enum class Fault : uint8_t {
     /// lost each other fence at staggered times. Not an event: counted per
     /// delayed action. Off by default.
     fence_delay,
+    /// Pacemaker: two fencers race (two nodes that lost each other, each
+    /// the controller of its side, fence each other through their
+    /// nvfenced): when a node's takeover of a peer has re-keyed it (its
+    /// Register ran, its preempt-and-abort is next) and that peer's
+    /// controller has the node to fence, the peer's fence starts now (its
+    /// pcmk_delay_max delay, if any, drawn as 0); the Register's
+    /// completion comes once the peer's nvfenced read the Report of the
+    /// check before its own takeover, and that Report's completion once
+    /// the node's preempt-and-abort removed the peer's key (each within
+    /// its command's bound): the fence lands between the peer's check and
+    /// its takeover, whose victim is the node's new key. Drawn per
+    /// takeover that re-keys with such a peer. Off by default.
+    fence_race,
+    /// etcd: a winner's VM pauses (its clock stopped) right after its
+    /// driver posted the win, for one to three lease TTLs (a peer is
+    /// elected and takes over meanwhile), and the target restarts without
+    /// PTPL 1-20 ms before it resumes: the win is carried out, if at all,
+    /// on a device that forgot every key, by an agent whose check then
+    /// finds its key gone and rejoins. Drawn per win posted. Off by
+    /// default.
+    paused_win,
 };
 /// Number of Fault values.
-inline constexpr size_t kFaultCount = 16;
+inline constexpr size_t kFaultCount = 18;
 /// Words for a fault kind.
 const char* fault_name(Fault f);
 /// Parses a fault name; nullopt when unknown.
