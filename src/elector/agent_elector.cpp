@@ -299,7 +299,9 @@ WinReply ElectorBridge::carry_out(Agent& agent, AgentHooks&, Clock& clock, const
     // rejoin after a fence) belongs to another story, and its epoch may even
     // equal the token, which the token rule would take for the term's own
     // key (the simulator's seed 393135: a win delivered 8.6 s late, after a
-    // frozen VM, a target restart and a rejoin to the token's epoch).
+    // frozen VM, a target restart and a rejoin to the token's epoch). The
+    // win carries the key the host had when it asked for the token (seed
+    // 827: the rejoin came while etcd's answer was on its way).
     if (e.agent_key != agent.key()) {
         r.why = "this host's key changed since the win was posted (" + format_key(e.agent_key) + " -> " +
                 format_key(agent.key()) + "): not acting on token " + std::to_string(token);
@@ -716,7 +718,7 @@ void ElectorDriver::post_win() {
     ElectorEvent e;
     e.kind = ElectorEventKind::won;
     e.term = term_;
-    e.agent_key = bridge_.agent_key();
+    e.agent_key = term_key_;
     bridge_.set_term(term_.epoch, guard_->lease_deadline() - milliseconds(gopts_.margin_ms));
     if (bridge_.post(std::move(e), call_)) awaiting_answer_ = true;
     else give_up("event queue full: win dropped", true);
@@ -779,6 +781,10 @@ milliseconds ElectorDriver::on_campaign_won(const LeaderInfo& won) {
         give_up("won, but the lease could not be renewed: not acting on this leadership", true);
         return milliseconds(0);
     }
+    // The key the win is for: the one the host has as it asks. A rejoin
+    // while the answer is on its way makes a key the token may equal, which
+    // is not this term's (the simulator's seed 827).
+    term_key_ = bridge_.agent_key();
     auto term = timed("token", lease_budget(), [&](milliseconds b) { return elector_.term(bridge_.device_epoch(), b); });
     if (!term) {
         last_error_ = "token: " + words(term.error());
@@ -841,6 +847,7 @@ milliseconds ElectorDriver::on_reissue(uint32_t floor) {
         give_up("the token kept falling behind the device's epochs; resigning", true);
         return milliseconds(0);
     }
+    term_key_ = bridge_.agent_key();  // as in on_campaign_won
     auto term = timed("token", lease_budget(), [&](milliseconds b) { return elector_.term(floor, b); });
     if (!term) {
         last_error_ = "token: " + words(term.error());

@@ -80,7 +80,7 @@ enum class ElectorEventKind : uint8_t {
 struct ElectorEvent {
     ElectorEventKind kind = ElectorEventKind::note;  ///< What.
     Term term;                                 ///< won: the token and leadership.
-    uint64_t agent_key = 0;                    ///< won: the agent's key as last published when the win was posted.
+    uint64_t agent_key = 0;                    ///< won: the agent's key as published when the token was asked for.
     LossReason reason = LossReason::none;      ///< lost: why.
     std::string text;                          ///< note/lost: in words.
     EventLevel level = EventLevel::info;       ///< note: how loud.
@@ -326,6 +326,7 @@ private:
     std::optional<LeaseGuard> guard_;
     std::optional<LeaderInfo> won_;
     Term term_;
+    uint64_t term_key_ = 0;  ///< The agent's key when term_'s token was asked for: the key its win is for.
     int rounds_ = 0;
     Clock::TimePoint won_at_{};
     Clock::TimePoint backoff_until_{};

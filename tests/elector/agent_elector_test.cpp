@@ -50,6 +50,9 @@ public:
     // False: no lease is granted yet (EtcdElector's lease_ == 0): keepalive
     // fails with not_campaigning until a campaign succeeds, which grants one.
     bool lease = true;
+    // Runs inside term(), after etcd granted the token and before the
+    // answer is back: what the host does meanwhile (a pause, a rejoin).
+    std::function<void()> during_term;
 
     bool slow(Ms timeout, bool counted = true) {
         timeouts.push_back(timeout);
@@ -78,6 +81,7 @@ public:
         if (slow(timeout)) return make_error_code(Errc::timeout);
         floors.push_back(at_least);
         counter = std::max(counter, at_least) + 1;
+        if (during_term) during_term();
         Term t;
         t.leader = me;
         t.epoch = counter;
@@ -673,6 +677,43 @@ TEST_F(AgentElectorTest, ARejoinBeforeTheWinIsCarriedOutIsNotTakenForTheTerm) {
     const WinReply r = bridge->take_answer(token, std::chrono::milliseconds(0));
     EXPECT_EQ(r.answer, WinAnswer::failed) << r.why;
     EXPECT_NE(r.why.find("key changed since the win was posted"), std::string::npos) << r.why;
+    EXPECT_EQ(b->sent(opcode::kResvAcquire), acquires);
+    EXPECT_FALSE(t.is_holder(b->id)) << b->hooks->dump();
+}
+
+// Found by the simulator (a paused_win variant that pauses the host inside
+// the token call, seed 827 of the etcd schedules): while etcd's answer to
+// the token request was on its way, a target restart wiped the host's key
+// and it rejoined with a key whose epoch is the token; the win was posted
+// for that key, passed the key checks, and the host wrote with an older
+// token over a newer one's data. A win belongs to the key the host had
+// when it asked for the token.
+TEST_F(AgentElectorTest, ARejoinDuringTheTokenCallIsNotTakenForTheTerm) {
+    setup_rejoin_auto();
+    elector.counter = epoch(b->agent->key());  // the token is the epoch a rejoin takes next
+    bool rejoined = false;
+    elector.during_term = [&] {
+        t.regs.clear();  // the target forgets every key (no PTPL)
+        t.type = ResvType::none;
+        t.holder.reset();
+        t.generation = 0;
+        b->agent->check();  // fenced by the restart, rejoined at once (action done)
+        bridge->publish(*b->agent);
+        rejoined = true;
+        elector.during_term = nullptr;
+    };
+    for (int i = 0; i < 50 && bridge->term() == 0; ++i)
+        clock.advance(std::clamp(driver->step(), std::chrono::milliseconds(10), std::chrono::milliseconds(100)));
+    ASSERT_TRUE(rejoined);
+    const uint32_t token = bridge->term();
+    ASSERT_NE(token, 0u) << "a win was posted";
+    ASSERT_EQ(b->agent->state(), AgentState::standby) << b->hooks->dump();
+    ASSERT_EQ(epoch(b->agent->key()), token) << "the rejoin's key has the token's epoch";
+    const size_t acquires = b->sent(opcode::kResvAcquire);
+    bridge->drain(*b->agent, *b->hooks, clock);
+    const WinReply r = bridge->take_answer(token, std::chrono::milliseconds(0));
+    EXPECT_EQ(r.answer, WinAnswer::failed) << r.why;
+    EXPECT_NE(r.why.find("key changed since"), std::string::npos) << r.why;
     EXPECT_EQ(b->sent(opcode::kResvAcquire), acquires);
     EXPECT_FALSE(t.is_holder(b->id)) << b->hooks->dump();
 }

@@ -61,6 +61,7 @@ const char* fault_name(Fault f) {
     case Fault::fence_delay: return "fence_delay";
     case Fault::fence_race: return "fence_race";
     case Fault::paused_win: return "paused_win";
+    case Fault::paused_token: return "paused_token";
     }
     return "?";
 }
@@ -403,6 +404,8 @@ public:
     void watcher_fired(int h);
     uint64_t app_key(const Host& H) const;
     bool pacemaker() const { return pcmk_; }
+    /// paused_token: host @p h's token call pauses it (World::pause_in_token).
+    void pause_in_token(int h);
     Rng& rng() { return rng_; }
     int64_t ttl() const { return guard_.ttl_ms; }
 
@@ -410,7 +413,7 @@ private:
     // Most per-opportunity rate (per mille) of each fault kind; each
     // schedule draws its own rate below it (0: that kind stays off).
     static constexpr std::array<uint32_t, kFaultCount> kMaxRate{10, 10, 6, 150, 10, 10, 10, 60, 20, 20,
-                                                                60, 2,  10, 10, 3,  0,  1000, 300};
+                                                                60, 2,  10, 10, 3,  0,  1000, 300, 300};
 
     void setup();
     void setup_pacemaker();
@@ -473,6 +476,7 @@ private:
     template <class Done>
     void hold_completion(Host& H, int64_t limit, Done done);
     void pause_winner(Host& H);
+    void pause(Host& H, Fault kind);
     void paused_restart_step();
     void heal();
     void check(const std::optional<Violation>& v);
@@ -630,7 +634,10 @@ Result<Term> SimElector::term(uint32_t at_least, Ms timeout) {
         return term;
     });
     if (t && std::find(tokens_.begin(), tokens_.end(), t->epoch) == tokens_.end()) tokens_.push_back(t->epoch);
-    if (t) w_.host(host_).won = true;  // the driver posts the win next (ElectorDriver::post_win)
+    if (t) {
+        w_.pause_in_token(host_);  // paused_token: inside the call, the answer still on its way
+        w_.host(host_).won = true;  // the driver posts the win next (ElectorDriver::post_win)
+    }
     return t;
 }
 
@@ -817,6 +824,9 @@ void World::later_kinds() {
         const auto i = static_cast<size_t>(f);
         rate_[i] = static_cast<uint32_t>(q.range(0, kMaxRate[i]));
     }
+    // paused_token (later the same day) from its own.
+    const auto pt = static_cast<size_t>(Fault::paused_token);
+    rate_[pt] = static_cast<uint32_t>(Rng(mix(opts_.seed ^ 0x70ce2ull)).range(0, kMaxRate[pt]));
 }
 
 // Swarm testing (Groce et al., "Swarm testing", ISSTA 2012): one schedule
@@ -1963,12 +1973,28 @@ void World::hold_completion(Host& H, int64_t limit, Done done) {
 // token was one above it too (seeds 393135 and 150658528188717 found that
 // interleaving; mutations d24a + d24b need it).
 void World::pause_winner(Host& H) {
-    if (!draw(Fault::paused_win)) return;
+    if (draw(Fault::paused_win)) pause(H, Fault::paused_win);
+}
+
+// The pause and the target's restart of paused_win and paused_token.
+void World::pause(Host& H, Fault kind) {
     const int64_t ttl = guard_.ttl_ms;
     const int64_t until = now_ + rng_.range(ttl + 1000, 3 * ttl);
     freeze_host(H, until, true);
     restart_at_ = std::min(restart_at_, H.frozen_until - rng_.range(1, 20));
-    trace(Rec::fault, H.idx, static_cast<uint32_t>(Fault::paused_win), static_cast<uint64_t>(until - now_));
+    trace(Rec::fault, H.idx, static_cast<uint32_t>(kind), static_cast<uint64_t>(until - now_));
+}
+
+// paused_token: @p h's driver is inside its token call, etcd granted the
+// token. The VM pauses as for paused_win, and the answer reaches the
+// driver 5-300 ms after the resume: meanwhile the agent's check finds its
+// key gone (the target restarted) and may rejoin with the token's epoch
+// (the simulator's seed 827 with this pause: mutation p25i needs it).
+void World::pause_in_token(int h) {
+    Host& H = host(h);
+    if (!draw(Fault::paused_token)) return;
+    pause(H, Fault::paused_token);
+    block(h, kDriver, H.frozen_until + rng_.range(5, 300));
 }
 
 // The restart of a paused_win (traced as one of it, not counted as another fault).

@@ -85,9 +85,15 @@ enum class Fault : uint8_t {
     /// finds its key gone and rejoins. Drawn per win posted. Off by
     /// default.
     paused_win,
+    /// etcd: as paused_win, but the VM pauses inside the token call, after
+    /// etcd granted the token and before its answer reached the driver,
+    /// which gets it 5-300 ms after the resume: the agent's check may
+    /// rejoin (after the target's restart) before the win is posted.
+    /// Drawn per token granted. Off by default.
+    paused_token,
 };
 /// Number of Fault values.
-inline constexpr size_t kFaultCount = 18;
+inline constexpr size_t kFaultCount = 19;
 /// Words for a fault kind.
 const char* fault_name(Fault f);
 /// Parses a fault name; nullopt when unknown.
