@@ -608,50 +608,41 @@ TEST(SimWorld, AFenceRaceLandsThePeersFenceBetweenTheCheckAndTheTakeover) {
     EXPECT_GT(raced, 3u) << "few takeovers met a peer's pending fence";
 }
 
-// paused_win: a winner's VM pauses right after its win was posted, with its
-// clock stopped, and the target restarts just before it resumes; the win
-// is not carried out on the key the check made meanwhile, and the
-// schedules run clean. Each injection is traced twice (the pause and its
-// restart), and counted once.
-TEST(SimWorld, APausedWinPausesTheWinnerAndRestartsTheTargetBeforeItResumes) {
+// etcd schedules of seeds 1..40 with only @p pause (paused_win or
+// paused_token): each runs clean, the pauses are counted once each and
+// traced at least once (the pause, and its restart).
+void paused_schedules_run_clean(Fault pause) {
     uint64_t paused = 0, traced = 0;
     for (uint64_t seed = 1; seed <= 40; ++seed) {
         SimOptions o;
         o.seed = seed;
         o.cluster = Cluster::etcd;
-        o.fault_mask = bit(Fault::paused_win);
+        o.fault_mask = bit(pause);
         o.keep_trace = true;
         const ScheduleResult r = run_schedule(o);
         ASSERT_FALSE(r.violation) << "seed " << seed << ": " << r.violation->what << "\n" << r.trace;
-        paused += r.faults[static_cast<size_t>(Fault::paused_win)];
-        traced += occurrences(r.trace, "fault paused_win");
-        expect_only(r, Fault::paused_win);
+        paused += r.faults[static_cast<size_t>(pause)];
+        traced += occurrences(r.trace, std::string("fault ") + fault_name(pause));
+        expect_only(r, pause);
     }
-    EXPECT_GT(paused, 5u);
-    EXPECT_GE(traced, paused);
+    EXPECT_GT(paused, 5u) << fault_name(pause);
+    EXPECT_GE(traced, paused) << fault_name(pause);
+}
+
+// paused_win: a winner's VM pauses right after its win was posted, with its
+// clock stopped, and the target restarts just before it resumes; the win
+// is not carried out on the key the check made meanwhile, and the
+// schedules run clean.
+TEST(SimWorld, APausedWinPausesTheWinnerAndRestartsTheTargetBeforeItResumes) {
+    paused_schedules_run_clean(Fault::paused_win);
 }
 
 // paused_token: a winner's VM pauses inside its token call (the token
 // granted, the answer on its way) and the target restarts just before it
 // resumes; the win the answer brings is not carried out for a key its
-// agent made meanwhile, and the schedules run clean.
-TEST(SimWorld, APausedTokenPausesTheWinnerInsideItsTokenCall) {
-    uint64_t paused = 0, traced = 0;
-    for (uint64_t seed = 1; seed <= 40; ++seed) {
-        SimOptions o;
-        o.seed = seed;
-        o.cluster = Cluster::etcd;
-        o.fault_mask = bit(Fault::paused_token);
-        o.keep_trace = true;
-        const ScheduleResult r = run_schedule(o);
-        ASSERT_FALSE(r.violation) << "seed " << seed << ": " << r.violation->what << "\n" << r.trace;
-        paused += r.faults[static_cast<size_t>(Fault::paused_token)];
-        traced += occurrences(r.trace, "fault paused_token");
-        expect_only(r, Fault::paused_token);
-    }
-    EXPECT_GT(paused, 5u);
-    EXPECT_GE(traced, paused);
-}
+// agent made meanwhile (seed 827's interleaving), and the schedules run
+// clean.
+TEST(SimWorld, APausedTokenPausesTheWinnerInsideItsTokenCall) { paused_schedules_run_clean(Fault::paused_token); }
 
 TEST(SimWorld, AFaultMaskKeepsOtherKindsOut) {
     SimOptions o;
