@@ -8,6 +8,9 @@
 // control ordering exactly. Scriptable: partial submits, submit errors
 // (-EAGAIN, -EBUSY), wait results (-ETIME, -EINTR), and a responder that
 // completes an I/O at once with any res (-EBADE, 0x6083, a short count).
+// With park_completions, device completions wait in "task work" until the
+// writer enters the kernel (submit, wait, get_events), as DEFER_TASKRUN
+// does; NOPs complete inside the submitting enter, as the kernel does.
 #include <liburing.h>
 #include <linux/nvme_ioctl.h>
 
@@ -50,15 +53,8 @@ public:
         return s;
     }
     int submit() {
-        ++submit_calls;
-        const unsigned ready = tail_ - head_;
-        if (!submit_script.empty()) {
-            const int step = submit_script.front();
-            submit_script.pop_front();
-            if (step < 0) return step;  // an error: nothing taken
-            return take_(std::min<unsigned>(ready, static_cast<unsigned>(step)));
-        }
-        return take_(ready);
+        ++enter_calls;
+        return submit_();
     }
     unsigned sq_ready() { return tail_ - head_; }
     unsigned peek_batch(io_uring_cqe** cqes, unsigned n) {
@@ -66,24 +62,25 @@ public:
         for (unsigned i = 0; i < k; ++i) cqes[i] = &cq_[i];
         return k;
     }
+    bool cq_parked() { return !parked_.empty(); }
+    int get_events() {
+        ++enter_calls;
+        ++get_events_calls;
+        run_task_work_();
+        return 0;
+    }
     void cq_advance(unsigned n) {
         for (unsigned i = 0; i < n && !cq_.empty(); ++i) cq_.pop_front();
     }
-    int wait(unsigned n, __kernel_timespec*) {
-        ++wait_calls;
-        if (on_wait) on_wait(*this);
-        if (!wait_script.empty()) {
-            const int rc = wait_script.front();
-            wait_script.pop_front();
-            if (rc < 0) return rc;
-        }
-        // No real clock: a wait that cannot be satisfied times out at once.
-        return cq_.size() >= n ? 0 : -ETIME;
+    int wait(unsigned n, __kernel_timespec* ts) {
+        ++enter_calls;
+        return wait_(n, ts);
     }
     int submit_and_wait(unsigned n, __kernel_timespec* ts) {
-        const int rc = submit();
+        ++enter_calls;  // one io_uring_enter: submits, runs task work, waits
+        const int rc = submit_();
         if (rc < 0) return rc;
-        return wait(n, ts);
+        return wait_(n, ts);
     }
     int register_file(int) { return 0; }
     int register_ring_fd() { return 0; }
@@ -100,8 +97,11 @@ public:
         io_uring_cqe c{};
         c.user_data = io.user_data;
         c.res = res;
-        cq_.push_back(c);
+        if (park_completions && io.opcode != IORING_OP_NOP) parked_.push_back(c);
+        else cq_.push_back(c);
     }
+
+
     /// Completes every taken, uncompleted I/O, in order, with what @p res_of says.
     void complete_all(const std::function<int32_t(const SentIo&)>& res_of) {
         for (size_t i = 0; i < sent.size(); ++i)
@@ -127,9 +127,44 @@ public:
     std::function<std::optional<int32_t>(const SentIo&)> responder;
     std::function<void(FakeRing&)> on_wait;  ///< Runs at the start of every wait.
     std::vector<SentIo>* sent_log = nullptr;  ///< Also gets every taken SQE (outlives the writer).
+    bool park_completions = false;     ///< Device completions wait for an enter (DEFER_TASKRUN).
     unsigned submit_calls = 0, wait_calls = 0;
+    unsigned enter_calls = 0;          ///< io_uring_enter calls: submit, wait, submit_and_wait, get_events.
+    unsigned get_events_calls = 0;
 
 private:
+    // Plain submits run parked task work too: liburing adds GETEVENTS to a
+    // submit's enter when IORING_SQ_TASKRUN is set.
+    int submit_() {
+        ++submit_calls;
+        run_task_work_();
+        const unsigned ready = tail_ - head_;
+        if (!submit_script.empty()) {
+            const int step = submit_script.front();
+            submit_script.pop_front();
+            if (step < 0) return step;  // an error: nothing taken
+            return take_(std::min<unsigned>(ready, static_cast<unsigned>(step)));
+        }
+        return take_(ready);
+    }
+    int wait_(unsigned n, __kernel_timespec*) {
+        ++wait_calls;
+        run_task_work_();
+        if (on_wait) on_wait(*this);
+        if (!wait_script.empty()) {
+            const int rc = wait_script.front();
+            wait_script.pop_front();
+            if (rc < 0) return rc;
+        }
+        run_task_work_();  // what on_wait completed arrives during the wait
+        // No real clock: a wait that cannot be satisfied times out at once.
+        return cq_.size() >= n ? 0 : -ETIME;
+    }
+    void run_task_work_() {
+        cq_.insert(cq_.end(), parked_.begin(), parked_.end());
+        parked_.clear();
+    }
+
     int take_(unsigned n) {
         for (unsigned i = 0; i < n; ++i) {
             const io_uring_sqe& s = sq_[(head_ % entries_) * stride_];
@@ -161,6 +196,7 @@ private:
     unsigned entries_ = 0, stride_ = 1, head_ = 0, tail_ = 0;
     std::vector<io_uring_sqe> sq_;
     std::deque<io_uring_cqe> cq_;
+    std::deque<io_uring_cqe> parked_;  // completed, waiting for this task to enter the kernel
     std::vector<bool> done_;
 };
 

@@ -7,9 +7,13 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <linux/perf_event.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
+#include <thread>
 #include <cstring>
 #include <set>
 #include <string>
@@ -451,6 +455,67 @@ TEST_F(WriterTest, SingleThreadSustainedWithFixedBuffers) {
     EXPECT_LT(ms, 10000);
 }
 
+// Counts this thread's io_uring_enter calls with the kernel's own
+// tracepoint (perf_event_open on syscalls:sys_enter_io_uring_enter), so the
+// real ring is measured, not a model of it. Needs root and tracefs.
+class EnterCounter {
+public:
+    EnterCounter() {
+        for (const char* dir : {"/sys/kernel/tracing", "/sys/kernel/debug/tracing"}) {
+            std::ifstream f(std::string(dir) + "/events/syscalls/sys_enter_io_uring_enter/id");
+            uint64_t id = 0;
+            if (!(f >> id)) continue;
+            perf_event_attr a{};
+            a.type = PERF_TYPE_TRACEPOINT;
+            a.size = sizeof a;
+            a.config = id;
+            fd_ = static_cast<int>(::syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC));
+            if (fd_ >= 0) return;
+        }
+    }
+    ~EnterCounter() {
+        if (fd_ >= 0) ::close(fd_);
+    }
+    bool ok() const { return fd_ >= 0; }
+    uint64_t count() const {
+        uint64_t n = 0;
+        return ::read(fd_, &n, sizeof n) == static_cast<ssize_t>(sizeof n) ? n : ~uint64_t{0};
+    }
+
+private:
+    int fd_ = -1;
+};
+
+TEST_F(WriterTest, CompletionsParkedInTaskWorkRideOnTheEnterThatSubmits) {
+    // single_thread: DEFER_TASKRUN parks completions until this thread
+    // enters the kernel. submit_and_reap with a write queued must submit it
+    // and collect the parked ones in one io_uring_enter, not flush them with
+    // a separate enter first (issue 31: half the enters at depth 32).
+    EnterCounter enters;
+    ASSERT_TRUE(enters.ok()) << "perf_event_open on syscalls:sys_enter_io_uring_enter failed (root and tracefs "
+                                "are needed): "
+                             << std::strerror(errno);
+    auto w = open_writer(8, 5000, true);
+    ASSERT_TRUE(w);
+    const uint32_t bs = w->block_bytes();
+    AlignedBuffer bufs(size_t{bs} * 5, bs);
+    for (uint32_t i = 0; i < 4; ++i) ASSERT_TRUE(w->queue_write(i, bufs.span().subspan(size_t{i} * bs, bs), i).ok());
+    ASSERT_EQ(*w->submit(), 4u);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // they complete meanwhile, parked
+    ASSERT_TRUE(w->queue_write(4, bufs.span().subspan(size_t{4} * bs, bs), 4).ok());
+    Completion out[8];
+    const uint64_t before = enters.count();
+    auto got = w->submit_and_reap(out, 1);
+    const uint64_t used = enters.count() - before;
+    ASSERT_TRUE(got.ok()) << got.error().message();
+    EXPECT_EQ(*got, 4u) << "the four parked completions, collected by the same enter";
+    EXPECT_EQ(used, 1u) << "io_uring_enter calls for one submit_and_reap";
+    for (size_t i = 0; i < *got; ++i) EXPECT_EQ(out[i].status, IoStatus::ok);
+    auto last = w->reap(out, 1);
+    ASSERT_TRUE(last.ok());
+    EXPECT_EQ(w->in_flight(), 0u);
+}
+
 TEST(FixedBufferIndex, PicksTheRegionThatHoldsTheWholeBuffer) {
     alignas(64) static uint8_t buf[64 + 8192];
     uint8_t* const mem = buf + 64;  // room below the regions
@@ -678,6 +743,76 @@ TEST(FakeRingWriter, QueuedWritesBecomeNopsAfterTheLatch) {
     }
     EXPECT_EQ(users, (std::set<uint64_t>{1, 2}));
     EXPECT_EQ(w->in_flight(), 0u);
+}
+
+TEST(FakeRingWriter, ParkedCompletionsCostNoEnterOfTheirOwn) {
+    // DEFER_TASKRUN: completions wait in task work until the writer enters
+    // the kernel. A path that enters anyway (submit, wait) collects them
+    // there; only a reap that will not wait flushes them with an enter.
+    auto w = fake_writer(WriterMode::block);
+    auto& r = w->ring();
+    r.park_completions = true;
+    AlignedBuffer buf(8 * kFakeBlock, 4096);
+    auto queue = [&](uint64_t i) { return w->queue_write(i, buf.span().subspan(i * kFakeBlock, kFakeBlock), i); };
+    for (uint64_t i = 0; i < 3; ++i) ASSERT_TRUE(queue(i).ok());
+    ASSERT_EQ(*w->submit(), 3u);
+    r.complete(0, ok_res(r.sent[0]));
+    r.complete(1, ok_res(r.sent[1]));
+    ASSERT_TRUE(queue(3).ok());
+    Completion out[8];
+    unsigned before = r.enter_calls;
+    auto got = w->submit_and_reap(out, 1);
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(*got, 2u);
+    EXPECT_EQ(r.enter_calls - before, 1u) << "submit, parked completions and wait in one enter";
+    EXPECT_EQ(r.get_events_calls, 0u);
+    EXPECT_EQ(r.sent.size(), 4u);
+
+    // Nothing visible, one parked: a reap that may wait enters once.
+    r.complete(2, ok_res(r.sent[2]));
+    before = r.enter_calls;
+    got = w->reap(out, 1);
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(*got, 1u);
+    EXPECT_EQ(r.enter_calls - before, 1u);
+    EXPECT_EQ(r.get_events_calls, 0u);
+
+    // A reap that will not wait still sees parked completions (one enter),
+    // and costs no enter when nothing is parked.
+    before = r.enter_calls;
+    got = w->reap(out, 0);
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(*got, 0u);
+    EXPECT_EQ(r.enter_calls, before);
+    r.complete(3, ok_res(r.sent[3]));
+    got = w->reap(out, 0);
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(*got, 1u);
+    EXPECT_EQ(r.get_events_calls, 1u);
+    EXPECT_EQ(w->in_flight(), 0u);
+}
+
+TEST(FakeRingWriter, AParkedFencedCompletionLatchesOnTheEnterThatCollectsIt) {
+    auto w = fake_writer(WriterMode::block);
+    auto& r = w->ring();
+    r.park_completions = true;
+    AlignedBuffer buf(8 * kFakeBlock, 4096);
+    auto queue = [&](uint64_t i) { return w->queue_write(i, buf.span().subspan(i * kFakeBlock, kFakeBlock), i); };
+    ASSERT_TRUE(queue(0).ok());
+    ASSERT_TRUE(queue(1).ok());
+    ASSERT_EQ(*w->submit(), 2u);
+    r.complete(0, -EBADE);
+    ASSERT_TRUE(queue(2).ok());
+    Completion out[8];
+    auto got = w->submit_and_reap(out, 1);
+    ASSERT_TRUE(got.ok());
+    ASSERT_EQ(*got, 1u);
+    EXPECT_EQ(out[0].status, IoStatus::fenced);
+    EXPECT_TRUE(w->fenced());
+    EXPECT_EQ(queue(3).error(), Errc::fenced) << "latched the moment the refusal was collected";
+    r.complete_all(ok_res);
+    while (w->in_flight() > 0) ASSERT_TRUE(w->reap(out, 1).ok());
+    EXPECT_TRUE(w->settled());
 }
 
 TEST(FakeRingWriter, SubmitAndReapCancelsWhatALatchInTheSameCallLeftQueued) {

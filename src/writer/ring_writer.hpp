@@ -13,7 +13,9 @@
 //   io_uring_sqe* get_sqe();                      // nullptr when the SQ is full
 //   int submit();                                 // how many SQEs the kernel took
 //   unsigned sq_ready();                          // gotten, not yet taken
-//   unsigned peek_batch(io_uring_cqe** cqes, unsigned n);
+//   unsigned peek_batch(io_uring_cqe** cqes, unsigned n);  // what is in the CQ, no syscall
+//   bool cq_parked();                             // completions wait in task work for an enter
+//   int get_events();                             // enter only to run that task work
 //   void cq_advance(unsigned n);
 //   int wait(unsigned n, __kernel_timespec* ts);  // -ETIME when ts runs out
 //   int submit_and_wait(unsigned n, __kernel_timespec* ts);
@@ -79,16 +81,17 @@ public:
     io_uring_sqe* get_sqe() { return io_uring_get_sqe(&r_); }
     int submit() { return io_uring_submit(&r_); }
     unsigned sq_ready() { return io_uring_sq_ready(&r_); }
+    // Only what is in the CQ already: liburing's peek enters the kernel to
+    // run parked task work when the CQ is empty (2.3 does), which would be
+    // a second enter for completions the next wait collects anyway.
     unsigned peek_batch(io_uring_cqe** cqes, unsigned n) {
-        unsigned got = io_uring_peek_batch_cqe(&r_, cqes, n);
-        if (got == 0 && (IO_URING_READ_ONCE(*r_.sq.kflags) & IORING_SQ_TASKRUN)) {
-            // COOP_TASKRUN parks completions in task work until we enter
-            // the kernel; some liburing versions' peek does not do it.
-            io_uring_get_events(&r_);
-            got = io_uring_peek_batch_cqe(&r_, cqes, n);
-        }
-        return got;
+        if (io_uring_cq_ready(&r_) == 0) return 0;
+        return io_uring_peek_batch_cqe(&r_, cqes, n);
     }
+    // COOP_TASKRUN and DEFER_TASKRUN park completions in task work until
+    // this task enters the kernel; TASKRUN_FLAG says when some are parked.
+    bool cq_parked() { return (IO_URING_READ_ONCE(*r_.sq.kflags) & IORING_SQ_TASKRUN) != 0; }
+    int get_events() { return io_uring_get_events(&r_); }
     void cq_advance(unsigned n) { io_uring_cq_advance(&r_, n); }
     int wait(unsigned n, __kernel_timespec* ts) {
         io_uring_cqe* cqe = nullptr;
@@ -229,7 +232,9 @@ public:
     Result<size_t> reap(std::span<Completion> out, uint32_t min_complete) override {
         if (min_complete > out.size()) return make_error_code(Errc::invalid_argument);
         size_t got = collect_(out, 0);
+        if (min_complete == 0) return flush_parked_(out, got);
         if (got >= min_complete) return got;
+        // The wait's own enter runs the parked task work: no separate flush.
         return wait_(out, got, min_complete, mono_now_ns() + int64_t{timeout_ms_} * 1'000'000);
     }
 
@@ -241,6 +246,7 @@ public:
         const bool cancelled = cancel_if_latched_();
         if (got >= min_complete) {
             auto s = submit();
+            got = collect_(out, got);  // what the submit's enter ran from task work
             if (!s && !cancelled && got == 0) return s.error();
             return got;
         }
@@ -378,6 +384,16 @@ private:
         pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(took));
         submitted_ += static_cast<uint32_t>(took);
         return static_cast<uint32_t>(took);
+    }
+
+    // A caller that will not wait (min_complete 0) would otherwise never see
+    // completions parked in task work: one enter to run it. Every other path
+    // enters the kernel anyway (submit, wait) and the parked work runs there,
+    // so a flush before it would be a second syscall for the same I/Os.
+    size_t flush_parked_(std::span<Completion> out, size_t got) {
+        if (got == out.size() || !ring_.cq_parked()) return got;
+        ring_.get_events();
+        return collect_(out, got);
     }
 
     size_t collect_(std::span<Completion> out, size_t got) {
