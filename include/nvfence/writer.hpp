@@ -261,7 +261,9 @@ public:
     /// never submits; queued I/Os wait for submit().
     virtual Result<size_t> reap(std::span<Completion> out, uint32_t min_complete) = 0;
     /// submit() then reap(), in one system call where possible: the fast
-    /// path of a loop that keeps the queue full. A submission error is
+    /// path of a loop that keeps the queue full. Completions the kernel
+    /// holds for this thread (single_thread's deferred task work) are
+    /// collected by that same io_uring_enter, not by one of their own. A submission error is
     /// returned only when no completion was collected; otherwise the unsent
     /// I/Os stay queued (in_flight() counts them) for the next submit.
     virtual Result<size_t> submit_and_reap(std::span<Completion> out, uint32_t min_complete) = 0;
