@@ -10,6 +10,7 @@
 
 #include "nvfence/error.hpp"
 #include "internal/invariant.hpp"
+#include "device/kernel_cmd.hpp"
 
 namespace nvfence {
 
@@ -21,18 +22,8 @@ Result<uint32_t> IoctlPassthru::submit(const Command& cmd, std::span<uint8_t> da
 Result<uint32_t> IoctlPassthru::submit_raw(const Command& cmd, std::span<uint8_t> data,
                                            uint16_t& raw_status) {
     raw_status = 0;
-    nvme_passthru_cmd pc;
-    std::memset(&pc, 0, sizeof pc);
-    pc.opcode = cmd.opcode;
-    pc.nsid = cmd.nsid;
-    pc.cdw10 = cmd.cdw[0];
-    pc.cdw11 = cmd.cdw[1];
-    pc.cdw12 = cmd.cdw[2];
-    pc.cdw13 = cmd.cdw[3];
-    pc.cdw14 = cmd.cdw[4];
-    pc.cdw15 = cmd.cdw[5];
+    nvme_passthru_cmd pc = detail::to_kernel_cmd<nvme_passthru_cmd>(cmd);
     pc.timeout_ms = cmd.timeout_ms;
-    pc.data_len = cmd.data_len;
     // The kernel may write the payload buffer for bidirectional opcodes, so
     // send a private copy rather than casting away const.
     std::array<uint8_t, 16> payload = cmd.payload;

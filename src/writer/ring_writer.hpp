@@ -39,6 +39,7 @@
 #include "nvfence/error.hpp"
 #include "nvfence/fd.hpp"
 #include "nvfence/writer.hpp"
+#include "device/kernel_cmd.hpp"
 #include "internal/invariant.hpp"
 
 namespace nvfence::detail {
@@ -305,18 +306,8 @@ private:
             sqe->uring_cmd_flags = IORING_URING_CMD_FIXED;
             sqe->buf_index = static_cast<uint16_t>(buf_index);
         }
-        nvme_uring_cmd cmd;
-        std::memset(&cmd, 0, sizeof cmd);
-        cmd.opcode = c.opcode;
-        cmd.nsid = c.nsid;
+        nvme_uring_cmd cmd = to_kernel_cmd<nvme_uring_cmd>(c);
         cmd.addr = reinterpret_cast<uintptr_t>(buf);
-        cmd.data_len = c.data_len;
-        cmd.cdw10 = c.cdw[0];
-        cmd.cdw11 = c.cdw[1];
-        cmd.cdw12 = c.cdw[2];
-        cmd.cdw13 = c.cdw[3];
-        cmd.cdw14 = c.cdw[4];
-        cmd.cdw15 = c.cdw[5];
         static_assert(sizeof cmd <= 2 * sizeof(io_uring_sqe) - offsetof(io_uring_sqe, cmd));
         // Through a byte pointer: sqe->cmd is declared as 16 bytes, but an
         // SQE128 ring gives it 80 (checked above).
