@@ -5,6 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <thread>
+
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -350,6 +354,7 @@ struct Cluster {
     std::vector<std::string> opened;           // every path given to Host::open
     bool ptpl_capable = false;                 // the devices' RESCAP PTPL bit (nvmet: clear)
     std::function<bool()> requester_alive;     // set: Host::requester_alive
+    std::function<void(std::vector<std::function<void()>>&)> run_all;  // set: Host::run_all
 
     static HostId host(const std::string& name) { return make_host(static_cast<uint8_t>(name.back() - '0')); }
 
@@ -396,6 +401,7 @@ struct Cluster {
         h.sleep = [&](uint32_t s) { slept.push_back(s); };
         h.log = [&](Level l, const std::string& s) { logs.emplace_back(l, s); };
         h.requester_alive = requester_alive;
+        h.run_all = run_all;
         std::string out;
         const int rc = fence_agent::run(p, h, out);
         if (out_text) *out_text = out;
@@ -1200,6 +1206,63 @@ TEST(FenceAgentDevices, AFencerThatLostTheFirstVolumeLeavesTheOthersAlone) {
     EXPECT_TRUE(c.logged("not fencing on the devices after /dev/nvme1n1")) << c.all_logs();
     EXPECT_TRUE(registered_on(c.t2, 2)) << "n1 must not take vol-two from n2";
     EXPECT_EQ(c.t2.state_commands(), t2_changes) << "nothing sent to vol-two";
+}
+
+TEST(FenceAgentDevices, TheDevicesAfterTheFirstGoTogetherAndAreLoggedInVolumeOrder) {
+    Cluster c;
+    std::vector<size_t> batches;
+    c.run_all = [&](std::vector<std::function<void()>>& jobs) {
+        batches.push_back(jobs.size());
+        run_all_threads(jobs);
+    };
+    for (const char* n : {"n1", "n2", "n3"})
+        ASSERT_EQ(c.run(n, kMap2 + "action=on\nnodename=" + n), kExitOk) << c.all_logs();
+    c.logs.clear();
+    // devices= lists vol-two first; vol-test is still fenced first, alone.
+    ASSERT_EQ(c.run("n1", "devices=/dev/nvme2n1,/dev/nvme1n1\nnode_ids=n1:1;n2:2;n3:3\naction=off\nplug=n2"),
+              kExitOk)
+        << c.all_logs();
+    EXPECT_EQ(batches, std::vector<size_t>{1}) << "one batch: every device after the first";
+    EXPECT_FALSE(registered_on(c.t, 2));
+    EXPECT_FALSE(registered_on(c.t2, 2));
+    size_t first = 0, second = 0;
+    for (size_t i = 0; i < c.logs.size(); ++i) {
+        if (!first && c.logs[i].second.rfind("/dev/nvme1n1: node 2 fenced", 0) == 0) first = i + 1;
+        if (!second && c.logs[i].second.rfind("/dev/nvme2n1: node 2 fenced", 0) == 0) second = i + 1;
+    }
+    EXPECT_TRUE(first && second && first < second) << c.all_logs();
+
+    // A fencer that lost the first volume runs no batch at all.
+    batches.clear();
+    ASSERT_EQ(c.run("n2", "devices=/dev/nvme1n1\nnode_ids=n1:1;n2:2;n3:3\naction=on\nnodename=n2"), kExitOk);
+    ASSERT_EQ(c.run("n3", "devices=/dev/nvme1n1\nnode_ids=n1:1;n2:2;n3:3\naction=off\nplug=n1"), kExitOk);
+    EXPECT_EQ(c.run("n1", kMap2 + "action=off\nplug=n3"), kExitError);
+    EXPECT_TRUE(batches.empty());
+    EXPECT_TRUE(registered_on(c.t2, 3));
+}
+
+TEST(FenceAgentDevices, RunAllThreadsRunsEveryJobOnceAndAtMostTheBoundAtOnce) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{5}, kMaxParallelDevices * 3 + 1}) {
+        std::vector<std::atomic<int>> runs(n);
+        std::atomic<size_t> now{0}, peak{0};
+        std::vector<std::function<void()>> jobs;
+        for (size_t i = 0; i < n; ++i)
+            jobs.emplace_back([&, i] {
+                const size_t k = ++now;
+                for (size_t p = peak.load(); k > p && !peak.compare_exchange_weak(p, k);) {
+                }
+                std::this_thread::sleep_for(std::chrono::milliseconds(2));
+                ++runs[i];
+                --now;
+            });
+        run_all_threads(jobs);
+        for (size_t i = 0; i < n; ++i) EXPECT_EQ(runs[i].load(), 1) << "job " << i << " of " << n;
+        EXPECT_LE(peak.load(), kMaxParallelDevices);
+        static_assert(kMaxParallelDevices == 16, "PACEMAKER.md and the man page say at most 16 at once");
+        if (n > kMaxParallelDevices) {
+            EXPECT_GT(peak.load(), 1u) << "the jobs ran one after another";
+        }
+    }
 }
 
 TEST(FenceAgentDevices, OffFailsNamingADeviceLeftWithOtherNodes) {

@@ -105,10 +105,12 @@ const std::vector<ActionDoc> kActions = {
      "key being the node's key). A fencer that is not registered itself (it was fenced, or never unfenced) fails "
      "and sends nothing: only 'on' registers a node, so a fenced node that rejoins with a stale cluster stack "
      "cannot fence the others; Pacemaker's fencer asks another node. A fencer that loses the race to another "
-     "fencer of the same node succeeds: the Report decides. With several devices, every node fences them in "
-     "the order of their volume names, then namespace ids (whatever order devices lists them in), and stops at the first device it fails on, so two "
-     "nodes fencing each other cannot each end up owning some of the devices; afterwards every device must have "
-     "the same nodes registered, or 'off' fails naming each device that differs."},
+     "fencer of the same node succeeds: the Report decides. With several devices, every node fences first the "
+     "device whose volume name (then namespace id) comes first, whatever order devices lists them in, and "
+     "touches no other when it fails there, so two nodes fencing each other cannot each end up owning some of "
+     "the devices: the loser of the first device stops. The winner then fences the other devices together (at "
+     "most 16 at once), each verified as above; afterwards every device must have the same nodes registered, or "
+     "'off' fails naming each device that differs."},
     {"status", false,
      "Prints Status: ON and exits 0 when the target has a key on any device; prints Status: OFF and exits 2 when "
      "on none; exits 1 on any error (an unknown plug included)."},

@@ -2,12 +2,15 @@
 #include "fence_agent.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <map>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include "agent/agent_state_file.hpp"
+#include "internal/invariant.hpp"
 #include "nvfence/epoch_store.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/fence.hpp"
@@ -572,6 +575,29 @@ std::vector<std::unique_ptr<Device>> open_in_volume_order(const Ctx& c, int& fai
     return devs;
 }
 
+// The devices after the first, together (Host::run_all): the fencer
+// already holds the first, so a fencer racing it has stopped there. Each
+// device's log lines are kept and logged in volume order afterwards.
+void off_rest_together(const Ctx& c, std::vector<std::unique_ptr<Device>>& devs, uint8_t victim,
+                       std::vector<OffResult>& res) {
+    NVF_INVARIANT(res.size() == devs.size() && !devs.empty());
+    using Line = std::pair<Level, std::string>;
+    std::vector<std::vector<Line>> lines(devs.size());
+    std::vector<Host> hosts(devs.size(), c.host);
+    std::vector<std::function<void()>> jobs;
+    for (size_t i = 1; i < devs.size(); ++i) {
+        hosts[i].log = [&lines, i](Level l, const std::string& s) { lines[i].emplace_back(l, s); };
+        jobs.emplace_back([&c, &devs, &hosts, &res, i, victim] {
+            const Ctx ci{c.o, hosts[i], c.out, c.devices};
+            res[i] = off_device(ci, *devs[i], victim);
+        });
+    }
+    if (c.host.run_all) c.host.run_all(jobs);
+    else for (auto& j : jobs) j();
+    for (size_t i = 1; i < devs.size(); ++i)
+        for (const auto& [l, s] : lines[i]) c.log(l, s);
+}
+
 int action_off(const Ctx& c) {
     if (!need_target(c) || !need_devices(c)) return kExitError;
     auto target = need_target_id(c);
@@ -590,17 +616,22 @@ int action_off(const Ctx& c) {
     }
     int failed = 0;  // a device that does not open is reported; the others are still fenced
     auto devs = open_in_volume_order(c, failed);
+    std::vector<OffResult> res(devs.size(), OffResult::already_off);
+    if (!devs.empty()) {
+        // The first volume alone: of two nodes fencing each other, the one
+        // that loses it stops here and touches no other device.
+        res[0] = off_device(c, *devs[0], victim);
+        if (res[0] == OffResult::failed && devs.size() > 1)
+            c.error("not fencing on the devices after " + devs[0]->path() + " (volume order): a fencer that failed "
+                    "on the first device must not win the others (split ownership)");
+        else if (res[0] != OffResult::refused && devs.size() > 1)
+            off_rest_together(c, devs, victim, res);
+    }
     bool any_change = false;
-    for (size_t i = 0; i < devs.size(); ++i) {
-        const OffResult r = off_device(c, *devs[i], victim);
+    for (OffResult r : res) {
         if (r == OffResult::refused) return kExitError;
         any_change = any_change || r == OffResult::fenced;
-        if (r != OffResult::failed) continue;
-        ++failed;
-        if (i + 1 < devs.size())
-            c.error("not fencing on the devices after " + devs[i]->path() + " (volume order): a fencer that failed "
-                    "on one device must not win the next (split ownership)");
-        break;
+        failed += r == OffResult::failed;
     }
     if (failed) {
         c.error("failed to verify " + std::to_string(failed) + " of " + std::to_string(c.devices.size()) +
@@ -783,6 +814,19 @@ std::vector<std::string> discover_links(const std::string& dir) {
 
 ResvType resv_type_for(Mode m) {
     return m == Mode::exclusive ? ResvType::write_exclusive : ResvType::write_exclusive_reg_only;
+}
+
+void run_all_threads(std::vector<std::function<void()>>& jobs) {
+    std::atomic<size_t> next{0};
+    auto worker = [&] {
+        for (size_t i = next++; i < jobs.size(); i = next++) jobs[i]();
+    };
+    std::vector<std::thread> threads;
+    const size_t n = std::min(jobs.size(), kMaxParallelDevices);
+    threads.reserve(n);
+    for (size_t t = 0; t < n; ++t) threads.emplace_back(worker);
+    for (auto& t : threads) t.join();
+    NVF_INVARIANT(next.load() >= jobs.size());
 }
 
 int run(const Parsed& parsed, Host& host, std::string& out) {

@@ -98,11 +98,23 @@ struct Host {
     /// False once the process that ran this agent (Pacemaker's fencer) has
     /// exited: `on` then changes nothing. Unset: always alive.
     std::function<bool()> requester_alive;
+    /// Runs every job of @p jobs and returns when all have finished; 'off'
+    /// fences the devices after the first through it, so that their
+    /// commands are in flight together. The real host runs at most
+    /// kMaxParallelDevices at once; unset (the simulator, tests that do
+    /// not ask for it): one after another, in order.
+    std::function<void(std::vector<std::function<void()>>& jobs)> run_all;
     /// Where the epoch floor under state_dir lives: nullptr, the file
     /// system; the simulator gives each host its simulated disk (nothing of
     /// a simulated node touches a real file).
     const StateMedium* state_medium = nullptr;
 };
+
+/// How many devices 'off' fences at once (after the first, alone).
+inline constexpr size_t kMaxParallelDevices = 16;
+
+/// Host::run_all for a real host: at most kMaxParallelDevices threads.
+void run_all_threads(std::vector<std::function<void()>>& jobs);
 
 /// Runs the action of @p parsed and returns its exit code; what the agent
 /// prints on stdout (metadata, list, "Status: ON", ...) is appended to

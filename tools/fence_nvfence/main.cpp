@@ -230,6 +230,7 @@ int main(int argc, char** argv) {
     host.control = [](const std::string& sock, const ControlRequest& req) {
         return control_request(sock, req, req.op == ControlOp::status ? kAgentStatusTimeoutMs : kAgentChangeTimeoutMs);
     };
+    host.run_all = run_all_threads;
     host.sleep = [](uint32_t s) { std::this_thread::sleep_for(std::chrono::seconds(s)); };
     host.log = [&](Level l, const std::string& msg) {
         if (l == Level::debug && o.verbose == 0) return;
