@@ -1672,6 +1672,26 @@ TEST(PersistedStateTest, FileIsWrittenAtomicallyWithPrivateMode) {
     EXPECT_EQ(back->value(), s);
 }
 
+// The agent saves only states its next start loads: a registered role without
+// a key, or fence progress outside FENCED, would make the restart refuse the
+// file (state_io), so saving one is a broken invariant.
+TEST(PersistedStateDeathTest, SavingAStateTheNextStartWouldRefuseAborts) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    TempDir d;
+    AgentStateFile f(d.path(), "vol-test");
+    PersistedState holder_without_key;
+    holder_without_key.node = 3;
+    holder_without_key.role = PersistedRole::holder;
+    EXPECT_DEATH((void)f.save(holder_without_key), "broken invariant");
+    PersistedState pending_standby;
+    pending_standby.node = 3;
+    pending_standby.role = PersistedRole::standby;
+    pending_standby.key = key_of(3, 7);
+    pending_standby.action = FenceActionState::pending;
+    EXPECT_DEATH((void)f.save(pending_standby), "broken invariant");
+    EXPECT_DEATH((void)f.save_unfenced(0), "broken invariant");
+}
+
 // ---- events -------------------------------------------------------------------------
 
 TEST(AgentEventTest, DescribesTheReportInOneLine) {

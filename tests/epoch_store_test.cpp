@@ -19,6 +19,7 @@
 #include "nvfence/epoch_store.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/key.hpp"
+#include "nvfence/state_file.hpp"
 
 namespace nvfence {
 namespace {
@@ -253,6 +254,16 @@ TEST(EpochStore, ObserveEpochsIgnoresImplausibleEpochs) {
     o = observe_epochs(st, 1, 0);
     EXPECT_EQ(o.highest, kEpochCeiling - 1);
     EXPECT_EQ(o.implausible.size(), 2u) << "kMaxEpoch and the ceiling";
+}
+
+// Every store names a file directly in the directory it syncs after the
+// rename; a path elsewhere would be renamed without being made durable.
+TEST(StateFileDeathTest, WritingOutsideTheSyncedDirectoryAborts) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    TempDir d;
+    EXPECT_DEATH((void)write_file_atomic(d.path(), d.path() + "/sub/x.epoch", "1\n"), "broken invariant");
+    EXPECT_DEATH((void)write_file_atomic(d.path() + "/a", d.path() + "/b.epoch", "1\n"), "broken invariant");
+    EXPECT_DEATH((void)write_file_atomic(d.path(), d.path(), "1\n"), "broken invariant");
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "nvfence/command.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/key.hpp"
+#include "internal/invariant.hpp"
 #include "internal/list.hpp"
 #include "nvfence/report.hpp"
 
@@ -355,6 +356,14 @@ Result<AgentSettings> parse_agent_settings(const SettingsMap& kv, std::string& w
     AgentSettings s;
     if (!read_device(r, s) || !read_fence(r, s) || !read_files(r, s) || !read_behaviour(r, s) || !check_watch(r, s))
         return bad;
+    // What the agent (its constructor's invariants) and FenceActions assume
+    // of parsed settings, set or defaulted.
+    NVF_INVARIANT(!s.device.empty() && s.interval_ms >= kMinIntervalMs && s.interval_ms <= kMaxIntervalMs);
+    NVF_INVARIANT(s.device_timeout_ms >= kMinDeviceTimeoutMs && s.device_timeout_ms <= kMaxDeviceTimeoutMs);
+    NVF_INVARIANT(s.fence_timeout_ms >= 100 && s.writer_units.size() <= kMaxWriterUnits);
+    NVF_INVARIANT(s.fence_action != FenceActionKind::command || !trim(s.fence_command).empty());
+    NVF_INVARIANT(s.fence_action != FenceActionKind::stop_unit || valid_unit(s.fence_unit));
+    NVF_INVARIANT(s.socket_mode == 0600 || (s.socket_mode == 0660 && !s.socket_group.empty()));
     return s;
 }
 

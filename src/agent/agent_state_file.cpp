@@ -6,6 +6,7 @@
 
 #include "agent/agent_text.hpp"
 #include "internal/file_name.hpp"
+#include "internal/invariant.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/key.hpp"
 #include "nvfence/state_file.hpp"
@@ -157,6 +158,7 @@ AgentStateFile::AgentStateFile(std::string dir, const std::string& volume, const
 }
 
 Status AgentStateFile::save_unfenced(uint64_t key) const {
+    NVF_INVARIANT(key != 0);  // the key joined with; unfenced_key() reads 0 as "no record"
     return medium_->write_atomic(dir_, unfenced_path_, "key=" + format_key_hex(key) + "\n");
 }
 
@@ -181,7 +183,14 @@ Result<std::optional<PersistedState>> AgentStateFile::load() const {
 }
 
 Status AgentStateFile::save(const PersistedState& s) const {
-    return medium_->write_atomic(dir_, path_, encode_persisted_state(s));
+    const std::string text = encode_persisted_state(s);
+    // The agent saves only states its next start can load: role, key, node
+    // and fence progress agree (a refused file would stop the restart), and
+    // they read back as saved.
+    const auto back = parse_persisted_state(text);
+    NVF_INVARIANT(back && back->role == s.role && back->key == s.key && back->node == s.node);
+    NVF_INVARIANT(back->tag == s.tag && back->action == s.action);
+    return medium_->write_atomic(dir_, path_, text);
 }
 
 }  // namespace nvfence

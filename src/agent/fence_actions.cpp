@@ -15,6 +15,7 @@
 
 #include "nvfence/error.hpp"
 #include "nvfence/fd.hpp"
+#include "internal/invariant.hpp"
 
 extern char** environ;
 
@@ -109,6 +110,9 @@ Status run_bounded(const std::vector<std::string>& argv,
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&attr);
     if (rc != 0) return errno_error(rc);
+    // The timeout kills -pid, the child's own process group: a pid of 0 or
+    // 1 would signal this daemon's group or every process.
+    NVF_INVARIANT(pid > 1);
 
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
     auto next_tick = std::chrono::steady_clock::now();
@@ -136,6 +140,10 @@ Status run_bounded(const std::vector<std::string>& argv,
 }
 
 Status FenceActions::run(const std::vector<std::string>& argv, const ChildEnv& env) const {
+    // Built from parsed settings (parse_agent_settings): a program and its
+    // operand (a unit, a command) are never empty, every child is bounded.
+    NVF_INVARIANT(!argv.empty() && !argv.front().empty() && !argv.back().empty());
+    NVF_INVARIANT(s_.fence_timeout_ms > 0);
     if (before_run_) before_run_(describe_argv(argv), s_.fence_timeout_ms);
     return runner_.run(argv, env, s_.fence_timeout_ms, tick_);
 }

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <vector>
 
+#include "internal/invariant.hpp"
 #include "nvfence/error.hpp"
 
 namespace nvfence {
@@ -149,6 +150,9 @@ void FollowingDevice::maybe_follow() {
         if (ci.volume != volume_ || ci.nsid != nsid_) continue;
         if (host_id_ && ci.host_id && *ci.host_id != *host_id_) continue;
         ns_ = std::move(*cand);
+        // Followed only to the same volume and namespace: the reservation
+        // commands that follow go to the device this agent was started on.
+        NVF_INVARIANT(ns_ && ns_->info().volume == volume_ && ns_->info().nsid == nsid_);
         ++switches_;
         reported_missing_ = false;
         if (log_) log_(false, "namespace " + old + " disappeared; volume " + volume_ + " is back as " +

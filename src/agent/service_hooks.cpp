@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "agent/agent_event.hpp"
+#include "internal/invariant.hpp"
 #include "nvfence/control.hpp"
 
 namespace nvfence {
@@ -27,7 +28,11 @@ void ServiceHooks::event(const AgentEvent& e) {
     if (e.kind != AgentEventKind::state_changed) return;
     std::string text = e.text.substr(0, 200);
     std::replace(text.begin(), text.end(), '\n', ' ');  // a newline would start a new assignment
-    notifier_.notify(std::string("STATUS=") + agent_state_name(e.to) + ": " + text);
+    const std::string status = std::string("STATUS=") + agent_state_name(e.to) + ": " + text;
+    // One assignment, whatever the event's text carried (a device's or a
+    // peer's words): never READY=1 or WATCHDOG=trigger smuggled in.
+    NVF_INVARIANT(status.find('\n') == std::string::npos);
+    notifier_.notify(status);
 }
 
 Status ServiceHooks::stop_writers(const std::string& reason) {

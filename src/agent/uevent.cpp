@@ -7,6 +7,7 @@
 #include <array>
 #include <cerrno>
 
+#include "internal/invariant.hpp"
 #include "nvfence/error.hpp"
 
 namespace nvfence {
@@ -32,6 +33,13 @@ std::optional<uint32_t> parse_u32(std::string_view v) {
     return static_cast<uint32_t>(n);
 }
 
+// A drain's counts: each datagram read is counted once, as malformed,
+// matched or neither, and no more are read than asked for.
+UeventDrain counted(const UeventDrain& d, uint32_t max_datagrams) {
+    NVF_INVARIANT(d.datagrams <= max_datagrams && d.malformed + d.matched <= d.datagrams);
+    return d;
+}
+
 std::optional<uint64_t> parse_u64_dec(std::string_view v) {
     if (v.empty() || v.size() > 19) return std::nullopt;
     uint64_t n = 0;
@@ -50,10 +58,14 @@ Result<Uevent> parse_uevent(std::span<const uint8_t> datagram) {
     const std::string_view all(reinterpret_cast<const char*>(datagram.data()), datagram.size());
     size_t pos = 0;
     auto next = [&]() -> std::string_view {
+        const size_t before = pos;
         const size_t end = all.find('\0', pos);
         const size_t stop = end == std::string_view::npos ? all.size() : end;
         std::string_view s = all.substr(pos, stop - pos);
         pos = stop == all.size() ? all.size() : stop + 1;
+        // Called only before the end: the cursor moves forward, never past
+        // the datagram (the field loop ends).
+        NVF_INVARIANT(before < all.size() && pos > before && pos <= all.size());
         return s;
     };
     const std::string_view header = next();
@@ -128,7 +140,7 @@ Result<UeventDrain> UeventListener::drain(std::string_view controller, uint32_t 
         msg.msg_iovlen = 1;
         const ssize_t n = ::recvmsg(fd_.get(), &msg, MSG_DONTWAIT);
         if (n < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK) return d;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return counted(d, max_datagrams);
             if (errno == EINTR) continue;
             if (errno == ENOBUFS) {
                 d.overflow = true;
@@ -146,7 +158,7 @@ Result<UeventDrain> UeventListener::drain(std::string_view controller, uint32_t 
         else if (is_aen_for(*e, controller)) ++d.matched;
     }
     d.more = true;
-    return d;
+    return counted(d, max_datagrams);
 }
 
 }  // namespace nvfence

@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 
+#include "internal/invariant.hpp"
 #include "nvfence/control.hpp"
 #include "nvfence/epoch_store.hpp"
 #include "nvfence/error.hpp"
@@ -104,6 +105,7 @@ int guarded(F&& f) noexcept {
 }
 
 void copy_str(char* dst, size_t cap, const std::string& s) noexcept {
+    NVF_INVARIANT(dst != nullptr && cap > 0);  // the entry points refuse NULL and 0 first
     const size_t n = std::min(cap - 1, s.size());
     std::memcpy(dst, s.data(), n);
     dst[n] = '\0';
@@ -191,6 +193,9 @@ int read_options(const T* opts, size_t first_size, T& out) noexcept {
 constexpr size_t kAgentReplyV1 = offsetof(nvf_agent_reply, message) + sizeof(nvf_agent_reply::message);
 
 void fill_agent_reply(const ControlReply& r, nvf_agent_reply* out) noexcept {
+    // nvf_agent_request refused a reply older than version 1: the fields
+    // written below all lie within the caller's struct.
+    NVF_INVARIANT(out != nullptr && out->size >= kAgentReplyV1);
     nvf_agent_reply a = NVF_AGENT_REPLY_INIT;
     a.exit_code = r.exit_code;
     a.state = static_cast<int>(r.state);
@@ -526,6 +531,8 @@ int nvf_writer_reap(nvf_writer* w, nvf_completion* out, size_t n, uint32_t min_c
         if (min_complete > take) return -NVF_ERRC_INVALID_ARGUMENT;
         auto r = w->w->reap({tmp, take}, min_complete);
         if (!r) return to_code(r.error());
+        // reap() fills at most the span it was given: the caller's array holds n >= take.
+        NVF_INVARIANT(*r <= take);
         for (size_t i = 0; i < *r; ++i) {
             out[i].user_data = tmp[i].user_data;
             out[i].kind = static_cast<nvf_io_kind>(tmp[i].kind);

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <vector>
 
+#include "internal/invariant.hpp"
 #include "nvfence/error.hpp"
 
 namespace nvfence {
@@ -91,6 +92,10 @@ Result<NamespacePaths> resolve_namespace(std::string_view path) {
     } else {
         return make_error_code(Errc::not_nvme);
     }
+    // Either branch above names the namespace nvme<C>n<N>; the generic
+    // node's name below is cut from it.
+    NVF_INVARIANT(out.name.size() > 4 && out.name.compare(0, 4, "nvme") == 0);
+    NVF_INVARIANT(out.name.find('/') == std::string::npos);
     out.block = "/dev/" + out.name;
     // The block device's "device" link names its controller when native
     // multipath is off; with multipath it names the subsystem and the

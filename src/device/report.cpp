@@ -7,18 +7,26 @@
 #include "nvfence/error.hpp"
 #include "internal/byte_order.hpp"
 #include "internal/file_name.hpp"
+#include "internal/invariant.hpp"
 
 namespace nvfence {
 namespace {
 
-// Fields of a device's data structure: the callers check the length first.
-uint16_t le16(std::span<const uint8_t> b, size_t o) { return load_le<uint16_t>(&b[o]); }
-uint32_t le32(std::span<const uint8_t> b, size_t o) { return load_le<uint32_t>(&b[o]); }
-uint64_t le64(std::span<const uint8_t> b, size_t o) { return load_le<uint64_t>(&b[o]); }
+// Fields of a device's data structure: the callers check the length first
+// (a device's short buffer is malformed data, refused before any field).
+template <class T>
+T field(std::span<const uint8_t> b, size_t o) {
+    NVF_INVARIANT(o <= b.size() && sizeof(T) <= b.size() - o);
+    return load_le<T>(&b[o]);
+}
+uint16_t le16(std::span<const uint8_t> b, size_t o) { return field<uint16_t>(b, o); }
+uint32_t le32(std::span<const uint8_t> b, size_t o) { return field<uint32_t>(b, o); }
+uint64_t le64(std::span<const uint8_t> b, size_t o) { return field<uint64_t>(b, o); }
 
 // Identify strings are space padded ASCII; anything unprintable is replaced
 // so a hostile device cannot inject control characters into our output.
 std::string trimmed(std::span<const uint8_t> b, size_t off, size_t len) {
+    NVF_INVARIANT(off <= b.size() && len <= b.size() - off);
     std::string s;
     for (size_t i = 0; i < len; ++i) {
         uint8_t c = b[off + i];
@@ -96,6 +104,10 @@ Result<ReservationStatus> parse_report(std::span<const uint8_t> buf, bool extend
         }
         st.registrants.push_back(r);
     }
+    // Never more entries than the device claims, never one read past the
+    // buffer: truncated() tells the caller to read again with more room.
+    NVF_INVARIANT(st.registrants.size() <= st.num_registrants);
+    NVF_INVARIANT(header + st.registrants.size() * entry <= buf.size());
     return st;
 }
 

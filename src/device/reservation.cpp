@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "internal/invariant.hpp"
 #include "nvfence/error.hpp"
 
 namespace nvfence {
@@ -42,6 +43,9 @@ Result<ReservationStatus> Reservations::report_once(bool extended, uint32_t len,
     const uint32_t most = static_cast<uint32_t>(report_size_for(0xffff, true));
     len = std::clamp(len, header, most);
     len = (len + 3) & ~uint32_t{3};
+    // A whole number of dwords (the command's NUMD), at least the header and
+    // at most the largest report: the rounding never passes the bound.
+    NVF_INVARIANT(len % 4 == 0 && len >= header && len <= most);
     ++last_reads_;
     buf.assign(len, 0);
     auto r = pt_.submit(encode_report({nsid_, extended, len}), buf);
@@ -70,6 +74,9 @@ Result<ReservationStatus> Reservations::report() {
         // Registrants were added between reads, or the first buffer was too
         // small: size for what the device claims now and read again.
         const size_t need = report_size_for(st->num_registrants, extended);
+        // Truncated: the device claims more entries than fitted, so the next
+        // read asks for more than this one (each retry makes progress).
+        NVF_INVARIANT(need > buf.size());
         len = static_cast<uint32_t>((need + 3) & ~size_t{3});
     }
     return make_error_code(Errc::malformed_data);

@@ -13,6 +13,7 @@
 #include "nvfence/error.hpp"
 #include "nvfence/fd.hpp"
 #include "nvfence/key.hpp"
+#include "internal/invariant.hpp"
 #include "internal/list.hpp"
 
 namespace nvfence {
@@ -195,6 +196,8 @@ Status parse_endpoints(const Getter& get, ElectorSettings& s, std::string& why) 
         const char* k = s.cert_file.empty() ? "etcd_key_file" : "etcd_cert_file";
         return bad(why, k, *get(k), "etcd_cert_file and etcd_key_file go together");
     }
+    NVF_INVARIANT(!s.endpoints.empty() && s.endpoints.size() <= kMaxEndpoints);
+    NVF_INVARIANT(s.ca_file.empty() || tls);
     return Ok{};
 }
 
@@ -227,6 +230,11 @@ Status parse_timing(const Getter& get, ElectorSettings& s, std::string& why) {
         else if (*v == "hold") s.lease_loss = LeaseLossAction::hold;
         else return bad(why, "lease_loss", *v, "must be fence or hold");
     }
+    // Within the documented ranges, set or defaulted: the lease guard needs
+    // a margin below the TTL, the calls a bound below it.
+    NVF_INVARIANT(s.lease_ttl_s >= 2 && s.lease_ttl_s <= 3600);
+    NVF_INVARIANT(s.lease_margin_ms >= 100 && s.lease_margin_ms <= ttl_ms / 2);
+    NVF_INVARIANT(s.etcd_timeout_ms >= 100 && s.etcd_timeout_ms <= ttl_ms / 3);
     return Ok{};
 }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "internal/invariant.hpp"
 #include "nvfence/error.hpp"
 
 namespace nvfence {
@@ -29,7 +30,13 @@ const char* guard_verdict_name(GuardVerdict v) {
 }
 
 LeaseGuard::LeaseGuard(LeaseGuardOptions opts, TimePoint sent_at)
-    : opts_(opts), deadline_(sent_at + std::chrono::milliseconds(opts.ttl_ms)), last_sent_(sent_at) {}
+    : opts_(opts), deadline_(sent_at + std::chrono::milliseconds(opts.ttl_ms)), last_sent_(sent_at) {
+    // The options come from lease_guard_options() (a parsed configuration):
+    // with a margin not below the TTL the guard would step down at once on
+    // every grant, with a zero renew interval it would renew in a busy loop.
+    NVF_INVARIANT(opts.ttl_ms > 0 && opts.margin_ms >= 0 && opts.margin_ms < opts.ttl_ms);
+    NVF_INVARIANT(opts.renew_interval_ms > 0);
+}
 
 void LeaseGuard::on_keepalive(TimePoint sent_at, const Result<LeaseStatus>& r) {
     if (lost_ != LossReason::none) return;
@@ -79,7 +86,10 @@ GuardVerdict LeaseGuard::verdict(TimePoint now) const {
 
 int64_t Backoff::next_ms() {
     const int64_t v = next_ms_;
+    NVF_INVARIANT(v > 0 && max_ms_ > 0);  // the constructor's precondition: a zero wait would spin
     next_ms_ = std::min(max_ms_, next_ms_ > max_ms_ / 2 ? max_ms_ : next_ms_ * 2);
+    // The doubling never overflows and never shrinks a wait below the cap.
+    NVF_INVARIANT(next_ms_ > 0 && next_ms_ <= max_ms_ && (next_ms_ >= v || next_ms_ == max_ms_));
     return v;
 }
 

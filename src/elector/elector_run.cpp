@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "elector/elector_run.hpp"
 
+#include "internal/invariant.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/key.hpp"
 
@@ -43,6 +44,8 @@ Result<WinResult> carry_out_win(Elector& elector, Fence& fence, const EpochStore
         if (!o) return o.error();
         w.outcome = *o;
         if (auto f = decode_key(w.outcome->key)) w.key_epoch = f->epoch;
+        // The key now held carries the token won: the agent's term is this epoch.
+        NVF_INVARIANT(w.key_epoch == w.term.epoch);
         return w;
     }
     return make_error_code(Errc::lost_race);

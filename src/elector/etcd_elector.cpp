@@ -16,6 +16,7 @@
 
 #include "elector/elector_config.hpp"
 #include "internal/file_name.hpp"
+#include "internal/invariant.hpp"
 #include "nvfence/epoch_store.hpp"
 #include "nvfence/error.hpp"
 #include "elector/etcd_json.hpp"
@@ -169,6 +170,8 @@ struct EtcdElector::Http {
         for (size_t tried = 0; tried < opts.endpoints.size(); ++tried) {
             const auto left = std::chrono::duration_cast<Ms>(deadline - Clock::now());
             if (left < kMinCallMs) return make_error_code(Errc::timeout);
+            // create() refused an empty list; current only moves modulo its size.
+            NVF_INVARIANT(current < opts.endpoints.size());
             const std::string url = opts.endpoints[current] + path;
             Transfer t;
             t.sink = sink;
@@ -266,6 +269,7 @@ Status EtcdElector::grant_lease(Ms timeout) {
     if (!r) return r.error();
     auto g = etcd::parse_lease_grant(r->body);
     if (!g) return server_error(r->body, g.error());
+    NVF_INVARIANT(g->id > 0);  // parse_lease_grant's postcondition: 0 means "no lease" here
     lease_ = g->id;
     candidate_.reset();
     if (g->reply.header.cluster_id) cluster_id_ = g->reply.header.cluster_id;
@@ -275,6 +279,7 @@ Status EtcdElector::grant_lease(Ms timeout) {
 // The candidate key on our lease, or ours from an earlier slice (same
 // lease, still queued): its create revision is our place in the queue.
 Status EtcdElector::queue_candidacy(const std::string& key, Ms timeout) {
+    NVF_INVARIANT(lease_ > 0 && !candidate_);  // campaign() granted the lease; the key goes on it once
     auto r = http_->post("/v3/kv/txn", etcd::candidacy_txn_request(key, lease_, opts_.value), timeout);
     if (!r) return r.error();
     auto t = etcd::parse_txn(r->body);
@@ -296,6 +301,8 @@ Status EtcdElector::queue_candidacy(const std::string& key, Ms timeout) {
 // (Errc::timeout: not yet).
 Result<bool> EtcdElector::lead_or_wait(const std::string& prefix, const std::string& key,
                                        const std::function<Ms()>& left) {
+    // campaign() queued our key on the live lease first: its revision is our place.
+    NVF_INVARIANT(lease_ > 0 && candidate_ && candidate_->revision > 0 && candidate_->key == key);
     // The counter comes along (same revision): once we lead nobody else
     // can move it, so the token needs one round trip, not two.
     auto r = http_->post("/v3/kv/txn", etcd::leader_and_counter_request(prefix, etcd_counter_key(opts_.election)),
@@ -392,6 +399,7 @@ Result<EtcdElector::CounterRead> EtcdElector::read_counter(const std::string& co
 Result<std::optional<uint32_t>> EtcdElector::issue_token(const std::string& counter_key, uint32_t base,
                                                          int64_t mod_rev, const TokenStore* store,
                                                          Clock::time_point deadline) {
+    NVF_INVARIANT(won_.has_value());  // term() issues only to a won leadership
     if (!usable_epoch(base + 1)) {
         // A token above the key's epochs could never be used; one write
         // to the counter must not make this host store it (it would
@@ -479,6 +487,8 @@ Result<Term> EtcdElector::term(uint32_t at_least, Ms timeout) {
         if (!issued) return issued.error();
         if (*issued) {
             t.epoch = **issued;
+            // Elector::term()'s promise: above at_least and this host's floor, usable in a key.
+            NVF_INVARIANT(t.epoch > base && t.epoch > at_least && t.epoch > floor.epoch && usable_epoch(t.epoch));
             return t;
         }
     }

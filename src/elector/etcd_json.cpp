@@ -9,6 +9,7 @@
 
 #include "nvfence/error.hpp"
 #include "elector/etcd.hpp"
+#include "internal/invariant.hpp"
 #include "nvfence/key.hpp"
 
 namespace nvfence {
@@ -225,6 +226,7 @@ bool get_range(const json& o, RangeReply& out) {
         if (!get_kv(k, kv)) return false;
         out.kvs.push_back(std::move(kv));
     }
+    NVF_INVARIANT(out.kvs.size() <= kMaxKvs);  // a reply's size bounds what is kept, whatever etcd sends
     return true;
 }
 
@@ -268,6 +270,8 @@ std::string base64_encode(std::string_view in) {
         out += rest == 2 ? kB64[(n >> 6) & 63] : '=';
         out += '=';
     }
+    // Four characters for each started group of three bytes, as reserved.
+    NVF_INVARIANT(out.size() == (in.size() + 2) / 3 * 4);
     return out;
 }
 
@@ -304,6 +308,9 @@ std::optional<std::string> base64_decode(std::string_view in) {
     }
     // Leftover bits must be zero: one encoding per byte string.
     if (bits > 0 && (acc & ((1u << bits) - 1)) != 0) return std::nullopt;
+    // Three bytes per four characters, a partial group one or two: fewer
+    // than 8 bits can be left over.
+    NVF_INVARIANT(bits < 8 && out.size() == len * 3 / 4);
     return out;
 }
 
@@ -391,6 +398,7 @@ Result<TxnReply> parse_txn(std::string_view body) {
             t.ranges.push_back(std::move(range));
         }
     }
+    NVF_INVARIANT(t.ranges.size() <= kMaxKvs);
     return t;
 }
 
@@ -423,6 +431,7 @@ Result<WatchReply> parse_watch(std::string_view line) {
             w.events.push_back(std::move(ev));
         }
     }
+    NVF_INVARIANT(w.events.size() <= kMaxKvs);
     return w;
 }
 
@@ -543,6 +552,9 @@ std::string watch_request(std::string_view key, int64_t start_revision) {
 
 std::string token_txn_request(std::string_view counter_key, const LeaderInfo& leader, int64_t counter_mod_rev,
                               const CounterValue& next) {
+    // The counter written names a token (0 is none) and the leadership the
+    // compare guards: the elector issues only such values.
+    NVF_INVARIANT(next.epoch != 0 && leader.revision == next.leader_rev);
     const std::string ck = base64_encode(counter_key);
     const std::string lk = base64_encode(leader.key);
     json j = {

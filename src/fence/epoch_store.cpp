@@ -15,6 +15,7 @@
 #include "nvfence/key.hpp"
 #include "nvfence/state_file.hpp"
 #include "internal/file_name.hpp"
+#include "internal/invariant.hpp"
 
 namespace nvfence {
 namespace {
@@ -68,6 +69,10 @@ EpochObservation observe_epochs(const ReservationStatus& st, uint8_t tag, uint32
         if (plausible(f->epoch, floor)) o.highest = std::max(o.highest, f->epoch);
         else o.implausible.push_back(r.key);
     }
+    // Only plausible epochs count: a store raised to this never reaches the
+    // ceiling (this host could never take over again) nor jumps past the bound.
+    NVF_INVARIANT(o.highest < kEpochCeiling);
+    NVF_INVARIANT(floor == 0 || o.highest <= floor || o.highest - floor <= kMaxEpochJump);
     return o;
 }
 
@@ -77,6 +82,9 @@ EpochStore::EpochStore(std::string dir, const std::string& volume)
 EpochStore::EpochStore(std::string dir, const std::string& volume, const StateMedium& medium)
     : dir_(std::move(dir)), medium_(&medium) {
     path_ = dir_ + "/" + volume_file_stem(volume) + ".epoch";
+    // The file lies directly in dir_: write_atomic's rename is made durable by
+    // syncing dir_. volume_file_stem() leaves no '/' in a name.
+    NVF_INVARIANT(path_.find('/', dir_.size() + 1) == std::string::npos);
 }
 
 Result<uint32_t> EpochStore::load() const {
@@ -93,7 +101,11 @@ Status EpochStore::raise_to(uint32_t epoch) const {
     auto cur = load();
     if (!cur) return cur.error();
     if (*cur >= epoch) return Ok{};
-    return medium_->write_atomic(dir_, path_, std::to_string(epoch) + "\n");
+    // What load() reads back must be this epoch.
+    const std::string text = std::to_string(epoch) + "\n";
+    const auto back = parse_epoch_text(text);
+    NVF_INVARIANT(back && *back == epoch);
+    return medium_->write_atomic(dir_, path_, text);
 }
 
 Result<EpochObservation> EpochStore::raise_from(const ReservationStatus& st, uint8_t tag) const {

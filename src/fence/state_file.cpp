@@ -11,6 +11,7 @@
 
 #include "nvfence/error.hpp"
 #include "nvfence/fd.hpp"
+#include "internal/invariant.hpp"
 
 namespace nvfence {
 
@@ -27,6 +28,10 @@ Status check_state_dir(const std::string& dir) {
 }
 
 Status write_file_atomic(const std::string& dir, const std::string& path, std::string_view text) {
+    // Every store names a file directly in its directory: syncing @p dir
+    // after the rename is what makes the new content durable.
+    NVF_INVARIANT(path.size() > dir.size() + 1 && path.compare(0, dir.size(), dir) == 0);
+    NVF_INVARIANT(path[dir.size()] == '/' && path.find('/', dir.size() + 1) == std::string::npos);
     // Create missing parents too: a fresh host may have no /var/lib/nvfence.
     for (size_t pos = 1; pos <= dir.size(); ++pos) {
         if (pos != dir.size() && dir[pos] != '/') continue;
@@ -80,6 +85,7 @@ Result<std::string> read_state_file(const std::string& path, size_t max_bytes, b
         text.append(buf, static_cast<size_t>(n));
         if (text.size() > max_bytes) return make_error_code(Errc::state_io);
     }
+    NVF_INVARIANT(text.size() <= max_bytes);  // callers size their parse for max_bytes
     return text;
 }
 

@@ -223,6 +223,28 @@ TEST(ElectorPolicy, BackoffDoublesAndIsCapped) {
     EXPECT_EQ(big.next_ms(), INT64_MAX);
 }
 
+// The guard's and the backoff's preconditions (lease_guard_options() and the
+// driver's constants meet them): a guard whose margin is not below the TTL
+// would step down on every grant, a backoff without a wait would spin.
+TEST(ElectorPolicyDeathTest, GuardWithAMarginNotBelowTheTtlAborts) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    LeaseGuardOptions o;
+    o.ttl_ms = 1000;
+    o.margin_ms = 1000;
+    EXPECT_DEATH({ LeaseGuard g(o, LeaseGuard::TimePoint{}); (void)g; }, "broken invariant");
+    o.margin_ms = 500;
+    o.renew_interval_ms = 0;
+    EXPECT_DEATH({ LeaseGuard g(o, LeaseGuard::TimePoint{}); (void)g; }, "broken invariant");
+}
+
+TEST(ElectorPolicyDeathTest, BackoffWithoutAWaitAborts) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    Backoff zero(0, 1000);
+    EXPECT_DEATH((void)zero.next_ms(), "broken invariant");
+    Backoff no_cap(100, 0);
+    EXPECT_DEATH((void)no_cap.next_ms(), "broken invariant");
+}
+
 // A TTL from etcd is believed only up to the one this host asked for: a
 // hostile or broken reply of a year (or of etcd's maximum) must not keep a
 // host leading past its own lease.

@@ -214,6 +214,18 @@ TEST(EtcdJson, RequestsCarryInt64AsStringsAndBase64) {
     EXPECT_NE(t.find(base64_encode("3 9")), std::string::npos);
 }
 
+// The token transaction writes a counter guarded by the leadership it names:
+// a value for another leadership, or token 0, is the elector's bug.
+TEST(EtcdJsonDeathTest, TokenForAnotherLeadershipAborts) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    LeaderInfo l;
+    l.key = "nvfence/vol1/7";
+    l.revision = 9;
+    l.lease = 7;
+    EXPECT_DEATH((void)token_txn_request("nvfence/vol1.epoch", l, 0, {3, 8}), "broken invariant");
+    EXPECT_DEATH((void)token_txn_request("nvfence/vol1.epoch", l, 0, {0, 9}), "broken invariant");
+}
+
 // A hostile or broken etcd: a line nested 100,000 levels deep (200 KB, under
 // the 1 MiB bound) on the keepalive, watch and observe streams and in a
 // plain reply. A recursive parser overflows the stack on it (SIGSEGV, seen
