@@ -199,7 +199,7 @@ def plot(dat, png, axis, points, costs):
     series = ", ".join(f"'{dat}' using 1:{2 + 2 * i} with linespoints title '{c} (median)'"
                        for i, c in enumerate(costs))
     script = (f"set terminal png size 900,600\nset output '{png}'\nset logscale x 2\n"
-              f"set xtics ({', '.join(str(p) for p in points)})\nset xlabel '{axis}'\n"
+              f"set xrange [{points[0] * 0.8}:{points[-1] * 1.25}]\nset xtics ({', '.join(str(p) for p in points)})\nset xlabel '{axis}'\n"
               f"set ylabel 'ms (median)'\nset yrange [0:*]\nset key top left\nset grid\n"
               f"set title 'nvfence failover cost vs {axis}'\nplot {series}\n")
     subprocess.run(["gnuplot"], input=script, text=True, check=True)
