@@ -120,33 +120,56 @@ def agent_conf_path(host, vol):
     return m.group(1).replace("%i", vol).replace("%I", vol)
 
 
-def _ns2():
+def _ns_path(nsid):
     import nvlab
-    return f"/sys/kernel/config/nvmet/subsystems/{nvlab.NQN}/namespaces/2"
+    return f"/sys/kernel/config/nvmet/subsystems/{nvlab.NQN}/namespaces/{int(nsid)}"
 
 
-def add_second_namespace(lab):
-    """Exports a second namespace (nsid 2: a 16 MiB file on the target's RAM
-    disk, buffered I/O, reservations on) in the same subsystem and waits
-    until every host sees it. Returns {host name: its block device}."""
-    ns2 = _ns2()
-    lab.target.run(f"dd if=/dev/zero of=/tmp/ns2.img bs=1M count=16 2>/dev/null && mkdir {ns2} && "
-                   f"echo /tmp/ns2.img > {ns2}/device_path && echo 1 > {ns2}/buffered_io && "
-                   f"echo 1 > {ns2}/resv_enable && echo 1 > {ns2}/enable", check=True, timeout_s=60)
+def add_namespaces(lab, nsids, size_mib=16):
+    """Exports more namespaces in the shared subsystem, one per nsid in
+    nsids (each a sparse size_mib file on the target's RAM disk, buffered
+    I/O, reservations on), and waits until every host sees all of them.
+    Returns {host name: {nsid: its block device}}."""
+    nsids = [int(n) for n in nsids]
+    assert nsids and 1 not in nsids and len(set(nsids)) == len(nsids), nsids
+    script = " && ".join(
+        f"dd if=/dev/zero of=/tmp/ns{n}.img bs=1M count=0 seek={int(size_mib)} 2>/dev/null && mkdir {_ns_path(n)} && "
+        f"echo /tmp/ns{n}.img > {_ns_path(n)}/device_path && echo 1 > {_ns_path(n)}/buffered_io && "
+        f"echo 1 > {_ns_path(n)}/resv_enable && echo 1 > {_ns_path(n)}/enable" for n in nsids)
+    lab.target.run(script, check=True, timeout_s=60 + 2 * len(nsids))
+    want = " ".join(str(n) for n in nsids)
     devs = {}
     for h in lab.hosts:
         c = f"/sys/class/nvme/{h.ctrl}"
+        # Prints "nsid /dev/X" for each wanted nsid once all have a block
+        # device; rescans the controller while some are missing.
         script = (f"end=$(( $(cut -d. -f1 /proc/uptime) + 60 )); "
-                  f"while :; do for n in {c}/nvme*n*; do b=${{n##*/}}; "
-                  f"[ \"$(cat $n/nsid 2>/dev/null)\" = 2 ] && [ -b /dev/$b ] && {{ echo /dev/$b; exit 0; }}; done; "
+                  f"while :; do out=; miss=0; for w in {want}; do d=; "
+                  f"for n in {c}/nvme*n*; do b=${{n##*/}}; "
+                  f"[ \"$(cat $n/nsid 2>/dev/null)\" = $w ] && [ -b /dev/$b ] && {{ d=/dev/$b; break; }}; done; "
+                  f"[ -n \"$d\" ] && out=\"$out$w $d\n\" || miss=1; done; "
+                  f"[ $miss = 0 ] && {{ printf \"$out\"; exit 0; }}; "
                   f"[ $(cut -d. -f1 /proc/uptime) -ge $end ] && exit 1; "
                   f"echo 1 > {c}/rescan_controller 2>/dev/null; {{ sleep 0.5 || usleep 500000; }} 2>/dev/null; done")
         r = h.run(script, timeout_s=80)
         assert r.rc == 0 and r.out.strip(), (h.name, r)
-        devs[h.name] = r.out.strip().splitlines()[0]
+        got = {int(a): b for a, b in (line.split() for line in r.out.strip().splitlines())}
+        assert sorted(got) == sorted(nsids), (h.name, got)
+        devs[h.name] = got
     return devs
 
 
+def remove_namespaces(lab, nsids):
+    """Undoes add_namespaces (best effort: each nsid whether or not it was added)."""
+    lab.target.run("; ".join(f"echo 0 > {_ns_path(n)}/enable; rmdir {_ns_path(n)}; rm -f /tmp/ns{int(n)}.img"
+                             for n in nsids), timeout_s=60 + 2 * len(nsids))
+
+
+def add_second_namespace(lab):
+    """Exports a second namespace (nsid 2) in the same subsystem and waits
+    until every host sees it. Returns {host name: its block device}."""
+    return {name: d[2] for name, d in add_namespaces(lab, [2]).items()}
+
+
 def remove_second_namespace(lab):
-    ns2 = _ns2()
-    lab.target.run(f"echo 0 > {ns2}/enable; rmdir {ns2}; rm -f /tmp/ns2.img", timeout_s=60)
+    remove_namespaces(lab, [2])

@@ -49,7 +49,13 @@ CLUSTER_PREFIX = "169.254.100."
 # extra root image, not three.
 CLUSTER_PACKAGES = ("corosync", "pacemaker", "pacemaker-cli-utils", "etcd-server", "etcd-client",
                     "liburing2", "libspdlog1.10", "libfmt9")
-HOST_NAMES = "abcdefgh"
+# Host names: up to 16 identities (EBS's multi-attach limit) in the loop
+# topology, one VM each; the fabric and plain topologies, one VM per host,
+# stop at FABRIC_MAX_HOSTS (16 TCG VMs on one machine would be silly).
+HOST_NAMES = "abcdefghijklmnop"
+FABRIC_MAX_HOSTS = 8
+# x86's COMMAND_LINE_SIZE: a longer -append is cut or refused.
+CMDLINE_MAX = 2048
 NQN = "nqn.2024-01.org.nvfence.lab:vol0"
 DISK_SERIAL = "vol0123456789abcdef0"
 EBS_MODEL = "Amazon Elastic Block Store"
@@ -119,11 +125,14 @@ class VM:
         # its own qcow2 overlay of the cached image, plus the project disk).
         self.flavour = "systemd" if role == "sdhost" else "busybox"
         initrd = lab.sd_initrd if self.flavour == "systemd" else lab.initramfs.path
+        append = f"{BASE_CMDLINE} {cmdline}".strip()
+        if len(append) >= CMDLINE_MAX:
+            raise LabError(f"{name}: kernel command line is {len(append)} bytes, the limit is {CMDLINE_MAX - 1}")
         self.argv = [
             lab.qemu, "-name", name, "-machine", "q35", "-accel", "tcg", "-m", str(lab.memory_mb),
             "-smp", "1", "-nographic", "-nodefaults", "-no-user-config", "-no-reboot",
             "-kernel", str(lab.kernel_image), "-initrd", str(initrd),
-            "-append", f"{BASE_CMDLINE} {cmdline}".strip(),
+            "-append", append,
             "-serial", f"file:{self.console_log}",
             "-qmp", f"unix:{self.qmp_sock},server=on,wait=off",
             "-device", "virtio-serial-pci,id=vser0",
@@ -563,8 +572,10 @@ class Lab:
         self.project_disk: Path | None = None
         self.project_info: dict = {}
         self.hub: ClusterHub | None = None
-        if not 1 <= hosts <= len(HOST_NAMES):
-            raise ValueError(f"hosts must be 1..{len(HOST_NAMES)}")
+        max_hosts = len(HOST_NAMES) if topology == "loop" else FABRIC_MAX_HOSTS
+        if not 1 <= hosts <= max_hosts:
+            raise ValueError(f"hosts must be 1..{max_hosts} for topology '{topology}'"
+                             + (" (more host identities: topology='loop', up to 16)" if topology != "loop" else ""))
         self.n_hosts = hosts
         self.topology = topology
         self.ebs = ebs

@@ -1,0 +1,245 @@
+"""Prints what failover costs as registrants and namespaces grow (issue 29;
+not a test: figures, medians and maxima).
+
+    /usr/bin/python3 vm-test/measure_scale.py [--runs 10] [--out /tmp/nvfence-scale]
+
+One 16-host loop lab (one VM: nvmet over nvme-loop, one fabrics connection
+per host identity a..p) for everything. Every time is taken inside the
+guest around one command (the kernel's monotonic clock in nanoseconds from
+/proc/timer_list: busybox date has no %N), so it includes process start,
+device open and Identify.
+
+Registrants axis, k = 2, 4, 8, 16 hosts registered (node ids 1..k):
+  report      `nvfence report --json` (and its size in bytes)
+  preempt     `nvfence preempt` of the holder by node 2 (verified
+              preempt-and-abort); node 1 re-registers and re-acquires between runs
+  fence-off   `fence_nvfence` off of node k from node 1 (all k unfenced with
+              'on' first); node k is unfenced again between runs
+  victim-node `nvfence preempt --victim-node k` from the holder (node 1);
+              node k re-registers between runs
+Namespaces axis, m = 1, 4, 16, 32 namespaces (nsid 1 and m-1 added), nodes 1..3:
+  fence-off   `fence_nvfence` off of node 3 from node 1 over all m; node 3 is
+              unfenced again between runs
+
+Each cost's ratio is its median over the median at the axis's smallest
+point (targets: 16 registrants within 1.25x of 2, 32 namespaces within 2x
+of 1). Figures go to OUT/scale-registrants.dat and OUT/scale-namespaces.dat
+and, when gnuplot is installed, OUT/scale-registrants.png and
+OUT/scale-namespaces.png. The machine's /proc/loadavg is printed at start
+and end: figures from a busy machine are not figures.
+"""
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import nvlab  # noqa: E402
+from nvlab.lab import HOST_NAMES  # noqa: E402
+from nvtest import add_namespaces, nvf, remove_namespaces, reset  # noqa: E402
+
+REGISTRANTS = (2, 4, 8, 16)
+NAMESPACES = (1, 4, 16, 32)
+REG_COSTS = ("report", "preempt", "fence-off", "victim-node")
+NS_COSTS = ("fence-off",)
+
+# Nanoseconds of CLOCK_MONOTONIC in the guest (first line of /proc/timer_list:
+# "now at N nsecs"); /proc/uptime (10 ms) if the kernel has no timer_list.
+NS = ("ns() { t=$(head -c 200 /proc/timer_list 2>/dev/null | sed -n 's/^now at \\([0-9]*\\) nsecs$/\\1/p'); "
+      "[ -n \"$t\" ] && echo $t || awk '{printf \"%d\\n\", $1 * 1000000000}' /proc/uptime; }; ")
+
+
+def loadavg():
+    return Path("/proc/loadavg").read_text().strip()
+
+
+def node_of(h):
+    return HOST_NAMES.index(h.name) + 1
+
+
+def timed(host, cmd, timeout_s=120):
+    """Runs cmd in host's guest between two clock reads; returns
+    (rc, ms, bytes of stdout). Output goes to a file, counted after."""
+    r = host.run(NS + f"t0=$(ns); {{ {cmd}\n}} >/tmp/m.out 2>/tmp/m.err; rc=$?; t1=$(ns); "
+                 "echo $rc $(( (t1 - t0) / 1000 )) $(wc -c < /tmp/m.out)", timeout_s=timeout_s)
+    f = r.out.split()
+    assert r.rc == 0 and len(f) == 3, r
+    rc, us, size = map(int, f)
+    if rc != 0:
+        err = host.run("cat /tmp/m.out /tmp/m.err", timeout_s=30).out
+        raise AssertionError(f"{host.name}: {cmd}: exit {rc}\n{err}")
+    return rc, us / 1000.0, size
+
+
+def ok(r, what):
+    assert r.rc == 0, (what, r)
+    return r
+
+
+def fa_cmd(host, action_lines, devices, node_ids):
+    text = "\n".join([f"devices={devices}", f"node_ids={node_ids}", f"state_dir=/tmp/state-{host.name}"]
+                     + list(action_lines))
+    return f"fence_nvfence <<EOF\n{text}\nEOF"
+
+
+def fa(host, *lines, devices="$NVFENCE_DEV", node_ids):
+    r = host.run(fa_cmd(host, lines, devices, node_ids), timeout_s=180)
+    assert r.rc == 0, (host.name, lines, r)
+    return r
+
+
+def registrants_axis(lab, runs):
+    res = {}   # (k, cost) -> [ms]
+    size = {}  # k -> [bytes]
+    for k in REGISTRANTS:
+        hs = lab.hosts[:k]
+        first, second, last = hs[0], hs[1], hs[-1]
+        # CLI registrations: node i+1 on host i, node 1 holds.
+        reset(lab)
+        for h in hs:
+            ok(nvf(h, "register", "--node", str(node_of(h))), "register")
+        ok(nvf(first, "acquire"), "acquire")
+        xs, sz = [], []
+        for _ in range(runs):
+            _, ms, n = timed(second, 'nvfence report "$NVFENCE_DEV" --json')
+            xs.append(ms)
+            sz.append(n)
+        res[(k, "report")] = xs
+        size[k] = sz
+        xs = []
+        for _ in range(runs):
+            xs.append(timed(second, 'nvfence preempt "$NVFENCE_DEV" --json')[1])
+            ok(nvf(first, "register", "--node", "1"), "re-register")
+            ok(nvf(second, "release"), "release")
+            ok(nvf(first, "acquire"), "re-acquire")
+        res[(k, "preempt")] = xs
+        xs = []
+        for _ in range(runs):
+            xs.append(timed(first, f'nvfence preempt "$NVFENCE_DEV" --victim-node {node_of(last)} --json')[1])
+            ok(nvf(last, "register", "--node", str(node_of(last))), "re-register victim")
+        res[(k, "victim-node")] = xs
+        # fence_nvfence: every node unfenced ('on', Registrants Only).
+        reset(lab)
+        ids = ";".join(f"{h.name}:{node_of(h)}" for h in hs)
+        for h in hs:
+            fa(h, "action=on", f"nodename={h.name}", node_ids=ids)
+        xs = []
+        for _ in range(runs):
+            xs.append(timed(first, fa_cmd(first, ["action=off", f"plug={last.name}"], "$NVFENCE_DEV", ids))[1])
+            fa(last, "action=on", f"nodename={last.name}", node_ids=ids)
+        res[(k, "fence-off")] = xs
+        print(f"  registrants {k}: done", file=sys.stderr, flush=True)
+    return res, size
+
+
+def namespaces_axis(lab, runs):
+    res = {}
+    hs = lab.hosts[:3]
+    first, last = hs[0], hs[-1]
+    ids = ";".join(f"{h.name}:{node_of(h)}" for h in hs)
+    devs = {h.name: ["$NVFENCE_DEV"] for h in lab.hosts}
+    added = []
+    reset(lab)
+    try:
+        for m in NAMESPACES:
+            new = list(range(len(added) + 2, m + 1))
+            if new:
+                got = add_namespaces(lab, new, size_mib=4)
+                added += new
+                for h in lab.hosts:
+                    devs[h.name] += [got[h.name][n] for n in new]
+            for h in hs:
+                fa(h, "action=on", f"nodename={h.name}", devices=",".join(devs[h.name]), node_ids=ids)
+            xs = []
+            for _ in range(runs):
+                xs.append(timed(first, fa_cmd(first, ["action=off", f"plug={last.name}"],
+                                              ",".join(devs[first.name]), ids), timeout_s=300)[1])
+                fa(last, "action=on", f"nodename={last.name}", devices=",".join(devs[last.name]), node_ids=ids)
+            res[(m, "fence-off")] = xs
+            print(f"  namespaces {m}: done", file=sys.stderr, flush=True)
+    finally:
+        if added:
+            remove_namespaces(lab, added)
+    return res
+
+
+def table(axis, points, costs, res, extra=None):
+    lines = []
+    for c in costs:
+        base = statistics.median(res[(points[0], c)])
+        for p in points:
+            xs = res[(p, c)]
+            med = statistics.median(xs)
+            row = f"{axis:12s} {p:>3d}  {c:12s} {med:9.1f} {max(xs):9.1f} {med / base:6.2f}x"
+            if extra and c == "report":
+                row += f"  {int(statistics.median(extra[p])):>6d} B"
+            lines.append(row)
+    return lines
+
+
+def write_dat(path, axis, points, costs, res, extra=None):
+    cols = ["#" + axis] + [f"{c}_{s}" for c in costs for s in ("median_ms", "max_ms")]
+    if extra:
+        cols.append("report_bytes")
+    with open(path, "w") as f:
+        f.write(" ".join(cols) + "\n")
+        for p in points:
+            row = [str(p)]
+            for c in costs:
+                xs = res[(p, c)]
+                row += [f"{statistics.median(xs):.3f}", f"{max(xs):.3f}"]
+            if extra:
+                row.append(str(int(statistics.median(extra[p]))))
+            f.write(" ".join(row) + "\n")
+
+
+def plot(dat, png, axis, points, costs):
+    series = ", ".join(f"'{dat}' using 1:{2 + 2 * i} with linespoints title '{c} (median)'"
+                       for i, c in enumerate(costs))
+    script = (f"set terminal png size 900,600\nset output '{png}'\nset logscale x 2\n"
+              f"set xrange [{points[0] * 0.8}:{points[-1] * 1.25}]\nset xtics ({', '.join(str(p) for p in points)})\nset xlabel '{axis}'\n"
+              f"set ylabel 'ms (median)'\nset yrange [0:*]\nset key top left\nset grid\n"
+              f"set title 'nvfence failover cost vs {axis}'\nplot {series}\n")
+    subprocess.run(["gnuplot"], input=script, text=True, check=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=10, help="runs per point and cost (default 10)")
+    ap.add_argument("--out", default="/tmp/nvfence-scale", help="directory for the .dat files and plots")
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    load0 = loadavg()
+    # 16 controllers x 32 namespaces of block devices: more guest memory.
+    with nvlab.Lab(hosts=16, topology="loop", memory_mb=1024) as lab:
+        for h in lab.hosts:
+            h.env["NVFENCE_STATE_DIR"] = f"/tmp/state-{h.name}"
+        reg, size = registrants_axis(lab, a.runs)
+        ns = namespaces_axis(lab, a.runs)
+    load1 = loadavg()
+    lines = [f"loadavg at start: {load0}",
+             f"nvfence scale, loop lab (16 identities on nvme-loop, QEMU TCG), {a.runs} runs per point, "
+             "guest-timed ms (monotonic)",
+             f"{'axis':12s} {'n':>3s}  {'cost':12s} {'median':>9s} {'max':>9s} {'ratio':>7s}  report size",
+             *table("registrants", REGISTRANTS, REG_COSTS, reg, size),
+             *table("namespaces", NAMESPACES, NS_COSTS, ns),
+             "targets: registrants 16 within 1.25x of 2; namespaces 32 within 2x of 1",
+             f"loadavg at end: {load1}"]
+    print("\n".join(lines))
+    (out / "scale.txt").write_text("\n".join(lines) + "\n")
+    rdat, ndat = out / "scale-registrants.dat", out / "scale-namespaces.dat"
+    write_dat(rdat, "registrants", REGISTRANTS, REG_COSTS, reg, size)
+    write_dat(ndat, "namespaces", NAMESPACES, NS_COSTS, ns)
+    if shutil.which("gnuplot"):
+        plot(rdat, out / "scale-registrants.png", "registrants", REGISTRANTS, REG_COSTS)
+        plot(ndat, out / "scale-namespaces.png", "namespaces", NAMESPACES, NS_COSTS)
+        print(f"figures and plots in {out}")
+    else:
+        print(f"figures in {out} (no gnuplot: apt-get install gnuplot-nox for the plots)")
+
+
+if __name__ == "__main__":
+    main()
