@@ -95,7 +95,7 @@ def test_a_frozen_host_does_not_stall_the_others(lab):
     try:
         # Several MB of broadcast frames at the frozen host: far more than
         # its unix-socket link buffers.
-        r = b.run(f"ping -n -q -b -f -s 1400 -c 6000 -w 20 169.254.100.255", timeout_s=60)
+        r = b.run("ping -n -q -b -f -s 1400 -c 6000 -w 20 169.254.100.255", timeout_s=60)
         assert r.rc in (0, 1), r
         r = ping(b, c.cluster_ip, count=3, wait_s=2)
         assert r.rc == 0, f"b cannot reach c while a is frozen: {r}"

@@ -34,7 +34,6 @@ import lzma
 import os
 import re
 import shutil
-import stat
 import subprocess
 import tarfile
 import time
