@@ -21,6 +21,17 @@ Namespaces axis, m = 1, 4, 16, 32 namespaces (nsid 1 and m-1 added), nodes 1..3:
   fence-off   `fence_nvfence` off of node 3 from node 1 over all m; node 3 is
               unfenced again between runs
 
+Agents axis, on host a: 32 nvfenced, one per namespace (nsid 1..32), role
+standby at the default interval (1000 ms) with the AEN wakeup on (the
+default):
+  startup     spawning all 32 until every one reports STANDBY
+  rss         each agent's VmRSS after 5 s and after 30 s (max over agents)
+  cpu         each agent's user+system CPU over 30 s standing by, % of a core
+              (max over agents; under TCG, so an upper bound)
+  detection   host b preempts node 1 on one namespace (--victim-node); time
+              from the start of that command to that agent's fence action
+              (a command writing the guest clock), one namespace per run
+
 Each cost's ratio is its median over the median at the axis's smallest
 point (targets: 16 registrants within 1.25x of 2, 32 namespaces within 2x
 of 1). Figures go to OUT/scale-registrants.dat and OUT/scale-namespaces.dat
@@ -165,6 +176,76 @@ def namespaces_axis(lab, runs):
     return res
 
 
+AGENTS = 32
+# The guest clock for a fence action: the same ns() as above, as a script.
+NS_SCRIPT = "#!/bin/sh\n" + NS + "ns\n"
+
+
+def agents_axis(lab, runs):
+    """32 nvfenced on host a (one per namespace): startup, RSS, CPU, detection."""
+    a, b = lab.hosts[0], lab.hosts[1]
+    reset(lab)
+    extra = list(range(2, AGENTS + 1))
+    got = add_namespaces(lab, extra, size_mib=4)
+    devs = {h.name: ["$NVFENCE_DEV"] + [got[h.name][n] for n in extra] for h in (a, b)}
+    a.put(NS_SCRIPT.encode(), "/tmp/ns.sh", mode=0o755)
+    res = {}
+    try:
+        a.run("pkill -9 -x nvfenced; rm -rf /tmp/ag /run/nvfence; mkdir -p /tmp/ag; true", timeout_s=30)
+        spawn = "\n".join(
+            f"setsid nvfenced --device {d} --node-id 1 --name v{i} --state-dir /tmp/ag/v{i} --role standby "
+            f"--fence-action command --fence-command '/tmp/ns.sh > /tmp/ag/fenced.v{i}' "
+            f">/tmp/ag/log.v{i} 2>&1 </dev/null &"
+            for i, d in enumerate(devs[a.name], 1))
+        all_up = " && ".join(f"nvfence status v{i} --json 2>/dev/null | grep -q '\"state\":\"STANDBY\"'"
+                             for i in range(1, AGENTS + 1))
+        r = a.run(NS + f"t0=$(ns); {spawn}\nend=$(( $(cut -d. -f1 /proc/uptime) + 300 )); "
+                  f"until {all_up}; do [ $(cut -d. -f1 /proc/uptime) -ge $end ] && exit 9; usleep 20000; done; "
+                  "echo $(( ($(ns) - t0) / 1000 ))", timeout_s=330)
+        assert r.rc == 0, ("32 agents did not all reach STANDBY", r, a.run("tail -3 /tmp/ag/log.v*").out)
+        res["startup_ms"] = int(r.out.split()[-1]) / 1000.0
+        res.update(agent_usage(a))
+        res["detection_ms"] = detection(a, b, devs, runs)
+    finally:
+        a.run("pkill -9 -x nvfenced; true", timeout_s=30)
+        remove_namespaces(lab, extra)
+    return res
+
+
+def agent_usage(a):
+    """Per-agent VmRSS (KiB) and CPU over 30 s standing by."""
+    sample = ("for p in $(pgrep -x nvfenced); do set -- $(cut -d' ' -f14,15 /proc/$p/stat); "
+              "echo $p $(( $1 + $2 )) $(awk '/^VmRSS/ {print $2}' /proc/$p/status); done")
+    a.run("sleep 5", timeout_s=30)
+    r0 = a.run(sample, timeout_s=60)
+    a.run("sleep 30", timeout_s=60)
+    r1 = a.run(sample, timeout_s=60)
+    hz = int(a.run("getconf CLK_TCK 2>/dev/null || echo 100", timeout_s=30).out.strip() or 100)
+    before = {f[0]: (int(f[1]), int(f[2])) for f in (ln.split() for ln in r0.out.splitlines()) if len(f) == 3}
+    after = {f[0]: (int(f[1]), int(f[2])) for f in (ln.split() for ln in r1.out.splitlines()) if len(f) == 3}
+    pids = sorted(set(before) & set(after))
+    assert len(pids) == AGENTS, (r0.out, r1.out)
+    cpu = [(after[p][0] - before[p][0]) / hz / 30.0 * 100.0 for p in pids]
+    rss = [max(before[p][1], after[p][1]) / 1024.0 for p in pids]
+    return {"rss_mib_max": max(rss), "rss_mib_median": statistics.median(rss),
+            "cpu_pct_max": max(cpu), "cpu_pct_median": statistics.median(cpu), "cpu_hz": hz}
+
+
+def detection(a, b, devs, runs):
+    """ms from b's --victim-node preempt of node 1 to that agent's fence action."""
+    xs = []
+    for i in range(2, min(runs, AGENTS - 1) + 2):
+        d = devs[b.name][i - 1]
+        ok(nvf(b, "register", "--node", "2", dev=d), "register b")
+        r = b.run(NS + f"t0=$(ns); nvfence preempt {d} --victim-node 1 >/dev/null 2>&1; echo $t0", timeout_s=60)
+        t0 = int(r.out.split()[-1])
+        w = a.wait_for(f"test -s /tmp/ag/fenced.v{i}", timeout_s=30, interval_s=0.05)
+        assert w.rc == 0, ("agent v%d never ran its fence action" % i, a.run(f"tail -5 /tmp/ag/log.v{i}").out)
+        t1 = int(a.run(f"cat /tmp/ag/fenced.v{i}", timeout_s=30).out.split()[-1])
+        xs.append((t1 - t0) / 1e6)
+    return xs
+
+
 def table(axis, points, costs, res, extra=None):
     lines = []
     for c in costs:
@@ -219,14 +300,24 @@ def main():
             h.env["NVFENCE_STATE_DIR"] = f"/tmp/state-{h.name}"
         reg, size = registrants_axis(lab, a.runs)
         ns = namespaces_axis(lab, a.runs)
+        ag = agents_axis(lab, a.runs)
     load1 = loadavg()
+    det = ag["detection_ms"]
     lines = [f"loadavg at start: {load0}",
              f"nvfence scale, loop lab (16 identities on nvme-loop, QEMU TCG), {a.runs} runs per point, "
              "guest-timed ms (monotonic)",
              f"{'axis':12s} {'n':>3s}  {'cost':12s} {'median':>9s} {'max':>9s} {'ratio':>7s}  report size",
              *table("registrants", REGISTRANTS, REG_COSTS, reg, size),
              *table("namespaces", NAMESPACES, NS_COSTS, ns),
-             "targets: registrants 16 within 1.25x of 2; namespaces 32 within 2x of 1",
+             f"agents      {AGENTS:>3d}  startup      {ag['startup_ms']:9.1f} ms (all {AGENTS} STANDBY)",
+             f"agents      {AGENTS:>3d}  rss          {ag['rss_mib_median']:9.2f} MiB median, "
+             f"{ag['rss_mib_max']:.2f} max per agent",
+             f"agents      {AGENTS:>3d}  cpu          {ag['cpu_pct_median']:9.3f} % of a core median, "
+             f"{ag['cpu_pct_max']:.3f} max per agent (30 s standing by, {ag['cpu_hz']} Hz ticks, TCG)",
+             f"agents      {AGENTS:>3d}  detection    {statistics.median(det):9.1f} ms median, {max(det):.1f} max "
+             f"({len(det)} runs, preempt start to fence action)",
+             "targets: registrants 16 within 1.25x of 2; namespaces 32 within 2x of 1; idle agent < 8 MiB RSS "
+             "and < 0.1% of a core; detection < 100 ms with 32 agents",
              f"loadavg at end: {load1}"]
     print("\n".join(lines))
     (out / "scale.txt").write_text("\n".join(lines) + "\n")
