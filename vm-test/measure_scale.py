@@ -1,7 +1,7 @@
 """Prints what failover costs as registrants and namespaces grow (issue 29;
 not a test: figures, medians and maxima).
 
-    /usr/bin/python3 vm-test/measure_scale.py [--runs 10] [--out /tmp/nvfence-scale]
+    /usr/bin/python3 vm-test/measure_scale.py [--runs 10] [--out /tmp/nvfence-scale] [--axes registrants,namespaces,agents]
 
 One 16-host loop lab (one VM: nvmet over nvme-loop, one fabrics connection
 per host identity a..p) for everything. Every time is taken inside the
@@ -246,6 +246,17 @@ def detection(a, b, devs, runs):
     return xs
 
 
+def agent_lines(ag):
+    det = ag["detection_ms"]
+    return [f"agents      {AGENTS:>3d}  startup      {ag['startup_ms']:9.1f} ms (all {AGENTS} STANDBY)",
+            f"agents      {AGENTS:>3d}  rss          {ag['rss_mib_median']:9.2f} MiB median, "
+            f"{ag['rss_mib_max']:.2f} max per agent",
+            f"agents      {AGENTS:>3d}  cpu          {ag['cpu_pct_median']:9.3f} % of a core median, "
+            f"{ag['cpu_pct_max']:.3f} max per agent (30 s standing by, {ag['cpu_hz']} Hz ticks, TCG)",
+            f"agents      {AGENTS:>3d}  detection    {statistics.median(det):9.1f} ms median, {max(det):.1f} max "
+            f"({len(det)} runs, preempt start to fence action)"]
+
+
 def table(axis, points, costs, res, extra=None):
     lines = []
     for c in costs:
@@ -290,7 +301,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=10, help="runs per point and cost (default 10)")
     ap.add_argument("--out", default="/tmp/nvfence-scale", help="directory for the .dat files and plots")
+    ap.add_argument("--axes", default="registrants,namespaces,agents",
+                    help="comma-separated subset of registrants, namespaces, agents (default: all)")
     a = ap.parse_args()
+    axes = set(a.axes.split(","))
+    if not axes or axes - {"registrants", "namespaces", "agents"}:
+        ap.error("--axes: a comma-separated subset of registrants, namespaces, agents")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     load0 = loadavg()
@@ -298,39 +314,37 @@ def main():
     with nvlab.Lab(hosts=16, topology="loop", memory_mb=1024) as lab:
         for h in lab.hosts:
             h.env["NVFENCE_STATE_DIR"] = f"/tmp/state-{h.name}"
-        reg, size = registrants_axis(lab, a.runs)
-        ns = namespaces_axis(lab, a.runs)
-        ag = agents_axis(lab, a.runs)
+        reg, size = registrants_axis(lab, a.runs) if "registrants" in axes else ({}, {})
+        ns = namespaces_axis(lab, a.runs) if "namespaces" in axes else {}
+        ag = agents_axis(lab, a.runs) if "agents" in axes else {}
     load1 = loadavg()
-    det = ag["detection_ms"]
     lines = [f"loadavg at start: {load0}",
              f"nvfence scale, loop lab (16 identities on nvme-loop, QEMU TCG), {a.runs} runs per point, "
              "guest-timed ms (monotonic)",
              f"{'axis':12s} {'n':>3s}  {'cost':12s} {'median':>9s} {'max':>9s} {'ratio':>7s}  report size",
-             *table("registrants", REGISTRANTS, REG_COSTS, reg, size),
-             *table("namespaces", NAMESPACES, NS_COSTS, ns),
-             f"agents      {AGENTS:>3d}  startup      {ag['startup_ms']:9.1f} ms (all {AGENTS} STANDBY)",
-             f"agents      {AGENTS:>3d}  rss          {ag['rss_mib_median']:9.2f} MiB median, "
-             f"{ag['rss_mib_max']:.2f} max per agent",
-             f"agents      {AGENTS:>3d}  cpu          {ag['cpu_pct_median']:9.3f} % of a core median, "
-             f"{ag['cpu_pct_max']:.3f} max per agent (30 s standing by, {ag['cpu_hz']} Hz ticks, TCG)",
-             f"agents      {AGENTS:>3d}  detection    {statistics.median(det):9.1f} ms median, {max(det):.1f} max "
-             f"({len(det)} runs, preempt start to fence action)",
+             *(table("registrants", REGISTRANTS, REG_COSTS, reg, size) if reg else []),
+             *(table("namespaces", NAMESPACES, NS_COSTS, ns) if ns else []),
+             *(agent_lines(ag) if ag else []),
              "targets: registrants 16 within 1.25x of 2; namespaces 32 within 2x of 1; idle agent < 8 MiB RSS "
              "and < 0.1% of a core; detection < 100 ms with 32 agents",
              f"loadavg at end: {load1}"]
     print("\n".join(lines))
     (out / "scale.txt").write_text("\n".join(lines) + "\n")
-    rdat, ndat = out / "scale-registrants.dat", out / "scale-namespaces.dat"
-    write_dat(rdat, "registrants", REGISTRANTS, REG_COSTS, reg, size)
-    write_dat(ndat, "namespaces", NAMESPACES, NS_COSTS, ns)
-    if shutil.which("gnuplot"):
-        plot(rdat, out / "scale-registrants.png", "registrants", REGISTRANTS, REG_COSTS)
-        plot(ndat, out / "scale-namespaces.png", "namespaces", NAMESPACES, NS_COSTS)
+    plots = []
+    if reg:
+        write_dat(out / "scale-registrants.dat", "registrants", REGISTRANTS, REG_COSTS, reg, size)
+        plots.append(("registrants", REGISTRANTS, REG_COSTS))
+    if ns:
+        write_dat(out / "scale-namespaces.dat", "namespaces", NAMESPACES, NS_COSTS, ns)
+        plots.append(("namespaces", NAMESPACES, NS_COSTS))
+    if not plots:
+        print(f"figures in {out}/scale.txt")
+    elif shutil.which("gnuplot"):
+        for axis, points, costs in plots:
+            plot(out / f"scale-{axis}.dat", out / f"scale-{axis}.png", axis, points, costs)
         print(f"figures and plots in {out}")
     else:
         print(f"figures in {out} (no gnuplot: apt-get install gnuplot-nox for the plots)")
-
 
 if __name__ == "__main__":
     main()

@@ -178,6 +178,9 @@ std::unique_ptr<FencedWriter> open_nv_writer(const Params& p, const NvFeatures& 
     if (!wr) die(p.target + ": cannot open FencedWriter: " + wr.error().message());
     if (p.bs % (*wr)->block_bytes() != 0)
         die("--bs must be a multiple of the block size " + std::to_string((*wr)->block_bytes()));
+    if (p.bs > (*wr)->max_io_bytes())
+        die("--bs " + std::to_string(p.bs) + " is above the largest single I/O of " + p.target + " (" +
+            std::to_string((*wr)->max_io_bytes()) + " bytes: the device's max_sectors_kb, or its MDTS in passthrough)");
     return std::move(*wr);
 }
 
