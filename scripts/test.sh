@@ -31,7 +31,7 @@ ctest --test-dir build -L unit --output-on-failure -j "$jobs"
 
 step "unit tests under ASan+UBSan"
 cmake -S . -B build-asan -G Ninja -DNVFENCE_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
-cmake --build build-asan -j "$jobs" --target unit_tests nvfence-cli nvfenced capi_test elector_unit_tests etcd_live_tests nvfence-failover-bench nvfence-elect fence_nvfence sim_unit_tests sim_known_defects nvfence-sim nvfence_config_keys
+cmake --build build-asan -j "$jobs" --target unit_tests nvfence-cli nvfenced capi_test elector_unit_tests etcd_live_tests nvfence-failover-bench nvfence-bench nvfence-elect fence_nvfence sim_unit_tests sim_known_defects nvfence-sim nvfence_config_keys
 # The install and .deb tests check the plain build's packaging (above).
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan -L unit --output-on-failure -j "$jobs" -E '^(install_consumers|deb_package)$'
