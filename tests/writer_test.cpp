@@ -745,15 +745,24 @@ TEST(FakeRingWriter, QueuedWritesBecomeNopsAfterTheLatch) {
     EXPECT_EQ(w->in_flight(), 0u);
 }
 
+// A fake writer whose ring parks completions as DEFER_TASKRUN does, and
+// a buffer for eight one-block writes.
+struct ParkedFake {
+    std::unique_ptr<FakeWriter> w = fake_writer(WriterMode::block);
+    test::FakeRing& r = w->ring();
+    AlignedBuffer buf{8 * kFakeBlock, 4096};
+    ParkedFake() { r.park_completions = true; }
+    Status queue(uint64_t i) { return w->queue_write(i, buf.span().subspan(i * kFakeBlock, kFakeBlock), i); }
+};
+
 TEST(FakeRingWriter, ParkedCompletionsCostNoEnterOfTheirOwn) {
     // DEFER_TASKRUN: completions wait in task work until the writer enters
     // the kernel. A path that enters anyway (submit, wait) collects them
     // there; only a reap that will not wait flushes them with an enter.
-    auto w = fake_writer(WriterMode::block);
-    auto& r = w->ring();
-    r.park_completions = true;
-    AlignedBuffer buf(8 * kFakeBlock, 4096);
-    auto queue = [&](uint64_t i) { return w->queue_write(i, buf.span().subspan(i * kFakeBlock, kFakeBlock), i); };
+    ParkedFake f;
+    auto& w = f.w;
+    auto& r = f.r;
+    auto queue = [&](uint64_t i) { return f.queue(i); };
     for (uint64_t i = 0; i < 3; ++i) ASSERT_TRUE(queue(i).ok());
     ASSERT_EQ(*w->submit(), 3u);
     r.complete(0, ok_res(r.sent[0]));
@@ -793,11 +802,10 @@ TEST(FakeRingWriter, ParkedCompletionsCostNoEnterOfTheirOwn) {
 }
 
 TEST(FakeRingWriter, AParkedFencedCompletionLatchesOnTheEnterThatCollectsIt) {
-    auto w = fake_writer(WriterMode::block);
-    auto& r = w->ring();
-    r.park_completions = true;
-    AlignedBuffer buf(8 * kFakeBlock, 4096);
-    auto queue = [&](uint64_t i) { return w->queue_write(i, buf.span().subspan(i * kFakeBlock, kFakeBlock), i); };
+    ParkedFake f;
+    auto& w = f.w;
+    auto& r = f.r;
+    auto queue = [&](uint64_t i) { return f.queue(i); };
     ASSERT_TRUE(queue(0).ok());
     ASSERT_TRUE(queue(1).ok());
     ASSERT_EQ(*w->submit(), 2u);

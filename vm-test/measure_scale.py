@@ -50,8 +50,7 @@ from pathlib import Path
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 import nvlab  # noqa: E402
-from nvlab.lab import HOST_NAMES  # noqa: E402
-from nvtest import add_namespaces, nvf, remove_namespaces, reset  # noqa: E402
+from nvtest import add_namespaces, fence_agent_cmd, node_of, nvf, remove_namespaces, reset  # noqa: E402
 
 REGISTRANTS = (2, 4, 8, 16)
 NAMESPACES = (1, 4, 16, 32)
@@ -66,10 +65,6 @@ NS = ("ns() { t=$(head -c 200 /proc/timer_list 2>/dev/null | sed -n 's/^now at \
 
 def loadavg():
     return Path("/proc/loadavg").read_text().strip()
-
-
-def node_of(h):
-    return HOST_NAMES.index(h.name) + 1
 
 
 def timed(host, cmd, timeout_s=120):
@@ -92,9 +87,7 @@ def ok(r, what):
 
 
 def fa_cmd(host, action_lines, devices, node_ids):
-    text = "\n".join([f"devices={devices}", f"node_ids={node_ids}", f"state_dir=/tmp/state-{host.name}"]
-                     + list(action_lines))
-    return f"fence_nvfence <<EOF\n{text}\nEOF"
+    return fence_agent_cmd(action_lines, devices, node_ids, f"/tmp/state-{host.name}")
 
 
 def fa(host, *lines, devices="$NVFENCE_DEV", node_ids):

@@ -173,3 +173,28 @@ def add_second_namespace(lab):
 
 def remove_second_namespace(lab):
     remove_namespaces(lab, [2])
+
+
+def node_of(host):
+    """The node id the lab's tests give a host: a=1, b=2, ... p=16."""
+    from nvlab.lab import HOST_NAMES
+    return HOST_NAMES.index(host.name) + 1
+
+
+def node_keys(st):
+    """{node: [epochs]} of nvfence's own registrants in an nvfence report."""
+    out = {}
+    for r in st["registrants"]:
+        if not r["foreign"]:
+            out.setdefault(r["node"], []).append(r["epoch"])
+    return out
+
+
+def fence_agent_cmd(lines, devices="$NVFENCE_DEV", node_ids=None, state_dir=None):
+    """The shell command that runs fence_nvfence with its options on stdin,
+    as Pacemaker's fencer passes them (a here-document, so $NVFENCE_DEV
+    expands); None leaves an option out."""
+    opts = [f"{k}={v}" for k, v in (("devices", devices), ("node_ids", node_ids), ("state_dir", state_dir))
+            if v is not None]
+    text = "\n".join(opts + list(lines))
+    return f"fence_nvfence <<EOF\n{text}\nEOF"

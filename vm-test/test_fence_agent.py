@@ -12,7 +12,8 @@ preempt --victim-node N` (the node's key whatever its epoch)."""
 import pytest
 
 import nvlab
-from nvtest import CONFLICT, LOST_RACE, OK, USAGE, add_second_namespace, nvf, remove_second_namespace, report, reset
+from nvtest import (CONFLICT, LOST_RACE, OK, USAGE, add_second_namespace, fence_agent_cmd, node_keys, nvf,
+                    remove_second_namespace, report, reset)
 
 MAP = "a:1;b:2;c:3"
 
@@ -24,24 +25,8 @@ def lab():
 
 
 def fa(host, *lines, devices='$NVFENCE_DEV', node_ids=MAP):
-    """fence_nvfence on host, options on stdin (a here-document, so
-    $NVFENCE_DEV expands)."""
-    opts = []
-    if devices is not None:
-        opts.append(f"devices={devices}")
-    if node_ids is not None:
-        opts.append(f"node_ids={node_ids}")
-    text = "\n".join(opts + list(lines))
-    return host.run(f"fence_nvfence <<EOF\n{text}\nEOF", timeout_s=90)
-
-
-def node_keys(st):
-    """{node: [epochs]} of the registrants in an nvfence report."""
-    out = {}
-    for r in st["registrants"]:
-        if not r["foreign"]:
-            out.setdefault(r["node"], []).append(r["epoch"])
-    return out
+    """fence_nvfence on host, options on stdin."""
+    return host.run(fence_agent_cmd(lines, devices, node_ids), timeout_s=90)
 
 
 def holder_node(st):

@@ -13,7 +13,8 @@ namespaces under one fence, on the loop lab (one VM, nvmet over nvme-loop,
 import pytest
 
 import nvlab
-from nvtest import CONFLICT, OK, add_namespaces, nvf, remove_namespaces, report, reset
+from nvtest import (CONFLICT, OK, add_namespaces, fence_agent_cmd, node_keys, node_of, nvf, remove_namespaces,
+                    report, reset)
 
 N = 16
 
@@ -28,21 +29,8 @@ def lab():
         yield lab
 
 
-def node_of(h):
-    return "abcdefghijklmnop".index(h.name) + 1
-
-
 def hexid(s):
     return s.replace("-", "").lower().removeprefix("0x")
-
-
-def own(st):
-    """{node: [key]} of nvfence's own registrants in a report."""
-    out = {}
-    for r in st["registrants"]:
-        if not r["foreign"]:
-            out.setdefault(r["node"], []).append(r["key"])
-    return out
 
 
 def register_all(lab):
@@ -85,22 +73,20 @@ def test_failover_among_sixteen(lab):
     w = nvf(new, "write", "--lba", "66")
     assert w.rc == OK and w.json["result"] == "accepted", w
     st = report(hs[3])
-    assert sorted(own(st)) == [node_of(h) for h in hs[1:]], st
+    assert sorted(node_keys(st)) == [node_of(h) for h in hs[1:]], st
     assert st["holder"] == k_new, st
 
     # --victim-node: the holder evicts node 16 (every key of it); 14 remain.
     r = nvf(new, "preempt", "--victim-node", str(node_of(evicted)))
     assert r.rc == OK, r
     st = report(hs[3])
-    assert sorted(own(st)) == [node_of(h) for h in hs[1:15]], st
+    assert sorted(node_keys(st)) == [node_of(h) for h in hs[1:15]], st
     assert st["holder"] == k_new, st
     assert nvf(evicted, "write", "--lba", "67").rc == CONFLICT
 
 
 def fa(host, *lines, devices, node_ids):
-    text = "\n".join([f"devices={devices}", f"node_ids={node_ids}",
-                      f"state_dir=/tmp/state-{host.name}"] + list(lines))
-    return host.run(f"fence_nvfence <<EOF\n{text}\nEOF", timeout_s=120)
+    return host.run(fence_agent_cmd(lines, devices, node_ids, f"/tmp/state-{host.name}"), timeout_s=120)
 
 
 def test_fence_four_namespaces(lab):
@@ -120,7 +106,7 @@ def test_fence_four_namespaces(lab):
             for d in every[h.name]:
                 r = nvf(h, "report", dev=None if d == "$NVFENCE_DEV" else d)
                 assert r.rc == OK, r
-                out[d] = sorted(own(r.json))
+                out[d] = sorted(node_keys(r.json))
             return out
 
         for h in nodes:
