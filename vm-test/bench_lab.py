@@ -14,7 +14,10 @@ passthrough, block, ...) so that drift does not favour one of them. Each run
 prints the tool's own table (nvfence against fio's io_uring engine in block
 mode and its io_uring_cmd engine in passthrough mode, same parameters). At
 the end the per-run rows of all passes are pooled into one table of medians
-per mode, with nvfence/fio and passthrough/block ratios.
+per mode, with nvfence/fio and passthrough/block ratios, and each run's own
+ratio rows are listed: their "pool" columns are percentiles of every sample
+of that run's rounds, the figure to quote for a tail (p99.9 needs many
+samples: use one pass of many rounds, e.g. --passes 1 --repeat 21).
 
 The lab runs under TCG (no KVM): absolute figures mean nothing, ratios do;
 the submitting CPU is the bottleneck, so they measure per-I/O software cost.
@@ -32,6 +35,11 @@ import nvlab  # noqa: E402
 
 ROW = re.compile(r"^(\d+)\s+(\S+)\s+(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)(?:\s+\(lat ([\d.]+) ([\d.]+) ([\d.]+)\))?")
 FIELDS = ("iops", "p50", "p99", "p999", "cpu")
+# nvfence-bench's "Ratios nvfence/fio" rows: qd, pair, IOPS, IOPS/pair, p99 med,
+# p99.9 med, p99 pool, p99.9 pool, cpu/io (pool: percentiles of every sample
+# of the run's rounds).
+RATIO = re.compile(r"^(\d+)\s+(\S+ / \S+)" + r"\s+([\d.]+|nan|inf)" * 7 + r"\s*$")
+RATIO_FIELDS = ("iops", "iops_pair", "p99_med", "p999_med", "p99_pool", "p999_pool", "cpu")
 
 
 def parse_rows(out):
@@ -48,6 +56,16 @@ def parse_rows(out):
             r["lat_p999"] = float(m.group(11))
         rows.setdefault((qd, tool), []).append(r)
     return rows
+
+
+def parse_ratios(out):
+    """The tool's own ratio rows of one run: {(qd, pair): dict}."""
+    got = {}
+    for line in out.splitlines():
+        m = RATIO.match(line)
+        if m:
+            got[(int(m.group(1)), m.group(2))] = dict(zip(RATIO_FIELDS, map(float, m.group(*range(3, 10)))))
+    return got
 
 
 def med(rows, key):
@@ -79,7 +97,7 @@ def main():
     per_run = a.runtime + a.ramp + 6  # + open/fio start-up under TCG
     timeout = a.repeat * len(a.qd.split(",")) * n_tools * per_run * 2 + 300
 
-    pooled, failures = {}, []
+    pooled, failures, tool_ratios = {}, [], []
     backing = "nvlab.backing=ram:256" if a.backing == "ram" else ""
     with nvlab.Lab(hosts=1, topology=a.topology, memory_mb=a.memory_mb, extra_cmdline=backing) as lab:
         h = lab.hosts[0]
@@ -104,6 +122,7 @@ def main():
                 failures.append(f"pass {i // len(modes) + 1} mode {mode}: rc {r.rc}: {r.err.strip()[-300:]}")
                 d = h.run("dmesg | tail -20", timeout_s=60)
                 print("# guest dmesg tail:\n" + d.out, flush=True)
+            tool_ratios += [(mode, i // len(modes) + 1, k, v) for k, v in sorted(parse_ratios(r.out).items())]
             for key, rows in parse_rows(r.out).items():
                 pooled.setdefault((mode,) + key, []).extend(rows)
 
@@ -130,6 +149,12 @@ def main():
                           f"p99/lat-p99 {med(a_, 'p99') / med(b_, 'lat_p99'):6.3f}   "
                           f"p99.9/lat-p99.9 {med(a_, 'p999') / med(b_, 'lat_p999'):6.3f}   "
                           f"cpu/io {med(a_, 'cpu') / med(b_, 'cpu'):6.3f}")
+    print(f"\n# Each run's own ratios over its {a.repeat} round(s): pool = percentiles of every sample of the "
+          "run's rounds (the steadier tail figure), med = of the medians of per-round percentiles")
+    for mode, pss, (qd, pair), v in tool_ratios:
+        print(f"{mode:12s} pass {pss} qd {qd:<3d} {pair:22s} IOPS/pair {v['iops_pair']:6.3f}   "
+              f"p99 pool {v['p99_pool']:6.3f}   p99.9 pool {v['p999_pool']:6.3f}   "
+              f"p99 med {v['p99_med']:6.3f}   p99.9 med {v['p999_med']:6.3f}   cpu/io {v['cpu']:6.3f}")
     for f in failures:
         print(f"# FAILED run: {f}")
     if "block" in modes and "passthrough" in modes:

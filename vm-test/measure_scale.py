@@ -1,7 +1,7 @@
 """Prints what failover costs as registrants and namespaces grow (issue 29;
 not a test: figures, medians and maxima).
 
-    /usr/bin/python3 vm-test/measure_scale.py [--runs 10] [--out /tmp/nvfence-scale] [--axes registrants,namespaces,agents]
+    /usr/bin/python3 vm-test/measure_scale.py [--runs 10] [--out /tmp/nvfence-scale] [--axes registrants,namespaces,agents,load]
 
 One 16-host loop lab (one VM: nvmet over nvme-loop, one fabrics connection
 per host identity a..p) for everything. Every time is taken inside the
@@ -34,6 +34,17 @@ default):
               also from the command's exit (its own process start, Identify
               and verifying Reports excluded)
 
+Load axis, nodes 1 (host a, holder) and 2 (host b), idle and with node 1's
+nvfence-load (FencedWriter) keeping QD 32 and QD 128 of 4 KiB and 128 KiB
+writes in flight; once 200 are acknowledged, b runs `nvfence preempt`:
+  preempt     the command's own elapsed_us (Report, register,
+              preempt-and-abort, verifying Report), median and p99
+  drain       nvfence-load's settled_ms: from the writer's first fenced
+              completion until every write it had queued completed
+  refused     the writes that completed fenced (the abort's work)
+Every run must end with the writer latched, settled, and refused at least
+once, before it reached the namespace's end.
+
 Each cost's ratio is its median over the median at the axis's smallest
 point (targets: 16 registrants within 1.25x of 2, 32 namespaces within 2x
 of 1). Figures go to OUT/scale-registrants.dat and OUT/scale-namespaces.dat
@@ -42,6 +53,7 @@ OUT/scale-namespaces.png. The machine's /proc/loadavg is printed at start
 and end: figures from a busy machine are not figures.
 """
 import argparse
+import json
 import shutil
 import statistics
 import subprocess
@@ -256,6 +268,82 @@ def agent_lines(ag):
             f"(from the preempt command's exit; negative: the agent acted before the CLI had exited)"]
 
 
+LOAD_POINTS = ((0, 0), (4096, 32), (4096, 128), (131072, 32), (131072, 128))  # (bytes per write, QD); 0: idle
+
+
+def pct(xs, q):
+    """The q-th percentile (0-100) of xs, linear between closest ranks."""
+    s = sorted(xs)
+    if len(s) == 1:
+        return s[0]
+    pos = (len(s) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def load_axis(lab, runs):
+    """Verified preempt-and-abort of a holder writing at QD 32 / 128, 4 KiB / 128 KiB.
+
+    Host a (node 1) holds and runs nvfence-load (FencedWriter) from LBA 8192
+    to the namespace's end; once 200 writes are acknowledged, host b (node 2)
+    runs `nvfence preempt` (Report, register, preempt-and-abort, verifying
+    Report). Per run: the preempt's own elapsed_us, the guest time around the
+    command, and the writer's drain (first fenced completion to every I/O it
+    had queued completed, nvfence-load's settled_ms). Each run must end with
+    the writer latched and settled and at least one write refused."""
+    a, b = lab.hosts[0], lab.hosts[1]
+    geo = a.run("d=$(basename $(readlink -f $NVFENCE_DEV)); cat /sys/block/$d/queue/logical_block_size /sys/block/$d/size",
+                timeout_s=30)
+    lba_bytes, sectors = map(int, geo.out.split())
+    res = {}
+    for bs, qd in LOAD_POINTS:
+        xs = {"preempt": [], "command": [], "drain": [], "in_flight": []}
+        for _ in range(runs):
+            reset(lab)
+            ok(nvf(a, "register", "--node", "1"), "register a")
+            key = ok(nvf(a, "acquire"), "acquire").json["key"]
+            bg = None
+            if bs:
+                bpi = bs // lba_bytes
+                count = (sectors * 512 // lba_bytes - 8192) // bpi
+                bg = a.spawn(f'nvfence-load "$NVFENCE_DEV" --start 8192 --count {count} --qd {qd} '
+                             f'--blocks-per-io {bpi} --key {key} --max-errors 1000000', log_path="/tmp/load.log")
+                a.wait_for("[ $(grep -c '^C .* ok' /tmp/load.log) -ge 200 ]", timeout_s=120).check()
+            r = b.run(NS + 't0=$(ns); nvfence preempt "$NVFENCE_DEV" --node 2 --json > /tmp/p.json; '
+                      'rc=$?; t1=$(ns); echo $rc $(( (t1 - t0) / 1000 )); cat /tmp/p.json', timeout_s=120)
+            rc, us = map(int, r.out.split("\n", 1)[0].split())
+            assert rc == 0, ("preempt", r)
+            xs["preempt"].append(json.loads(r.out.split("\n", 1)[1])["elapsed_us"] / 1000.0)
+            xs["command"].append(us / 1000.0)
+            if bg:
+                assert bg.wait(timeout_s=180), "nvfence-load did not stop after the preempt"
+                s = json.loads([x for x in bg.output().splitlines() if x.startswith("S ")][-1][2:])
+                assert s["fenced"] >= 1 and s["latched"] and s["settled"], ("writer not fenced", s)
+                assert s["ok"] < count, ("the writer finished before the preempt", s)
+                xs["drain"].append(s["settled_ms"])
+                xs["in_flight"].append(s["fenced"] + s["error"])
+        res[(bs, qd)] = xs
+        print(f"  load {bs} B QD {qd}: done", file=sys.stderr, flush=True)
+    return res
+
+
+def load_lines(res, runs):
+    lines = []
+    base = statistics.median(res[(0, 0)]["preempt"])
+    for (bs, qd), xs in res.items():
+        what = "idle" if not bs else f"{bs // 1024:d}K qd {qd:d}"
+        p = xs["preempt"]
+        row = (f"load  {what:>12s}  preempt {statistics.median(p):8.1f} ms median, p99 {pct(p, 99):8.1f}, "
+               f"{statistics.median(p) / base:5.2f}x idle; command {statistics.median(xs['command']):8.1f} ms")
+        if xs["drain"]:
+            row += (f"; writer drain {statistics.median(xs['drain']):7.1f} ms median, p99 {pct(xs['drain'], 99):7.1f}; "
+                    f"refused {statistics.median(xs['in_flight']):.0f} median")
+        lines.append(row)
+    lines.append(f"load: {runs} runs per point; p99 of {runs} runs is interpolated between the two largest")
+    return lines
+
+
 def table(axis, points, costs, res, extra=None):
     lines = []
     for c in costs:
@@ -296,16 +384,35 @@ def plot(dat, png, axis, points, costs):
     subprocess.run(["gnuplot"], input=script, text=True, check=True)
 
 
+def write_load_dat(path, res):
+    with open(path, "w") as f:
+        f.write("#load preempt_median_ms preempt_p99_ms drain_median_ms drain_p99_ms\n")
+        for (bs, qd), xs in res.items():
+            d = xs["drain"] or [0.0]
+            f.write(f"{'idle' if not bs else f'{bs // 1024}K-qd{qd}'} {statistics.median(xs['preempt']):.3f} "
+                    f"{pct(xs['preempt'], 99):.3f} {statistics.median(d):.3f} {pct(d, 99):.3f}\n")
+
+
+def plot_load(dat, png):
+    script = (f"set terminal png size 900,600\nset output '{png}'\nset style data histograms\n"
+              "set style histogram clustered gap 1\nset style fill solid 0.6 border -1\nset boxwidth 0.9\n"
+              "set ylabel 'ms'\nset yrange [0:*]\nset key top left\nset grid ytics\n"
+              "set title 'nvfence preempt-and-abort vs the write load of the holder'\n"
+              f"plot '{dat}' using 2:xtic(1) title 'preempt (median)', '' using 3 title 'preempt (p99)', "
+              "'' using 4 title 'writer drain (median)', '' using 5 title 'writer drain (p99)'\n")
+    subprocess.run(["gnuplot"], input=script, text=True, check=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=10, help="runs per point and cost (default 10)")
     ap.add_argument("--out", default="/tmp/nvfence-scale", help="directory for the .dat files and plots")
-    ap.add_argument("--axes", default="registrants,namespaces,agents",
-                    help="comma-separated subset of registrants, namespaces, agents (default: all)")
+    ap.add_argument("--axes", default="registrants,namespaces,agents,load",
+                    help="comma-separated subset of registrants, namespaces, agents, load (default: all)")
     a = ap.parse_args()
     axes = set(a.axes.split(","))
-    if not axes or axes - {"registrants", "namespaces", "agents"}:
-        ap.error("--axes: a comma-separated subset of registrants, namespaces, agents")
+    if not axes or axes - {"registrants", "namespaces", "agents", "load"}:
+        ap.error("--axes: a comma-separated subset of registrants, namespaces, agents, load")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     load0 = loadavg()
@@ -316,6 +423,7 @@ def main():
         reg, size = registrants_axis(lab, a.runs) if "registrants" in axes else ({}, {})
         ns = namespaces_axis(lab, a.runs) if "namespaces" in axes else {}
         ag = agents_axis(lab, a.runs) if "agents" in axes else {}
+        ld = load_axis(lab, a.runs) if "load" in axes else {}
     load1 = loadavg()
     lines = [f"loadavg at start: {load0}",
              f"nvfence scale, loop lab (16 identities on nvme-loop, QEMU TCG), {a.runs} runs per point, "
@@ -324,6 +432,7 @@ def main():
              *(table("registrants", REGISTRANTS, REG_COSTS, reg, size) if reg else []),
              *(table("namespaces", NAMESPACES, NS_COSTS, ns) if ns else []),
              *(agent_lines(ag) if ag else []),
+             *(load_lines(ld, a.runs) if ld else []),
              "targets: registrants 16 within 1.25x of 2; namespaces 32 within 2x of 1; idle agent < 8 MiB RSS "
              "and < 0.1% of a core; detection < 100 ms with 32 agents",
              f"loadavg at end: {load1}"]
@@ -336,11 +445,15 @@ def main():
     if ns:
         write_dat(out / "scale-namespaces.dat", "namespaces", NAMESPACES, NS_COSTS, ns)
         plots.append(("namespaces", NAMESPACES, NS_COSTS))
-    if not plots:
+    if ld:
+        write_load_dat(out / "scale-load.dat", ld)
+    if not plots and not ld:
         print(f"figures in {out}/scale.txt")
     elif shutil.which("gnuplot"):
         for axis, points, costs in plots:
             plot(out / f"scale-{axis}.dat", out / f"scale-{axis}.png", axis, points, costs)
+        if ld:
+            plot_load(out / "scale-load.dat", out / "scale-load.png")
         print(f"figures and plots in {out}")
     else:
         print(f"figures in {out} (no gnuplot: apt-get install gnuplot-nox for the plots)")
