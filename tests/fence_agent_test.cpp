@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <sstream>
 
 #include "fake_passthru.hpp"
@@ -352,6 +353,7 @@ struct Cluster {
     std::function<ControlReply(const ControlRequest&)> agent;  // set: an nvfenced runs on the local node
     std::map<std::string, std::string> links;  // symbolic links: path -> canonical path
     std::vector<std::string> opened;           // every path given to Host::open
+    std::mutex open_mu;
     bool ptpl_capable = false;                 // the devices' RESCAP PTPL bit (nvmet: clear)
     std::function<bool()> requester_alive;     // set: Host::requester_alive
     std::function<void(std::vector<std::function<void()>>&)> run_all;  // set: Host::run_all
@@ -370,7 +372,10 @@ struct Cluster {
             return dm == "dm-3" ? std::vector<std::string>{"nvme0n1", "nvme1n1"} : std::vector<std::string>{};
         };
         h.open = [&, local](const std::string& path, std::string& why) -> Result<std::unique_ptr<Device>> {
-            opened.push_back(path);
+            {
+                std::lock_guard lock(open_mu);  // opens go together through run_all
+                opened.push_back(path);
+            }
             if (path == "/dev/plain") {
                 why = "the namespace has no reservation support";
                 return make_error_code(Errc::no_reservations);
@@ -1222,7 +1227,8 @@ TEST(FenceAgentDevices, TheDevicesAfterTheFirstGoTogetherAndAreLoggedInVolumeOrd
     ASSERT_EQ(c.run("n1", "devices=/dev/nvme2n1,/dev/nvme1n1\nnode_ids=n1:1;n2:2;n3:3\naction=off\nplug=n2"),
               kExitOk)
         << c.all_logs();
-    EXPECT_EQ(batches, std::vector<size_t>{1}) << "one batch: every device after the first";
+    EXPECT_EQ(batches, (std::vector<size_t>{2, 1, 2}))
+        << "batches: opening every device, fencing every device after the first, the closing Reports";
     EXPECT_FALSE(registered_on(c.t, 2));
     EXPECT_FALSE(registered_on(c.t2, 2));
     size_t first = 0, second = 0;
@@ -1232,12 +1238,13 @@ TEST(FenceAgentDevices, TheDevicesAfterTheFirstGoTogetherAndAreLoggedInVolumeOrd
     }
     EXPECT_TRUE(first && second && first < second) << c.all_logs();
 
-    // A fencer that lost the first volume runs no batch at all.
-    batches.clear();
+    // A fencer that lost the first volume opens the devices and runs no
+    // other batch.
     ASSERT_EQ(c.run("n2", "devices=/dev/nvme1n1\nnode_ids=n1:1;n2:2;n3:3\naction=on\nnodename=n2"), kExitOk);
     ASSERT_EQ(c.run("n3", "devices=/dev/nvme1n1\nnode_ids=n1:1;n2:2;n3:3\naction=off\nplug=n1"), kExitOk);
+    batches.clear();
     EXPECT_EQ(c.run("n1", kMap2 + "action=off\nplug=n3"), kExitError);
-    EXPECT_TRUE(batches.empty());
+    EXPECT_EQ(batches, std::vector<size_t>{2});
     EXPECT_TRUE(registered_on(c.t2, 3));
 }
 

@@ -107,8 +107,9 @@ const std::vector<ActionDoc> kActions = {
      "cannot fence the others; Pacemaker's fencer asks another node. A fencer that loses the race to another "
      "fencer of the same node succeeds: the Report decides. With several devices, every node fences first the "
      "device whose volume name (then namespace id) comes first, whatever order devices lists them in, and "
-     "touches no other when it fails there, so two nodes fencing each other cannot each end up owning some of "
-     "the devices: the loser of the first device stops. The winner then fences the other devices together (at "
+     "sends no reservation command to any other when it fails there, so two nodes fencing each other cannot "
+     "each end up owning some of the devices: the loser of the first device stops (every device is opened and "
+     "identified first, together). The winner then fences the other devices together (at "
      "most 16 at once), each verified as above; afterwards every device must have the same nodes registered, or "
      "'off' fails naming each device that differs."},
     {"status", false,

@@ -535,38 +535,63 @@ std::string node_set_text(const std::set<uint8_t>& nodes) {
     return t.empty() ? "none" : t;
 }
 
+// Runs fn(ci, i) for every i in [first, n) through Host::run_all, so that
+// their commands are in flight together (at most kMaxParallelDevices on the
+// real host; one after another where run_all is unset). Each job gets its
+// own Ctx whose log lines are kept and logged in index order afterwards.
+void together(const Ctx& c, size_t first, size_t n, const std::function<void(const Ctx&, size_t)>& fn) {
+    NVF_INVARIANT(first <= n);
+    using Line = std::pair<Level, std::string>;
+    std::vector<std::vector<Line>> lines(n);
+    std::vector<Host> hosts(n, c.host);
+    std::vector<std::function<void()>> jobs;
+    for (size_t i = first; i < n; ++i) {
+        hosts[i].log = [&lines, i](Level l, const std::string& s) { lines[i].emplace_back(l, s); };
+        jobs.emplace_back([&c, &hosts, &fn, i] { fn(Ctx{c.o, hosts[i], c.out, c.devices}, i); });
+    }
+    if (c.host.run_all) c.host.run_all(jobs);
+    else for (auto& j : jobs) j();
+    for (size_t i = first; i < n; ++i)
+        for (const auto& [l, s] : lines[i]) c.log(l, s);
+}
+
 // After 'off' on several devices: the same surviving nodes on each, or a
 // failure naming every device whose nodes differ from the first's (split
-// ownership: fence-agents issue 278).
+// ownership: fence-agents issue 278). The Reports go out together.
 bool same_survivors(const Ctx& c, std::vector<std::unique_ptr<Device>>& devs) {
-    std::vector<std::set<uint8_t>> sets;
-    for (auto& d : devs) {
-        auto st = read_reservation(c, *d, d->path());
-        if (!st) return false;
+    std::vector<std::optional<std::set<uint8_t>>> sets(devs.size());
+    together(c, 0, devs.size(), [&](const Ctx& ci, size_t i) {
+        auto st = read_reservation(ci, *devs[i], devs[i]->path());
+        if (!st) return;
         std::set<uint8_t> nodes;
         for (const auto& r : st->registrants)
             if (auto f = decode_key(r.key); f && f->tag == c.o.tag) nodes.insert(f->node);
-        sets.push_back(std::move(nodes));
-    }
+        sets[i] = std::move(nodes);
+    });
+    for (const auto& s : sets)
+        if (!s) return false;
     std::string differ;
     for (size_t i = 1; i < devs.size(); ++i)
-        if (sets[i] != sets[0])
-            differ += "; " + devs[i]->path() + " (" + devs[i]->volume() + "): nodes " + node_set_text(sets[i]);
+        if (*sets[i] != *sets[0])
+            differ += "; " + devs[i]->path() + " (" + devs[i]->volume() + "): nodes " + node_set_text(*sets[i]);
     if (differ.empty()) return true;
     c.error("the devices are left with different nodes registered, " + devs[0]->path() + " (" + devs[0]->volume() +
-            "): nodes " + node_set_text(sets[0]) + differ +
+            "): nodes " + node_set_text(*sets[0]) + differ +
             ": a node missing on a device must be unfenced there ('on' on that node), a node present only on some "
             "must be fenced again");
     return false;
 }
 
-// Every device opened, in volume order (the order every node fences in, so
-// that of two nodes fencing each other the one that loses the first device
-// stops there). Devices that fail to open are counted in @p failed.
+// Every device opened (together: opening sends Identify, nothing that
+// changes a reservation), in volume order (the order every node fences in,
+// so that of two nodes fencing each other the one that loses the first
+// device stops there). Devices that fail to open are counted in @p failed.
 std::vector<std::unique_ptr<Device>> open_in_volume_order(const Ctx& c, int& failed) {
+    std::vector<std::unique_ptr<Device>> slots(c.devices.size());
+    together(c, 0, slots.size(), [&](const Ctx& ci, size_t i) { slots[i] = open_device(ci, c.devices[i]); });
     std::vector<std::unique_ptr<Device>> devs;
-    for (const auto& path : c.devices) {
-        if (auto d = open_device(c, path)) devs.push_back(std::move(d));
+    for (auto& d : slots) {
+        if (d) devs.push_back(std::move(d));
         else ++failed;
     }
     std::stable_sort(devs.begin(), devs.end(), [](const auto& a, const auto& b) {
@@ -575,27 +600,12 @@ std::vector<std::unique_ptr<Device>> open_in_volume_order(const Ctx& c, int& fai
     return devs;
 }
 
-// The devices after the first, together (Host::run_all): the fencer
-// already holds the first, so a fencer racing it has stopped there. Each
-// device's log lines are kept and logged in volume order afterwards.
+// The devices after the first, together: the fencer already holds the
+// first, so a fencer racing it has stopped there.
 void off_rest_together(const Ctx& c, std::vector<std::unique_ptr<Device>>& devs, uint8_t victim,
                        std::vector<OffResult>& res) {
     NVF_INVARIANT(res.size() == devs.size() && !devs.empty());
-    using Line = std::pair<Level, std::string>;
-    std::vector<std::vector<Line>> lines(devs.size());
-    std::vector<Host> hosts(devs.size(), c.host);
-    std::vector<std::function<void()>> jobs;
-    for (size_t i = 1; i < devs.size(); ++i) {
-        hosts[i].log = [&lines, i](Level l, const std::string& s) { lines[i].emplace_back(l, s); };
-        jobs.emplace_back([&c, &devs, &hosts, &res, i, victim] {
-            const Ctx ci{c.o, hosts[i], c.out, c.devices};
-            res[i] = off_device(ci, *devs[i], victim);
-        });
-    }
-    if (c.host.run_all) c.host.run_all(jobs);
-    else for (auto& j : jobs) j();
-    for (size_t i = 1; i < devs.size(); ++i)
-        for (const auto& [l, s] : lines[i]) c.log(l, s);
+    together(c, 1, devs.size(), [&](const Ctx& ci, size_t i) { res[i] = off_device(ci, *devs[i], victim); });
 }
 
 int action_off(const Ctx& c) {
