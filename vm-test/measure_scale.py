@@ -54,6 +54,7 @@ and end: figures from a busy machine are not figures.
 """
 import argparse
 import json
+import resource
 import shutil
 import statistics
 import subprocess
@@ -212,6 +213,7 @@ def agents_axis(lab, runs):
         assert r.rc == 0, ("32 agents did not all reach STANDBY", r, a.run("tail -3 /tmp/ag/log.v*").out)
         res["startup_ms"] = int(r.out.split()[-1]) / 1000.0
         res.update(agent_usage(a))
+        res["tcg_factor"] = tcg_factor(a)
         res["detection_ms"] = detection(a, b, devs, runs)
     finally:
         a.run("pkill -9 -x nvfenced; true", timeout_s=30)
@@ -238,6 +240,32 @@ def agent_usage(a):
             "cpu_pct_max": max(cpu), "cpu_pct_median": statistics.median(cpu), "cpu_hz": hz}
 
 
+SIM_WORK = "nvfence-sim --schedules 1000 --first-seed 1 --jobs 1 --cluster etcd"
+
+
+def tcg_factor(a):
+    """How many times more CPU the same deterministic work takes in the
+    guest than on this machine: nvfence-sim over the same 1000 schedules,
+    user+system CPU of the best of 3 on each side. Dividing the guest's CPU
+    figure by it estimates the figure on this machine's own CPU (an
+    estimate: TCG slows kernel paths, device emulation included, by other
+    factors than user code)."""
+    guest, host = [], []
+    hz = int(a.run("getconf CLK_TCK 2>/dev/null || echo 100", timeout_s=30).out.strip() or 100)
+    for _ in range(3):
+        # The shell's children's CPU (fields 16 and 17 of /proc/$$/stat) around the run.
+        r = a.run("st() { sed 's/.*) //' /proc/$$/stat | awk '{print $14 + $15}'; }; b=$(st); "
+                  f"{SIM_WORK} >/dev/null; e=$(st); echo $((e - b))", timeout_s=600)
+        assert r.rc == 0, ("nvfence-sim in the guest", r)
+        guest.append(int(r.out.split()[-1]) / hz)
+        t0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run([str(nvlab.util.build_dir() / "bin" / SIM_WORK.split()[0])] + SIM_WORK.split()[1:],
+                       check=True, stdout=subprocess.DEVNULL)
+        t1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        host.append(t1.ru_utime + t1.ru_stime - t0.ru_utime - t0.ru_stime)
+    return min(guest) / min(host)
+
+
 def detection(a, b, devs, runs):
     """ms from b's --victim-node preempt of node 1 to that agent's fence action."""
     xs = []
@@ -262,6 +290,8 @@ def agent_lines(ag):
             f"{ag['rss_mib_max']:.2f} max per agent",
             f"agents      {AGENTS:>3d}  cpu          {ag['cpu_pct_median']:9.3f} % of a core median, "
             f"{ag['cpu_pct_max']:.3f} max per agent (30 s standing by, {ag['cpu_hz']} Hz ticks, TCG)",
+            f"agents      {AGENTS:>3d}  cpu-est      {ag['cpu_pct_median'] / ag['tcg_factor']:9.4f} % of this machine's core "
+            f"(TCG costs {ag['tcg_factor']:.1f}x this machine's CPU for the same nvfence-sim work)",
             f"agents      {AGENTS:>3d}  detection    {statistics.median(det):9.1f} ms median, {max(det):.1f} max "
             f"({len(det)} runs, preempt start to fence action)",
             f"agents      {AGENTS:>3d}  after-cli    {statistics.median(after):9.1f} ms median, {max(after):.1f} max "
@@ -407,6 +437,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=10, help="runs per point and cost (default 10)")
     ap.add_argument("--out", default="/tmp/nvfence-scale", help="directory for the .dat files and plots")
+    ap.add_argument("--smp", type=int, default=1,
+                    help="vCPUs of the lab VM (default 1, as the tests; 2 lets nvmet and the fencer run side by side)")
     ap.add_argument("--axes", default="registrants,namespaces,agents,load",
                     help="comma-separated subset of registrants, namespaces, agents, load (default: all)")
     a = ap.parse_args()
@@ -417,7 +449,7 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     load0 = loadavg()
     # 16 controllers x 32 namespaces of block devices: more guest memory.
-    with nvlab.Lab(hosts=16, topology="loop", memory_mb=1024) as lab:
+    with nvlab.Lab(hosts=16, topology="loop", memory_mb=1024, smp=a.smp) as lab:
         for h in lab.hosts:
             h.env["NVFENCE_STATE_DIR"] = f"/tmp/state-{h.name}"
         reg, size = registrants_axis(lab, a.runs) if "registrants" in axes else ({}, {})
@@ -426,7 +458,7 @@ def main():
         ld = load_axis(lab, a.runs) if "load" in axes else {}
     load1 = loadavg()
     lines = [f"loadavg at start: {load0}",
-             f"nvfence scale, loop lab (16 identities on nvme-loop, QEMU TCG), {a.runs} runs per point, "
+             f"nvfence scale, loop lab (16 identities on nvme-loop, QEMU TCG, {a.smp} vCPU), {a.runs} runs per point, "
              "guest-timed ms (monotonic)",
              f"{'axis':12s} {'n':>3s}  {'cost':12s} {'median':>9s} {'max':>9s} {'ratio':>7s}  report size",
              *(table("registrants", REGISTRANTS, REG_COSTS, reg, size) if reg else []),

@@ -130,7 +130,7 @@ class VM:
             raise LabError(f"{name}: kernel command line is {len(append)} bytes, the limit is {CMDLINE_MAX - 1}")
         self.argv = [
             lab.qemu, "-name", name, "-machine", "q35", "-accel", "tcg", "-m", str(lab.memory_mb),
-            "-smp", "1", "-nographic", "-nodefaults", "-no-user-config", "-no-reboot",
+            "-smp", str(lab.smp), "-nographic", "-nodefaults", "-no-user-config", "-no-reboot",
             "-kernel", str(lab.kernel_image), "-initrd", str(initrd),
             "-append", append,
             "-serial", f"file:{self.console_log}",
@@ -541,11 +541,15 @@ class Lab:
                  boot_timeout_s: float = 180, connect_opts: str = DEFAULT_CONNECT_OPTS,
                  extra_cmdline: str = "", answer_grace_s: float = 30,
                  hostids: dict | None = None, flavour: str = "busybox", packages=(),
-                 cluster_net: bool | None = None, install_project: bool = True, volume_mib: int = VOLUME_SIZE >> 20):
+                 cluster_net: bool | None = None, install_project: bool = True, volume_mib: int = VOLUME_SIZE >> 20,
+                 smp: int = 1):
         # install_project=False (systemd flavour): the per-run project disk
         # carries only the lab's own setup and agent, no `cmake --install` of
         # the build; for tests that install the project themselves (the .deb).
         # volume_mib: size of the shared namespace (a sparse file on the host).
+        # smp: vCPUs of each VM (QEMU's multi-threaded TCG). 1 for every test:
+        # this machine has 2 cores and runs two labs at once; more only for
+        # figures where the guest's own parallelism is what is measured.
         if topology not in TOPOLOGIES:
             raise ValueError(f"topology must be one of {TOPOLOGIES}, not {topology!r}")
         if flavour not in FLAVOURS:
@@ -567,6 +571,9 @@ class Lab:
         if not 16 <= int(volume_mib) <= 65536:
             raise ValueError(f"volume_mib must be 16..65536, not {volume_mib!r}")
         self.volume_bytes = int(volume_mib) << 20
+        if not 1 <= int(smp) <= (os.cpu_count() or 1):
+            raise ValueError(f"smp must be 1..{os.cpu_count()} (this machine's CPUs), not {smp!r}")
+        self.smp = int(smp)
         self.sd_image: sdimage.RootImage | None = None
         self.sd_initrd: Path | None = None
         self.project_disk: Path | None = None
