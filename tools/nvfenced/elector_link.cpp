@@ -32,10 +32,11 @@ std::unique_ptr<ElectorLink> ElectorLink::create(const nvfence::ElectorSettings&
 #if NVFENCE_HAVE_ETCD
     char host[256] = "?";
     ::gethostname(host, sizeof host - 1);
+    std::string detail;
     auto e = nvfence::EtcdElector::create(
-        nvfence::etcd_options(es, "node=" + std::to_string(node) + " host=" + host, state_dir, volume));
+        nvfence::etcd_options(es, "node=" + std::to_string(node) + " host=" + host, state_dir, volume), &detail);
     if (!e) {
-        why = "elector = etcd: " + e.error().message();
+        why = detail.empty() ? "elector = etcd: " + e.error().message() : detail;
         return nullptr;
     }
     return std::unique_ptr<ElectorLink>(new ElectorLink(es, tag, self, epochs, std::move(*e)));

@@ -34,7 +34,7 @@ public:
     static std::optional<nvfence::ElectorSettings> settings(const std::map<std::string, std::string>& kv,
                                                             const std::string& volume, std::string& why);
     /// Builds the etcd elector for @p es (kind etcd). Null with @p why when
-    /// it cannot (bad endpoint or TLS file).
+    /// it cannot (bad endpoint or TLS file, libcurl missing).
     static std::unique_ptr<ElectorLink> create(const nvfence::ElectorSettings& es, uint8_t node, uint8_t tag,
                                                const nvfence::HostId& self, const nvfence::EpochStore* epochs,
                                                const std::string& state_dir, const std::string& volume,
