@@ -18,6 +18,11 @@ std::optional<nvfence::ElectorSettings> ElectorLink::settings(const std::map<std
         why = "elector = etcd: this nvfenced was built without the etcd elector (configure with -DNVFENCE_ETCD=ON)";
         return std::nullopt;
     }
+#if NVFENCE_HAVE_ETCD
+    // libcurl is loaded only for an etcd elector; a missing one is a bad
+    // configuration for this host, said at the check, not a crash later.
+    if (s->kind == nvfence::ElectorKind::etcd && !nvfence::EtcdElector::load_library(why)) return std::nullopt;
+#endif
     return *s;
 }
 
