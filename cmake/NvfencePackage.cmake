@@ -98,6 +98,13 @@ set(CPACK_DEBIAN_NVFENCE_PACKAGE_SHLIBDEPS ON)
 # is stated here, exactly this version, as the binaries are built with it.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS ${CMAKE_LIBRARY_OUTPUT_DIRECTORY})
 set(CPACK_DEBIAN_NVFENCE_PACKAGE_DEPENDS "${NVFENCE_LIB_PACKAGE} (= ${NVFENCE_DEB_VERSION})")
+# The etcd elector dlopen()s libcurl.so.4 (src/elector/curl_api.hpp): no
+# binary links it, so dpkg-shlibdeps does not see it and the dependency is
+# stated here. A Depends, not a Recommends: `elector = etcd` is a supported
+# configuration of the packaged nvfenced and nvfence-elect.
+if(NVFENCE_ETCD)
+  string(APPEND CPACK_DEBIAN_NVFENCE_PACKAGE_DEPENDS ", libcurl4")
+endif()
 # nvme-cli is what an operator cross-checks with; udev runs our rules.
 set(CPACK_DEBIAN_NVFENCE_PACKAGE_RECOMMENDS "udev, nvme-cli")
 set(CPACK_DEBIAN_NVFENCE_PACKAGE_SUGGESTS "pacemaker")

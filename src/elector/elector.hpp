@@ -38,6 +38,7 @@ enum class ElectorErrc : int {
     not_leader,        ///< This host does not lead (any more).
     not_campaigning,   ///< The call needs a campaign (a lease) first.
     auth_failed,       ///< The service refused our user name and password (or the password file).
+    library_missing,   ///< A library the backend loads at run time (etcd: libcurl) did not load.
 };
 
 /// The category of ElectorErrc.

@@ -21,6 +21,7 @@ public:
         case ElectorErrc::not_leader: return "not the leader";
         case ElectorErrc::not_campaigning: return "no campaign in progress";
         case ElectorErrc::auth_failed: return "authentication refused";
+        case ElectorErrc::library_missing: return "a library the elector needs did not load";
         }
         return "unknown elector error";
     }

@@ -26,6 +26,8 @@
 
 namespace nvfence {
 
+struct CurlApi;
+
 /// How to reach etcd and what to campaign for.
 struct EtcdOptions {
     std::vector<std::string> endpoints;  ///< `http(s)://host:port`, tried in turn.
@@ -83,8 +85,14 @@ std::string etcd_counter_key(const std::string& election);
 /// keepalive() (timeouts below a third of the TTL) while it waits.
 class EtcdElector final : public Elector {
 public:
-    /// Validates @p opts (Errc::invalid_argument) and prepares libcurl.
-    static Result<std::unique_ptr<EtcdElector>> create(EtcdOptions opts);
+    /// Validates @p opts (Errc::invalid_argument) and loads libcurl, once
+    /// per process (curl_api.hpp): ElectorErrc::library_missing when it
+    /// does not load, with @p why (when given) naming the library and the
+    /// loader's words.
+    static Result<std::unique_ptr<EtcdElector>> create(EtcdOptions opts, std::string* why = nullptr);
+    /// Loads libcurl now as create() does (a configuration check);
+    /// ElectorErrc::library_missing with @p why when it does not load.
+    static Status load_library(std::string& why);
     ~EtcdElector() override;
     EtcdElector(const EtcdElector&) = delete;
     EtcdElector& operator=(const EtcdElector&) = delete;
@@ -106,7 +114,7 @@ public:
     std::string failure_detail() const override { return last_error_; }
 
 private:
-    explicit EtcdElector(EtcdOptions opts);
+    EtcdElector(EtcdOptions opts, const CurlApi& curl);
     struct Http;
     EtcdOptions opts_;
     std::unique_ptr<Http> http_;

@@ -10,10 +10,10 @@
 #include <cerrno>
 #include <chrono>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <utility>
 
+#include "elector/curl_api.hpp"
 #include "elector/elector_config.hpp"
 #include "internal/file_name.hpp"
 #include "internal/invariant.hpp"
@@ -83,6 +83,7 @@ struct EtcdElector::Http {
     using LineSink = std::function<bool(std::string_view)>;
 
     const EtcdOptions& opts;
+    const CurlApi& curl;  // every libcurl call goes through it (curl_api.hpp)
     std::string& why;  // the elector's last_error_: curl's reason for a failed transfer
     size_t current = 0;
     std::string token;  // etcd's auth token for opts.user ("": none yet)
@@ -92,6 +93,7 @@ struct EtcdElector::Http {
         std::string pending;
         LineSink* sink = nullptr;
         CURL* handle = nullptr;
+        const CurlApi* curl = nullptr;
         bool divert = false;  // with authentication, a stream's error reply is kept whole (not streamed)
         bool stopped = false;
         bool too_big = false;
@@ -106,7 +108,7 @@ struct EtcdElector::Http {
         }
         if (t->sink && t->divert && t->body.empty() && t->pending.empty()) {
             long status = 0;
-            curl_easy_getinfo(t->handle, CURLINFO_RESPONSE_CODE, &status);
+            t->curl->easy_getinfo(t->handle, CURLINFO_RESPONSE_CODE, &status);
             if (status != 200) t->sink = nullptr;
         }
         if (!t->sink) {
@@ -175,40 +177,41 @@ struct EtcdElector::Http {
             const std::string url = opts.endpoints[current] + path;
             Transfer t;
             t.sink = sink;
-            CURL* h = curl_easy_init();
+            CURL* h = curl.easy_init();
             if (!h) return make_error_code(std::errc::not_enough_memory);
             t.handle = h;
+            t.curl = &curl;
             t.divert = !opts.user.empty();
-            curl_slist* hdr = curl_slist_append(nullptr, "Content-Type: application/json");
+            curl_slist* hdr = curl.slist_append(nullptr, "Content-Type: application/json");
             // The token never goes to /v3/auth/authenticate itself.
             if (!token.empty() && path != "/v3/auth/authenticate")
-                hdr = curl_slist_append(hdr, ("Authorization: " + token).c_str());
-            curl_easy_setopt(h, CURLOPT_URL, url.c_str());
-            curl_easy_setopt(h, CURLOPT_POST, 1L);
-            curl_easy_setopt(h, CURLOPT_POSTFIELDS, body.c_str());
-            curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
-            curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+                hdr = curl.slist_append(hdr, ("Authorization: " + token).c_str());
+            curl.easy_setopt(h, CURLOPT_URL, url.c_str());
+            curl.easy_setopt(h, CURLOPT_POST, 1L);
+            curl.easy_setopt(h, CURLOPT_POSTFIELDS, body.c_str());
+            curl.easy_setopt(h, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
+            curl.easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
             char errbuf[CURL_ERROR_SIZE] = {};
-            curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
-            curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-            curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(left.count()));
-            curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(std::min<int64_t>(left.count(), 1000)));
-            curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, &Http::on_data);
-            curl_easy_setopt(h, CURLOPT_WRITEDATA, &t);
-            curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-            curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+            curl.easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+            curl.easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+            curl.easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(left.count()));
+            curl.easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(std::min<int64_t>(left.count(), 1000)));
+            curl.easy_setopt(h, CURLOPT_WRITEFUNCTION, &Http::on_data);
+            curl.easy_setopt(h, CURLOPT_WRITEDATA, &t);
+            curl.easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+            curl.easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
             // Never a proxy from the environment (http_proxy, ALL_PROXY): a
             // daemon's etcd traffic must not go wherever a login shell's
             // variables point; "" turns libcurl's proxy use off entirely.
-            curl_easy_setopt(h, CURLOPT_PROXY, "");
-            if (!opts.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, opts.ca_file.c_str());
-            if (!opts.cert_file.empty()) curl_easy_setopt(h, CURLOPT_SSLCERT, opts.cert_file.c_str());
-            if (!opts.key_file.empty()) curl_easy_setopt(h, CURLOPT_SSLKEY, opts.key_file.c_str());
-            const CURLcode rc = curl_easy_perform(h);
+            curl.easy_setopt(h, CURLOPT_PROXY, "");
+            if (!opts.ca_file.empty()) curl.easy_setopt(h, CURLOPT_CAINFO, opts.ca_file.c_str());
+            if (!opts.cert_file.empty()) curl.easy_setopt(h, CURLOPT_SSLCERT, opts.cert_file.c_str());
+            if (!opts.key_file.empty()) curl.easy_setopt(h, CURLOPT_SSLKEY, opts.key_file.c_str());
+            const CURLcode rc = curl.easy_perform(h);
             long status = 0;
-            curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-            curl_slist_free_all(hdr);
-            curl_easy_cleanup(h);
+            curl.easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+            curl.slist_free_all(hdr);
+            curl.easy_cleanup(h);
             if (t.stopped) return Reply{status, std::move(t.pending)};
             if (t.too_big) return make_error_code(Errc::malformed_data);
             if (rc == CURLE_OK) {
@@ -221,7 +224,7 @@ struct EtcdElector::Http {
                 return make_error_code(Errc::timeout);
             // The member did not answer: the next call starts with the next one.
             // Why, in curl's words (a TLS failure says which): the log shows it.
-            why = opts.endpoints[current] + ": " + (errbuf[0] ? std::string(errbuf) : curl_easy_strerror(rc));
+            why = opts.endpoints[current] + ": " + (errbuf[0] ? std::string(errbuf) : curl.easy_strerror(rc));
             current = (current + 1) % opts.endpoints.size();
             if (rc == CURLE_OPERATION_TIMEDOUT) {
                 last = make_error_code(Errc::timeout);
@@ -235,7 +238,13 @@ struct EtcdElector::Http {
 
 // ---- EtcdElector ----------------------------------------------------------
 
-Result<std::unique_ptr<EtcdElector>> EtcdElector::create(EtcdOptions opts) {
+Status EtcdElector::load_library(std::string& why) {
+    auto api = curl_api(why);
+    if (!api) return api.error();
+    return Ok{};
+}
+
+Result<std::unique_ptr<EtcdElector>> EtcdElector::create(EtcdOptions opts, std::string* why) {
     if (opts.endpoints.empty() || opts.election.empty() || opts.value.empty() || opts.ttl_s < 2 ||
         opts.user.empty() != opts.password_file.empty())
         return make_error_code(Errc::invalid_argument);
@@ -243,14 +252,17 @@ Result<std::unique_ptr<EtcdElector>> EtcdElector::create(EtcdOptions opts) {
         while (!e.empty() && e.back() == '/') e.pop_back();
         if (e.rfind("http://", 0) != 0 && e.rfind("https://", 0) != 0) return make_error_code(Errc::invalid_argument);
     }
-    static std::once_flag once;
-    static CURLcode init = CURLE_OK;
-    std::call_once(once, [] { init = curl_global_init(CURL_GLOBAL_DEFAULT); });
-    if (init != CURLE_OK) return make_error_code(Errc::invalid_argument);
-    return std::unique_ptr<EtcdElector>(new EtcdElector(std::move(opts)));
+    std::string reason;
+    auto api = curl_api(reason);
+    if (!api) {
+        if (why) *why = std::move(reason);
+        return api.error();
+    }
+    return std::unique_ptr<EtcdElector>(new EtcdElector(std::move(opts), **api));
 }
 
-EtcdElector::EtcdElector(EtcdOptions opts) : opts_(std::move(opts)), http_(new Http{opts_, last_error_, 0, {}}) {}
+EtcdElector::EtcdElector(EtcdOptions opts, const CurlApi& curl)
+    : opts_(std::move(opts)), http_(new Http{opts_, curl, last_error_, 0, {}}) {}
 
 EtcdElector::~EtcdElector() = default;
 

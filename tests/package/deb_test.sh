@@ -131,6 +131,11 @@ dpkg-deb -f "${deb[nvfence]}" Depends | tr ',' '\n' | sed 's/^ *//' | grep -qx "
 for d in libc6 libstdc++6 libnvme1; do
     dep_names "${deb[nvfence]}" | grep -qxF "$d" || fail "nvfence: Depends lacks $d"
 done
+# The etcd elector loads libcurl at run time (no binary links it, so
+# dpkg-shlibdeps cannot find it): the package states it.
+if [ "$(cache NVFENCE_ETCD)" = ON ]; then
+    dep_names "${deb[nvfence]}" | grep -qxF libcurl4 || fail "nvfence: built with etcd, Depends lacks libcurl4"
+fi
 # Where udev and systemd read them, and naming the package's own paths.
 grep -qx "$prefix/lib/udev/rules.d/70-nvfence.rules" "$c" \
     || fail "udev rules not in $prefix/lib/udev/rules.d: $(grep 70-nvfence "$c")"

@@ -230,10 +230,12 @@ int run(const Args& a, const std::map<std::string, std::string>& kv, Namespace& 
     }
     char host[256] = "?";
     ::gethostname(host, sizeof host - 1);
+    std::string detail;
     auto elector = EtcdElector::create(
-        etcd_options(*settings, "node=" + std::to_string(a.node) + " host=" + host, a.state_dir, info.volume));
+        etcd_options(*settings, "node=" + std::to_string(a.node) + " host=" + host, a.state_dir, info.volume),
+        &detail);
     if (!elector) {
-        std::fprintf(stderr, "nvfence-elect: %s\n", elector.error().message().c_str());
+        std::fprintf(stderr, "nvfence-elect: %s\n", detail.empty() ? elector.error().message().c_str() : detail.c_str());
         return 2;
     }
     Reservations resv(ns.passthru(), info.nsid);

@@ -18,6 +18,11 @@ std::optional<nvfence::ElectorSettings> ElectorLink::settings(const std::map<std
         why = "elector = etcd: this nvfenced was built without the etcd elector (configure with -DNVFENCE_ETCD=ON)";
         return std::nullopt;
     }
+#if NVFENCE_HAVE_ETCD
+    // libcurl is loaded only for an etcd elector; a missing one is a bad
+    // configuration for this host, said at the check, not a crash later.
+    if (s->kind == nvfence::ElectorKind::etcd && !nvfence::EtcdElector::load_library(why)) return std::nullopt;
+#endif
     return *s;
 }
 
@@ -32,10 +37,11 @@ std::unique_ptr<ElectorLink> ElectorLink::create(const nvfence::ElectorSettings&
 #if NVFENCE_HAVE_ETCD
     char host[256] = "?";
     ::gethostname(host, sizeof host - 1);
+    std::string detail;
     auto e = nvfence::EtcdElector::create(
-        nvfence::etcd_options(es, "node=" + std::to_string(node) + " host=" + host, state_dir, volume));
+        nvfence::etcd_options(es, "node=" + std::to_string(node) + " host=" + host, state_dir, volume), &detail);
     if (!e) {
-        why = "elector = etcd: " + e.error().message();
+        why = detail.empty() ? "elector = etcd: " + e.error().message() : detail;
         return nullptr;
     }
     return std::unique_ptr<ElectorLink>(new ElectorLink(es, tag, self, epochs, std::move(*e)));

@@ -29,12 +29,13 @@ inline constexpr int kExitElectorOwnsTakeover = 3;
 class ElectorLink {
 public:
     /// Validates the elector keys of @p kv (agent keys such as role are
-    /// read too) for @p volume; nullopt with @p why on bad input, and for
-    /// `elector = etcd` in a build without it (NVFENCE_ETCD=OFF).
+    /// read too) for @p volume; nullopt with @p why on bad input, for
+    /// `elector = etcd` in a build without it (NVFENCE_ETCD=OFF), and for
+    /// `elector = etcd` when libcurl does not load (it is loaded here).
     static std::optional<nvfence::ElectorSettings> settings(const std::map<std::string, std::string>& kv,
                                                             const std::string& volume, std::string& why);
     /// Builds the etcd elector for @p es (kind etcd). Null with @p why when
-    /// it cannot (bad endpoint or TLS file).
+    /// it cannot (bad endpoint or TLS file, libcurl missing).
     static std::unique_ptr<ElectorLink> create(const nvfence::ElectorSettings& es, uint8_t node, uint8_t tag,
                                                const nvfence::HostId& self, const nvfence::EpochStore* epochs,
                                                const std::string& state_dir, const std::string& volume,
