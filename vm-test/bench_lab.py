@@ -2,7 +2,7 @@
 
     NVFENCE_BUILD_DIR=/work/main/build-bench /usr/bin/python3 vm-test/bench_lab.py \
         [--topology loop|fabric] [--modes block,passthrough] [--passes 2] \
-        [--repeat 3] [--runtime 3] [--ramp 1] [--qd 1,32] [--size 128M] [--backing ram|disk] \
+        [--repeat 3] [--runtime 3] [--ramp 1] [--qd 1,32] [--size 128M] [--backing ram|disk] [--smp 1|2] \
         [-- more nvfence-bench args]
 
 Boots a one-host lab, then runs, inside the guest,
@@ -84,6 +84,8 @@ def main():
     ap.add_argument("--qd", default="1,32")
     ap.add_argument("--size", default="128M", help="region written (the lab's namespace is 256 MiB)")
     ap.add_argument("--memory-mb", type=int, default=1024)
+    ap.add_argument("--smp", type=int, default=1,
+                    help="vCPUs of the guest (default 1; 2 lets nvmet's work run beside the submitter)")
     ap.add_argument("--backing", default="ram", choices=["ram", "disk"],
                     help="what nvmet serves: a 256 MiB file in guest RAM (default) or the QEMU-emulated NVMe disk, "
                          "which under TCG can hold writes until the guest's 30 s timeout (docs/PERFORMANCE.md)")
@@ -99,7 +101,7 @@ def main():
 
     pooled, failures, tool_ratios = {}, [], []
     backing = "nvlab.backing=ram:256" if a.backing == "ram" else ""
-    with nvlab.Lab(hosts=1, topology=a.topology, memory_mb=a.memory_mb, extra_cmdline=backing) as lab:
+    with nvlab.Lab(hosts=1, topology=a.topology, memory_mb=a.memory_mb, extra_cmdline=backing, smp=a.smp) as lab:
         h = lab.hosts[0]
         print(f"# lab: topology {a.topology}, backing {a.backing}, 1 host, guest kernel {lab.kernel.release}, booted in {lab.boot_s:.1f} s; "
               f"namespace {h.dev} / {h.ng}", flush=True)

@@ -1,7 +1,8 @@
 """Prints what failover costs as registrants and namespaces grow (issue 29;
 not a test: figures, medians and maxima).
 
-    /usr/bin/python3 vm-test/measure_scale.py [--runs 10] [--out /tmp/nvfence-scale] [--axes registrants,namespaces,agents,load]
+    /usr/bin/python3 vm-test/measure_scale.py [--runs 10] [--out /tmp/nvfence-scale] [--smp 1|2]
+        [--axes registrants,namespaces,agents,load]
 
 One 16-host loop lab (one VM: nvmet over nvme-loop, one fabrics connection
 per host identity a..p) for everything. Every time is taken inside the
@@ -28,6 +29,9 @@ default):
   rss         each agent's VmRSS after 5 s and after 30 s (max over agents)
   cpu         each agent's user+system CPU over 30 s standing by, % of a core
               (max over agents; under TCG, so an upper bound)
+  cpu-est     the same figure divided by the TCG factor: the CPU the same
+              nvfence-sim work takes in the guest over what it takes on
+              this machine (best of 3 each), an estimate for a real core
   detection   host b preempts node 1 on one namespace (--victim-node); time
               from the start of that command to that agent's fence action
               (a command writing the guest clock), one namespace per run;
