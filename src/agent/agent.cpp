@@ -343,6 +343,7 @@ bool Agent::generation_went_back(const ReservationStatus& st) {
          "generation went backwards (" + std::to_string(*last_gen_) + " -> " + std::to_string(st.generation) +
              "): the target restarted or lost its reservation state",
          &st);
+    ++restarts_seen_;
     return true;
 }
 
@@ -855,8 +856,24 @@ ControlReply Agent::do_takeover(const ControlRequest& req, const std::string& by
     return took_over(req, *out, by);
 }
 
+// The target restarted since the token was asked for: its reservations
+// are gone, with the key of any term after this one, so the device can no
+// longer refuse a stale token; the elector can (a new token needs a live
+// leadership). Asked again (the simulator's seed 128160025063069: a winner
+// paused past its lease, a peer took over with the next token, the target
+// restarted before the winner resumed, and the stale token took the
+// emptied device).
+std::optional<WinDecision> Agent::reissue_after_restart(uint32_t token, std::optional<uint64_t> restarts_at_ask) const {
+    if (!restarts_at_ask || restarts_seen_ == *restarts_at_ask) return std::nullopt;
+    NVF_INVARIANT(restarts_seen_ > *restarts_at_ask);
+    return WinDecision{WinAction::reissue, std::nullopt, token,
+                       "the target restarted since token " + std::to_string(token) +
+                           " was asked for: asking the elector again"};
+}
+
 TermResult Agent::take_term(uint32_t token, const std::string& who,
-                             const std::function<Clock::TimePoint()>& act_before) {
+                             const std::function<Clock::TimePoint()>& act_before,
+                             std::optional<uint64_t> restarts_at_ask) {
     const std::string by = "request from " + who + " (token " + std::to_string(token) + ")";
     ControlRequest req;
     req.op = ControlOp::takeover;
@@ -884,6 +901,10 @@ TermResult Agent::take_term(uint32_t token, const std::string& who,
                                                          " to " + agent_state_name(state_) +
                                                          " while reading the device: not acting on token " +
                                                          std::to_string(token));
+    if (auto again = reissue_after_restart(token, restarts_at_ask)) {
+        t.decision = std::move(again);
+        return refuse(make_error_code(Errc::lost_race), t.decision->why);
+    }
     // The lease may have run out while the device was read (a stall, a
     // paused VM): only a term whose lease may still live acts.
     if (clock_.now() >= act_before())

@@ -222,7 +222,12 @@ public:
     /// check changed this host's state or key, or when it ended at or after
     /// act_before() (the term's lease deadline minus the margin, asked after
     /// the check: the elector may have renewed the lease meanwhile).
-    TermResult take_term(uint32_t token, const std::string& who, const std::function<Clock::TimePoint()>& act_before);
+    /// @p restarts_at_ask: restarts_seen() when the token was asked for;
+    /// if the target restarted since, the win is answered reissue (the
+    /// device may have lost every later term's key: only the elector can
+    /// still tell whether the token is the newest).
+    TermResult take_term(uint32_t token, const std::string& who, const std::function<Clock::TimePoint()>& act_before,
+                         std::optional<uint64_t> restarts_at_ask = std::nullopt);
     /// The elector's lease of this host's leadership ended, or may have
     /// (@p why: the elector's words). A HOLDER goes FENCED like on any fence:
     /// writers stopped, FENCED persisted with the action pending, the action
@@ -250,6 +255,9 @@ public:
     AgentState state() const { return state_; }
     /// This host's key (0: none).
     uint64_t key() const { return key_; }
+    /// How many times this agent saw the target restart (a Report whose
+    /// generation went back): a win asked for before one is asked again.
+    uint64_t restarts_seen() const { return restarts_seen_; }
     /// Why the agent is FENCED ("" otherwise).
     const std::string& fence_reason() const { return fence_reason_; }
     /// The last error, in words ("" if none).
@@ -278,6 +286,7 @@ private:
     AgentView view() const;
     CheckNotes drain_notifications(bool report_events);
     bool generation_went_back(const ReservationStatus& st);
+    std::optional<WinDecision> reissue_after_restart(uint32_t token, std::optional<uint64_t> restarts_at_ask) const;
     void note_report(const ReservationStatus& st, const CheckNotes& notes);
     void observe(const ReservationStatus& st, const CheckNotes& notes);
     void report_epochs();
@@ -331,6 +340,7 @@ private:
     uint64_t key_ = 0;
     std::optional<ReservationStatus> report_;
     std::optional<uint32_t> last_gen_;
+    uint64_t restarts_seen_ = 0;  ///< Times a Report showed the generation gone back (target restarts).
     uint64_t last_holder_ = 0;
     size_t self_entries_ = 0;
     bool host_id_shared_reported_ = false;

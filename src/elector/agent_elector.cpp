@@ -103,6 +103,11 @@ uint64_t ElectorBridge::agent_key() const {
     return agent_key_;
 }
 
+uint64_t ElectorBridge::agent_restarts() const {
+    std::lock_guard lk(mu_);
+    return agent_restarts_;
+}
+
 uint32_t ElectorBridge::device_epoch() const {
     std::lock_guard lk(mu_);
     return device_epoch_;
@@ -199,6 +204,7 @@ void ElectorBridge::publish(const Agent& agent) {
         state_ = agent.state();
         candidate_ = agent.candidate();
         agent_key_ = agent.key();
+        agent_restarts_ = agent.restarts_seen();
         device_epoch_ = std::max(device_epoch_, epoch);
         ++publishes_;
     }
@@ -308,7 +314,8 @@ WinReply ElectorBridge::carry_out(Agent& agent, AgentHooks&, Clock& clock, const
         return r;
     }
     // Read again after the device was: the driver renews the lease meanwhile.
-    const TermResult t = agent.take_term(token, "etcd elector", [this, token] { return act_before(token); });
+    const TermResult t =
+        agent.take_term(token, "etcd elector", [this, token] { return act_before(token); }, e.agent_restarts);
     if (!t.decision) {
         r.why = t.reply.message;
         return r;
@@ -719,6 +726,7 @@ void ElectorDriver::post_win() {
     e.kind = ElectorEventKind::won;
     e.term = term_;
     e.agent_key = term_key_;
+    e.agent_restarts = term_restarts_;
     bridge_.set_term(term_.epoch, guard_->lease_deadline() - milliseconds(gopts_.margin_ms));
     if (bridge_.post(std::move(e), call_)) awaiting_answer_ = true;
     else give_up("event queue full: win dropped", true);
@@ -785,6 +793,7 @@ milliseconds ElectorDriver::on_campaign_won(const LeaderInfo& won) {
     // while the answer is on its way makes a key the token may equal, which
     // is not this term's (the simulator's seed 827).
     term_key_ = bridge_.agent_key();
+    term_restarts_ = bridge_.agent_restarts();
     auto term = timed("token", lease_budget(), [&](milliseconds b) { return elector_.term(bridge_.device_epoch(), b); });
     if (!term) {
         last_error_ = "token: " + words(term.error());
@@ -848,6 +857,7 @@ milliseconds ElectorDriver::on_reissue(uint32_t floor) {
         return milliseconds(0);
     }
     term_key_ = bridge_.agent_key();  // as in on_campaign_won
+    term_restarts_ = bridge_.agent_restarts();
     auto term = timed("token", lease_budget(), [&](milliseconds b) { return elector_.term(floor, b); });
     if (!term) {
         last_error_ = "token: " + words(term.error());

@@ -81,6 +81,7 @@ struct ElectorEvent {
     ElectorEventKind kind = ElectorEventKind::note;  ///< What.
     Term term;                                 ///< won: the token and leadership.
     uint64_t agent_key = 0;                    ///< won: the agent's key as published when the token was asked for.
+    uint64_t agent_restarts = 0;               ///< won: the agent's restarts_seen() as published then.
     LossReason reason = LossReason::none;      ///< lost: why.
     std::string text;                          ///< note/lost: in words.
     EventLevel level = EventLevel::info;       ///< note: how loud.
@@ -149,6 +150,8 @@ public:
     uint32_t device_epoch() const;
     /// Driver: the agent's key when it last published (0: none).
     uint64_t agent_key() const;
+    /// Driver: the agent's restarts_seen() when it last published.
+    uint64_t agent_restarts() const;
     /// Driver: waits at most @p wait for the answer to the won event of
     /// @p token and takes it (WinAnswer::none when none came). Answers for
     /// other terms are dropped (take_dropped_answers() hands them over).
@@ -230,6 +233,7 @@ private:
     AgentState state_ = AgentState::starting;
     bool candidate_ = false;
     uint64_t agent_key_ = 0;
+    uint64_t agent_restarts_ = 0;
     uint32_t device_epoch_ = 0;
     uint32_t term_ = 0;
     Clock::TimePoint term_act_before_{};
@@ -326,6 +330,7 @@ private:
     std::optional<LeaseGuard> guard_;
     std::optional<LeaderInfo> won_;
     Term term_;
+    uint64_t term_restarts_ = 0;  ///< The agent's restarts_seen() then, likewise.
     uint64_t term_key_ = 0;  ///< The agent's key when term_'s token was asked for: the key its win is for.
     int rounds_ = 0;
     Clock::TimePoint won_at_{};

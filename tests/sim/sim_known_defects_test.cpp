@@ -334,6 +334,22 @@ TEST(SimRegressions, PausedWinSeedsAWinIsNotCarriedOutOnAKeyARejoinMade) {
     }
 }
 
+// The slice of ca5377e (every fault kind, 2026-12-05): host 0, FENCED,
+// was issued token 4 and paused right after the win was posted; its lease
+// ran out, host 1 won token 5 and took the device; the target restarted
+// (no PTPL) just before host 0 resumed, wiping host 1's key. Host 0's
+// check saw the generation go back, and the win, posted for the same key,
+// acquired the emptied device with epoch 4: its writes landed over epoch
+// 5's (acked_write_lost; the same on 08dd947). A win asked for before a
+// target restart the agent saw since is answered reissue, and etcd, where
+// the lease is gone, issues no token above it.
+TEST(SimRegressions, Seed128160025063069AWinAskedBeforeATargetRestartIsAskedAgain) {
+    const ScheduleResult r = ci_slice(128160025063069ull);
+    EXPECT_EQ(r.cluster, Cluster::etcd);
+    EXPECT_GT(r.faults[static_cast<size_t>(Fault::paused_win)], 0u);
+    EXPECT_FALSE(r.violation) << what(r);
+}
+
 TEST(SimRegressions, PacemakerWindowOfSeeds1To1000) {
     for (uint64_t seed = 1; seed <= 1000; ++seed) {
         const ScheduleResult r = pacemaker(seed);
