@@ -184,6 +184,7 @@ protected:
         e.kind = ElectorEventKind::won;
         e.term.epoch = token;
         e.agent_key = b->agent->key();
+        e.agent_restarts = b->agent->restarts_seen();
         bridge->set_term(token, clock.now() + std::chrono::seconds(10));
         ASSERT_TRUE(bridge->post(e, std::chrono::milliseconds(0)));
     }
@@ -678,6 +679,36 @@ TEST_F(AgentElectorTest, ARejoinBeforeTheWinIsCarriedOutIsNotTakenForTheTerm) {
     EXPECT_EQ(r.answer, WinAnswer::failed) << r.why;
     EXPECT_NE(r.why.find("key changed since the win was posted"), std::string::npos) << r.why;
     EXPECT_EQ(b->sent(opcode::kResvAcquire), acquires);
+    EXPECT_FALSE(t.is_holder(b->id)) << b->hooks->dump();
+}
+
+// Found by the simulator (seed 128160025063069, ca5377e's CI slice): a
+// winner paused past its lease after its win was posted; a peer took the
+// device with the next token, and the target restarted without PTPL
+// before the winner resumed, wiping the peer's key. The winner's key was
+// unchanged, so the win passed every key check and acquired the emptied
+// device with a stale token. After a target restart the agent has seen
+// since the token was asked for, the device cannot say whether the token
+// is the newest: the win is answered reissue, and the elector asks etcd.
+TEST_F(AgentElectorTest, AWinAskedBeforeATargetRestartSeenSinceIsAskedAgain) {
+    setup();
+    const uint32_t token = epoch(b->agent->key()) + 1;
+    post_win(token);
+    t.type = ResvType::none;  // the target restarted: nobody holds, the generation starts again
+    t.holder.reset();
+    t.generation = 0;
+    const uint64_t restarts = b->agent->restarts_seen();
+    b->agent->check();
+    ASSERT_EQ(b->agent->restarts_seen(), restarts + 1) << b->hooks->dump();
+    const uint64_t key = b->agent->key();
+    const size_t acquires = b->sent(opcode::kResvAcquire);
+    bridge->drain(*b->agent, *b->hooks, clock);
+    const WinReply r = bridge->take_answer(token, std::chrono::milliseconds(0));
+    EXPECT_EQ(r.answer, WinAnswer::reissue) << r.why;
+    EXPECT_EQ(r.floor, token) << "the next token must be above this one";
+    EXPECT_NE(r.why.find("the target restarted since token"), std::string::npos) << r.why;
+    EXPECT_EQ(b->sent(opcode::kResvAcquire), acquires);
+    EXPECT_EQ(b->agent->key(), key);
     EXPECT_FALSE(t.is_holder(b->id)) << b->hooks->dump();
 }
 
