@@ -22,6 +22,7 @@ Result<WinResult> carry_out_win(Elector& elector, Fence& fence, const EpochStore
     uint32_t floor = max_epoch_of_tag(*st, tag);
     WinResult w;
     for (int round = 0; round < kWinRounds; ++round) {
+        const uint32_t gen_asked = st->generation;
         auto term = elector.term(floor, timeout);
         if (!term) return term.error();
         w.term = *term;
@@ -29,6 +30,14 @@ Result<WinResult> carry_out_win(Elector& elector, Fence& fence, const EpochStore
         // This Report decides, and the takeover follows it.
         st = fence.verify();
         if (!st) return st.error();
+        // The target restarted meanwhile (GEN went back): every key is gone,
+        // a newer leader's included, so the device cannot refuse a stale
+        // token; a token above this one needs a live leadership (as
+        // Agent::take_term: the simulator's seed 128160025063069).
+        if (st->generation < gen_asked) {
+            floor = std::max(floor, w.term.epoch);
+            continue;
+        }
         auto seen_floor = floor_of(store);
         if (!seen_floor) return seen_floor.error();
         w.decision = decide_on_win(w.term.epoch, *st, self, tag, *seen_floor);

@@ -162,6 +162,34 @@ TEST_F(ElectorRun, ReissuesWhenARegistrantOvertookTheToken) {
     EXPECT_EQ(*target.holder, b->id);
 }
 
+// The target restarted (no PTPL) while the token was on its way: the
+// Report after it shows GEN gone back and nobody registered, so nothing on
+// the device says whether a newer leader took it meanwhile. The token is
+// asked again, above the first (etcd would refuse a leadership whose lease
+// ran out); acting on the first would acquire the emptied device with it.
+TEST_F(ElectorRun, AsksAgainWhenTheTargetRestartedDuringTheToken) {
+    auto a = node(1);
+    auto b = node(2);
+    ASSERT_TRUE(a->fence.join(5, false));
+    ASSERT_TRUE(a->fence.acquire());
+    FakeElector e;
+    bool done = false;
+    e.after_term = [&](uint32_t) {
+        if (std::exchange(done, true)) return;
+        target.regs.clear();
+        target.type = ResvType::none;
+        target.holder.reset();
+        target.generation = 0;
+    };
+    auto w = win(*b, e);
+    ASSERT_TRUE(w) << w.error().message();
+    EXPECT_EQ(e.terms, 2);
+    EXPECT_EQ(e.floors, (std::vector<uint32_t>{5, 6})) << "the second token is asked above the first (6)";
+    EXPECT_EQ(w->decision.action, WinAction::acquire);
+    EXPECT_EQ(w->term.epoch, 7u);
+    EXPECT_EQ(target.find(b->id)->key, key(2, 7));
+}
+
 TEST_F(ElectorRun, HolderVictimChangedIsALostRace) {
     auto a = node(1);
     auto b = node(2);
