@@ -18,6 +18,12 @@ done
 # Every pooled row has a sample count above zero.
 echo "$out" | sed -n '/^Pooled:/,/^$/p' | awk 'NR > 2 && NF >= 6 && $(NF-3) + 0 <= 0 { bad = 1 } END { exit bad }' ||
     fail "a pooled row without samples"
+# --nv-spin-us: nvfence's CPU per write includes the busy wait, and the run says so.
+spin=$("$bench" "$img" --size 8M --bs 4096 --runtime 1 --ramp 0 --repeat 1 --qd 1 --no-fio --nv-spin-us 300 2>&1) ||
+    fail "--nv-spin-us 300 exited $?: $spin"
+echo "$spin" | grep -q '^# nvfence spins 300 us per write' || fail "--nv-spin-us 300 not announced: $spin"
+echo "$spin" | awk '$1 == 1 && $2 == "nvfence" && $3 == 1 { found = 1; if ($NF + 0 < 300) bad = 1 } END { exit !found || bad }' ||
+    fail "--nv-spin-us 300: nvfence's cpu/io is not at least 300 us: $spin"
 err=$("$bench" "$img" --size 8M --bs 1000 --runtime 1 --repeat 1 --qd 1 --no-fio 2>&1)
 rc=$?
 [ "$rc" = 1 ] || fail "--bs 1000 exited $rc, not 1: $err"

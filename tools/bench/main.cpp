@@ -155,6 +155,9 @@ struct Params {
     // fio's iodepth_batch_submit: submit once this many I/Os are queued (and
     // always before waiting); 0 means the queue depth.
     uint32_t batch_submit = 1;
+    // nvfence only: CPU work per write between its completion and the next
+    // write (a busy wait, as an engine's own work per write).
+    unsigned nv_spin_us = 0;
     std::string fio = "fio";
 };
 
@@ -228,7 +231,10 @@ public:
                     h_.add(static_cast<uint64_t>(t - started_[i]));
                     ++counted;
                 }
-                if (t < stop_at) issue(i, k + 1 == *r);
+                if (t < stop_at) {
+                    spin(p_.nv_spin_us);
+                    issue(i, k + 1 == *r);
+                }
             }
         }
         RunResult res;
@@ -243,6 +249,12 @@ public:
     }
 
 private:
+    static void spin(unsigned us) {
+        if (us == 0) return;
+        const int64_t until = now_ns() + int64_t{us} * 1000;
+        while (now_ns() < until) {
+        }
+    }
     uint64_t next_random() {
         rng_ ^= rng_ << 13, rng_ ^= rng_ >> 7, rng_ ^= rng_ << 17;
         return rng_;
@@ -512,6 +524,11 @@ void add_options(CLI::App& app, BenchArgs& a) {
                    "Submit once this many I/Os are queued, and before every wait; 0 = the queue depth. Passed to "
                    "fio as --iodepth_batch_submit (fio's default is 1: each I/O as soon as it is queued)")
         ->capture_default_str();
+    app.add_option("--nv-spin-us", p.nv_spin_us,
+                   "nvfence only: busy-wait this many microseconds per write between its completion and the "
+                   "next write (an engine's own work per write; fio gets none)")
+        ->check(CLI::Range(0u, 1000000u))
+        ->capture_default_str();
     app.add_option("--fio", p.fio, "fio executable")->capture_default_str();
     app.add_flag("--no-fio", a.no_fio, "Run nvfence only");
     app.add_flag("--destroy-device-data", a.allow_device,
@@ -600,6 +617,9 @@ void print_header(const BenchArgs& a, const std::vector<Tool>& tools, size_t n_n
                     writer_mode_name(p.mode), tools[i].nv.fixed_bufs ? ", fixed buffers (register_buffers)" : "",
                     tools[i].nv.single_thread ? ", single_thread (SINGLE_ISSUER|DEFER_TASKRUN, registered ring fd)"
                                               : ", COOP_TASKRUN");
+    if (p.nv_spin_us > 0)
+        std::printf("# nvfence spins %u us per write before writing again (--nv-spin-us; fio does not)\n",
+                    p.nv_spin_us);
     if (!a.no_fio) {
         std::printf("# %s\n", first_line_of({p.fio, "--version"}).c_str());
         for (size_t i = n_nv; i < tools.size(); ++i) {
