@@ -3,6 +3,7 @@
     NVFENCE_BUILD_DIR=/work/main/build-bench /usr/bin/python3 vm-test/bench_lab.py \
         [--topology loop|fabric] [--modes block,passthrough] [--passes 2] \
         [--repeat 3] [--runtime 3] [--ramp 1] [--qd 1,32] [--size 128M] [--backing ram|disk] [--smp 1|2] \
+        [--nvmet-wq-max-active N] \
         [-- more nvfence-bench args]
 
 Boots a one-host lab, then runs, inside the guest,
@@ -21,6 +22,13 @@ samples: use one pass of many rounds, e.g. --passes 1 --repeat 21).
 
 The lab runs under TCG (no KVM): absolute figures mean nothing, ratios do;
 the submitting CPU is the bottleneck, so they measure per-I/O software cost.
+nvmet runs each command of the loop controller as a work item of its
+unbound workqueue nvmet-wq, up to max_active (1024 on the lab's kernel) at
+once: with a queue depth of 32 on one vCPU, 32 kernel workers time-share
+the CPU, and the order they finish in (the tail) is the scheduler's.
+`--nvmet-wq-max-active 1` serves the commands one at a time in arrival
+order, as a device's queue does (trace_lab_io.py shows both).
+
 Which binaries the guest gets: <NVFENCE_BUILD_DIR or build>/bin (build it
 with -DCMAKE_BUILD_TYPE=Release for figures).
 """
@@ -89,8 +97,13 @@ def main():
     ap.add_argument("--backing", default="ram", choices=["ram", "disk"],
                     help="what nvmet serves: a 256 MiB file in guest RAM (default) or the QEMU-emulated NVMe disk, "
                          "which under TCG can hold writes until the guest's 30 s timeout (docs/PERFORMANCE.md)")
+    ap.add_argument("--nvmet-wq-max-active", type=int, default=0,
+                    help="set nvmet-wq's max_active in the guest (0: leave the kernel's; 1: commands served one at a "
+                         "time, in order)")
     ap.add_argument("extra", nargs="*", help="more nvfence-bench arguments (after --)")
     a = ap.parse_args()
+    if a.nvmet_wq_max_active < 0:
+        ap.error("--nvmet-wq-max-active must be 0 (the kernel's value) or more")
     modes = [m for m in a.modes.split(",") if m]
     order = []
     for p in range(a.passes):
@@ -108,6 +121,10 @@ def main():
         info = h.run("uname -r; nproc; command -v nvfence-bench; command -v fio; "
                      "cat /sys/block/$(basename $NVFENCE_DEV)/queue/scheduler 2>/dev/null", timeout_s=60)
         print("# guest: " + " | ".join(info.out.split("\n")).strip(" |"), flush=True)
+        wq = "/sys/bus/workqueue/devices/nvmet-wq/max_active"
+        if a.nvmet_wq_max_active:
+            h.run(f"echo {a.nvmet_wq_max_active} > {wq}", timeout_s=30, check=True)
+        print(f"# nvmet-wq max_active: {h.run(f'cat {wq}', timeout_s=30, check=True).out.strip()}", flush=True)
         for i, mode in enumerate(order):
             cmd = (f'nvfence-bench "$NVFENCE_DEV" --destroy-device-data --mode {mode} --size {a.size} '
                    f'--runtime {a.runtime} --ramp {a.ramp} --repeat {a.repeat} --qd {a.qd} ' + " ".join(a.extra))
