@@ -1,8 +1,22 @@
 #!/usr/bin/env bash
 # Installs, from Debian 12's own packages, exactly what nvfence's build, tests
-# and QEMU lab need and is not installed yet. Idempotent: a second run
-# installs nothing and touches no apt state.
+# and QEMU lab need and is not installed yet, and mounts tracefs if it is not
+# (WriterTest.CompletionsParkedInTaskWorkRideOnTheEnterThatSubmits counts
+# io_uring_enter calls with a syscall tracepoint; a freshly booted machine
+# has no tracefs mounted). Idempotent: a second run installs and mounts
+# nothing and touches no apt state.
 set -euo pipefail
+
+mount_tracefs() {
+  local t=/sys/kernel/tracing
+  if [ -d "$t/events" ] || [ -d /sys/kernel/debug/tracing/events ]; then return 0; fi
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: tracefs is not mounted; run as root to mount it on $t" >&2
+    exit 5
+  fi
+  mount -t tracefs nodev "$t"
+  echo "setup: mounted tracefs on $t"
+}
 
 packages=(
   # build
@@ -38,6 +52,7 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#packages[@]} packages present"
+  mount_tracefs
   exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then
@@ -48,3 +63,4 @@ echo "setup: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}"
+mount_tracefs
