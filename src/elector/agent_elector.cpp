@@ -511,6 +511,17 @@ auto ElectorDriver::timed(const char* what, milliseconds bound, Call&& call) {
     return r;
 }
 
+// A token above @p floor. What the win will be for is recorded as the
+// token is asked for: the host's key (a rejoin while the answer is on its
+// way makes a key the token may equal, which is not this term's: the
+// simulator's seed 827) and the target restarts its agent has seen (a win
+// asked for before one is asked again: seed 128160025063069).
+Result<Term> ElectorDriver::ask_for_token(uint32_t floor) {
+    term_key_ = bridge_.agent_key();
+    term_restarts_ = bridge_.agent_restarts();
+    return timed("token", lease_budget(), [&](milliseconds b) { return elector_.term(floor, b); });
+}
+
 bool ElectorDriver::renew_candidacy() {
     if (guard_->verdict(clock_.now()) == GuardVerdict::hold) return true;
     // A candidate's place in the queue is its key on its lease, and etcd's
@@ -789,12 +800,7 @@ milliseconds ElectorDriver::on_campaign_won(const LeaderInfo& won) {
         give_up("won, but the lease could not be renewed: not acting on this leadership", true);
         return milliseconds(0);
     }
-    // The key the win is for: the one the host has as it asks. A rejoin
-    // while the answer is on its way makes a key the token may equal, which
-    // is not this term's (the simulator's seed 827).
-    term_key_ = bridge_.agent_key();
-    term_restarts_ = bridge_.agent_restarts();
-    auto term = timed("token", lease_budget(), [&](milliseconds b) { return elector_.term(bridge_.device_epoch(), b); });
+    auto term = ask_for_token(bridge_.device_epoch());
     if (!term) {
         last_error_ = "token: " + words(term.error());
         give_up("elected, but no token: " + words(term.error()), true);
@@ -856,9 +862,7 @@ milliseconds ElectorDriver::on_reissue(uint32_t floor) {
         give_up("the token kept falling behind the device's epochs; resigning", true);
         return milliseconds(0);
     }
-    term_key_ = bridge_.agent_key();  // as in on_campaign_won
-    term_restarts_ = bridge_.agent_restarts();
-    auto term = timed("token", lease_budget(), [&](milliseconds b) { return elector_.term(floor, b); });
+    auto term = ask_for_token(floor);
     if (!term) {
         last_error_ = "token: " + words(term.error());
         give_up("no token above " + std::to_string(floor) + ": " + words(term.error()), true);

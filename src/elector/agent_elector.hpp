@@ -320,6 +320,7 @@ private:
     bool renew_candidacy();
     template <class Call>
     auto timed(const char* what, std::chrono::milliseconds bound, Call&& call);
+    Result<Term> ask_for_token(uint32_t floor);  ///< Records term_key_ and term_restarts_ as it asks.
 
     Elector& elector_;
     ElectorBridge& bridge_;
