@@ -156,7 +156,8 @@ def main():
                     m = ROW.match(l)
                     if m:
                         tool = "fio" if m.group(2).startswith("fio") else "nvfence-bench"
-                        p = (m.group(5), m.group(6), m.group(7)) if tool != "fio" else (m.group(5), m.group(10), m.group(11))
+                        # fio: its lat (queue to completion), as nvfence measures
+                        p = m.group(5, 6, 7) if tool != "fio" else m.group(9, 10, 11)
                         e2e[tool] = (m.group(4),) + p
                 for l in lines:
                     f = l.split()
