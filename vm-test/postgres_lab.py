@@ -32,7 +32,7 @@ from pacemaker_lab import HOST_LIST, NODE_IDS, NODE_MAP, Cluster, fence_steps, f
 # its contrib: amcheck), resource-agents (the Filesystem agent; already
 # pulled in by pacemaker, named because the recipe needs it) and psmisc
 # (fuser, which the Filesystem agent uses to stop what holds the mount).
-PACKAGES = tuple(nvlab.CLUSTER_PACKAGES) + ("resource-agents", "postgresql-15", "psmisc")
+PACKAGES = nvlab.IMAGE_SETS["postgres"]
 MOUNT = "/srv/pgdata"
 PGDATA = MOUNT + "/15/main"
 DB = "nvlab"

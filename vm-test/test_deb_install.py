@@ -54,6 +54,7 @@ assert set(DEB_DEPS) <= set(nvlab.CLUSTER_PACKAGES)
 # pkg-config, and liburing-dev (libnvfence-dev's Depends: nvfence.pc
 # requires liburing).
 DEV_PACKAGES = ["g++", "make", "cmake", "pkg-config", "liburing-dev"]
+assert set(nvlab.IMAGE_SETS["deb-install"]) == set(nvlab.CLUSTER_PACKAGES) | set(DEV_PACKAGES)
 PACKAGES = ("libnvfence0", "libnvfence-dev", "nvfence")
 
 
@@ -78,7 +79,7 @@ def debs():
 
 @pytest.fixture(scope="module")
 def lab(debs):
-    with nvlab.Lab(hosts=1, flavour="systemd", packages=list(nvlab.CLUSTER_PACKAGES) + DEV_PACKAGES,
+    with nvlab.Lab(hosts=1, flavour="systemd", packages=list(nvlab.IMAGE_SETS["deb-install"]),
                    install_project=False, cluster_net=False, boot_timeout_s=480) as lab:
         yield lab
 

@@ -9,7 +9,7 @@ import importlib
 _EXPORTS = {
     "Lab": "lab", "Host": "lab", "Target": "lab", "Background": "lab",
     "NQN": "lab", "DISK_SERIAL": "lab", "EBS_MODEL": "lab", "TOPOLOGIES": "lab",
-    "FLAVOURS": "lab", "CUT_PATHS": "lab", "CLUSTER_PREFIX": "lab", "CLUSTER_PACKAGES": "lab", "ClusterHub": "lab",
+    "FLAVOURS": "lab", "CUT_PATHS": "lab", "CLUSTER_PREFIX": "lab", "CLUSTER_PACKAGES": "lab", "IMAGE_SETS": "lab", "ClusterHub": "lab",
     "Result": "agent", "CommandFailed": "agent",
     "LabError": "util", "NotSupported": "util",
 }

@@ -6,6 +6,7 @@
     vm-test/lab shell [-t ..] [-n ..]        boot a lab and type commands
     vm-test/lab boot-time [-t ..] [-n ..] [-r 3]     measure lab start (median)
     vm-test/lab sd-image [-p PKGS] [--rebuild]       build/verify the systemd root image
+    vm-test/lab images                       kernel, initramfs and every root image the tests boot
     (every lab command takes -f systemd [-p PKG,PKG] for systemd host VMs)
 
 (`vm-test/lab` is `/usr/bin/python3 -m nvlab` with vm-test on sys.path.)
@@ -156,6 +157,24 @@ def cmd_sd_image(a) -> int:
     return 0
 
 
+def cmd_images(a) -> int:
+    """Everything the lab tests boot, built or verified once: the kernel, the
+    busybox initramfs, the systemd boot initramfs and each root image of
+    IMAGE_SETS, one after the other (they share the .deb cache)."""
+    from . import IMAGE_SETS, kernel, sdimage
+    t0 = time.monotonic()
+    k, ir = prepare()
+    sdimage.boot_initramfs(k)
+    print(f"kernel     {k.release}, initramfs {ir.path.name}: {time.monotonic() - t0:.1f}s", flush=True)
+    for name, pkgs in IMAGE_SETS.items():
+        t1 = time.monotonic()
+        img = sdimage.root_image(k, pkgs)
+        print(f"image      {name:12} {img.key} {'built' if img.built else 'cached'} "
+              f"in {time.monotonic() - t1:.1f}s", flush=True)
+    print(f"all lab images ready in {time.monotonic() - t0:.1f}s")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="nvlab", description="nvfence QEMU lab",
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -184,6 +203,8 @@ def main(argv=None) -> int:
     p.add_argument("-p", "--packages", default="", help="extra Debian packages (comma list)")
     p.add_argument("--rebuild", action="store_true")
     p.set_defaults(fn=cmd_sd_image)
+    p = sub.add_parser("images", help="build (or verify) everything the lab tests boot")
+    p.set_defaults(fn=cmd_images)
     a = ap.parse_args(argv)
     if getattr(a, "command", None) and a.command[:1] == ["--"]:
         a.command = a.command[1:]

@@ -49,6 +49,35 @@ CLUSTER_PREFIX = "169.254.100."
 # extra root image, not three.
 CLUSTER_PACKAGES = ("corosync", "pacemaker", "pacemaker-cli-utils", "etcd-server", "etcd-client",
                     "liburing2", "libspdlog1.10", "libfmt9")
+# Every Debian root image a lab test boots, by name: `vm-test/lab images`
+# builds them all (scripts/test.sh runs it beside the compiler), and a lab
+# names its image from here, so the list cannot miss one (test
+# vm_systemd_image checks every systemd Lab in the tests names a set).
+# base: systemd units and the watcher; cluster: etcd and Pacemaker;
+# postgres: the cluster's plus the database's (postgresql-15 with its
+# contrib, resource-agents' Filesystem agent, psmisc's fuser); deb-install:
+# the cluster's plus what a developer needs to build against libnvfence-dev.
+IMAGE_SETS = {
+    "base": (),
+    "cluster": CLUSTER_PACKAGES,
+    "postgres": CLUSTER_PACKAGES + ("resource-agents", "postgresql-15", "psmisc"),
+    "deb-install": CLUSTER_PACKAGES + ("g++", "make", "cmake", "pkg-config", "liburing-dev"),
+}
+
+
+def _check_prebuilt(packages) -> None:
+    """With NVFENCE_LAB_PREBUILT=1 (scripts/test.sh's lab phase, after
+    `vm-test/lab images`), a root image outside IMAGE_SETS is an error: it
+    would be built inside a lab test, on the test's clock, unseen by the
+    image step."""
+    if os.environ.get("NVFENCE_LAB_PREBUILT") != "1":
+        return
+    want = sdimage.normalize_packages(packages)
+    if all(sdimage.normalize_packages(p) != want for p in IMAGE_SETS.values()):
+        raise LabError(f"root image with packages {' '.join(want)} is not in nvlab IMAGE_SETS: "
+                       "add it there so that `vm-test/lab images` builds it before the lab tests")
+
+
 # Host names: up to 16 identities (EBS's multi-attach limit) in the loop
 # topology, one VM each; the fabric and plain topologies, one VM per host,
 # stop at FABRIC_MAX_HOSTS (16 TCG VMs on one machine would be silly).
@@ -649,6 +678,7 @@ class Lab:
         if self.flavour == "systemd":
             if not shutil.which("qemu-img"):
                 raise LabError("qemu-img not found (apt-get install qemu-utils)")
+            _check_prebuilt(self.packages)
             self.sd_image = sdimage.root_image(self.kernel, self.packages)
             self.sd_initrd = sdimage.boot_initramfs(self.kernel)
 
