@@ -3,7 +3,7 @@
 // --victim that matches no registrant (a failed compare-and-swap sends
 // nothing), preempting with this host's own key, a Report buffer too small
 // for every registrant, a registrant with key 0, and IEKEY, which nvfence
-// never sets. The lab side is vm-test/test_bad_input.py; the table of
+// never sets. The lab side is vm-test/tests/device/test_bad_input.py; the table of
 // outcomes is in docs/RELIABILITY.md.
 
 #include <gtest/gtest.h>
@@ -335,7 +335,7 @@ TEST_F(BadInputTest, NoCommandEverSetsIekey) {
 // ------------------------------------------- controller reset mid-command
 
 // A host port whose next command of one opcode is hit by a controller reset,
-// as the lab showed (vm-test/test_bad_input.py, nvme trace on host and
+// as the lab showed (vm-test/tests/device/test_bad_input.py, nvme trace on host and
 // target): the command executes on the device, its completion is lost, and
 // the Linux host re-sends it after reconnecting; the re-sent copy's status is
 // what the caller gets. Or, without a re-send, Command Aborted By Host; or

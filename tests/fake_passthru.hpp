@@ -24,7 +24,7 @@
 /// rewrite a Report buffer before it is returned.
 ///
 /// The model is compared command by command with the real Linux nvmet target
-/// (tests/model/, lab test vm-test/test_model_nvmet.py, docs/RELIABILITY.md
+/// (tests/model/, lab test vm-test/tests/device/test_model_nvmet.py, docs/RELIABILITY.md
 /// "Device model vs nvmet"). Where nvmet deviates from the specification the
 /// model follows the specification unless the matching flag of
 /// FakeTarget::deviations is set; NvmetDeviations::all() makes the model

@@ -3,7 +3,7 @@
 // (docs/RELIABILITY.md "Device model vs nvmet"): each documented nvmet
 // deviation from the specification behind its NvmetDeviations flag, the
 // full status with DNR, and the namespace without reservation support.
-// The lab test vm-test/test_model_nvmet.py checks the same against nvmet.
+// The lab test vm-test/tests/device/test_model_nvmet.py checks the same against nvmet.
 
 #include <gtest/gtest.h>
 

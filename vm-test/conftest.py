@@ -1,21 +1,19 @@
 """pytest glue for the nvfence QEMU lab.
 
-Puts vm-test/ on sys.path (so `import nvlab` works from any test file under
-vm-test/), provides lab fixtures, and keeps the run dir of every lab used by
+Provides lab fixtures (`import nvlab` works from any test folder: pytest.ini
+puts vm-test/ on the path), and keeps the run dir of every lab used by
 a failing test (its path is printed in the failure report); run dirs of
 passing tests are removed.
 """
 
-import os
 import shutil
 import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import nvlab  # noqa: E402
-from nvlab import lab as _labmod  # noqa: E402
+import nvlab
+from nvlab import lab as _labmod
 
 # Run dirs of labs closed during a test are decided on by the report hook.
 _labmod.deferred_cleanup = True

@@ -37,7 +37,7 @@ inline constexpr uint8_t kGetFeatures = 0x0a;       ///< Admin Get Features.
 /// preempted host can still READ the namespace, so an old leader may serve
 /// stale reads (or read the new holder's data). The Exclusive Access types
 /// (EA, EARO, EAAR) make the device refuse a preempted host's reads as well
-/// (vm-test/test_write_paths.py checks both); choose one of those when
+/// (vm-test/tests/device/test_write_paths.py checks both); choose one of those when
 /// stale reads matter. Under the all-registrants types (WEAR, EAAR) every
 /// registrant holds, so fencing a host means preempting its key by name.
 enum class ResvType : uint8_t {

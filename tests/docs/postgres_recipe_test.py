@@ -1,14 +1,12 @@
 """docs/POSTGRES.md's recipe is what the PostgreSQL lab applies: every
 command of postgres_lab.RECIPE_NODE, RECIPE_STORAGE, RECIPE_CIB and
-RECIPE_REJOIN (vm-test/postgres_lab.py) stands in the document verbatim, in
+RECIPE_REJOIN (vm-test/nvlab/clusters/postgres.py) stands in the document verbatim, in
 the same order. Run by CTest (doc_postgres_recipe, label unit)."""
 import os
-import sys
+
+from nvlab.clusters import postgres as postgres_lab   # PYTHONPATH=vm-test (tests/docs/CMakeLists.txt)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "vm-test"))
-
-import postgres_lab  # noqa: E402
 
 
 def check(doc: str, cmds) -> None:

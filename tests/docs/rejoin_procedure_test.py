@@ -1,15 +1,14 @@
 """docs/PACEMAKER.md "Bringing a fenced node back" is what the lab runs:
-every command of REJOIN_STEPS (vm-test/pacemaker_lab.py), with its
+every command of REJOIN_STEPS (vm-test/nvlab/clusters/pacemaker.py), with its
 placeholders written as the doc writes them, stands in that section, in the
 same order. Run by CTest (doc_rejoin_procedure, label unit)."""
 import os
 import re
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "vm-test"))
+from nvlab.clusters.pacemaker import REJOIN_STEPS   # PYTHONPATH=vm-test (tests/docs/CMakeLists.txt)
 
-from pacemaker_lab import REJOIN_STEPS  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 PLACEHOLDERS = {"{node}": "NODE", "{nodeid}": "NODEID", "{ids}": "IDS", "{names}": "NAMES", "{dev}": "DEV",
                 "{vol}": "VOL"}

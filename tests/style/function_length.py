@@ -1,7 +1,11 @@
 #!/usr/bin/python3
-"""No function over 70 lines in src/ and tools/ (issue 26, TigerBeetle's
-style guide), measured by Universal Ctags (its `end:` field: first line to
-closing brace, inclusive; lambdas count in the function that holds them).
+"""No function over 70 lines in src/, tools/ and the simulator (tests/sim/),
+C++ measured by Universal Ctags (its `end:` field: first line to closing
+brace, inclusive; lambdas count in the function that holds them), nor in the
+lab's Python (vm-test/), measured by Python's own parser (first line of the
+def, decorators excluded, to its last line; nested functions count in the
+one that holds them and are measured on their own too). TigerBeetle's style
+guide.
 
 The functions that are longer today are listed in long_functions.txt with
 their length: the list may only shrink. A function not on it that passes
@@ -9,12 +13,14 @@ their length: the list may only shrink. A function not on it that passes
 (or gone: drop it from the list) fails the test.
 
 Usage: function_length.py ROOT   (exit 0 ok, 1 violations, 2 setup error)"""
+import ast
 import os
 import subprocess
 import sys
 
 LIMIT = 70
-DIRS = ("src", "tools")
+DIRS = ("src", "tools", "tests/sim")
+PY_DIRS = ("vm-test",)
 
 
 def lengths(root: str) -> dict:
@@ -41,6 +47,34 @@ def lengths(root: str) -> dict:
     return found
 
 
+def py_lengths(root: str) -> dict:
+    """FILE:QUALIFIED.NAME -> lines of every Python function under PY_DIRS."""
+    found = {}
+    for d in PY_DIRS:
+        for dirpath, dirnames, files in os.walk(os.path.join(root, d)):
+            dirnames[:] = sorted(n for n in dirnames if n != "__pycache__")
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    path = os.path.join(dirpath, name)
+                    rel = os.path.relpath(path, root)
+                    with open(path) as f:
+                        tree = ast.parse(f.read(), filename=rel)
+                    _walk(tree, rel, "", found)
+    if not found:
+        print(f"function_length: no Python function found under {', '.join(PY_DIRS)}", file=sys.stderr)
+        sys.exit(2)
+    return found
+
+
+def _walk(node, rel: str, prefix: str, found: dict) -> None:
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            name = prefix + child.name
+            if not isinstance(child, ast.ClassDef):
+                found[f"{rel}:{name}"] = child.end_lineno - child.lineno + 1
+            _walk(child, rel, name + ".", found)
+
+
 def allowed(path: str) -> dict:
     out = {}
     with open(path) as f:
@@ -55,6 +89,7 @@ def allowed(path: str) -> dict:
 def main() -> int:
     root = sys.argv[1]
     found = lengths(root)
+    found.update(py_lengths(root))
     known = allowed(os.path.join(os.path.dirname(os.path.abspath(__file__)), "long_functions.txt"))
     bad = []
     for where, n in sorted(found.items()):

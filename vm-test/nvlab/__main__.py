@@ -161,7 +161,7 @@ def cmd_images(a) -> int:
     """Everything the lab tests boot, built or verified once: the kernel, the
     busybox initramfs, the systemd boot initramfs and each root image of
     IMAGE_SETS, one after the other (they share the .deb cache)."""
-    from . import IMAGE_SETS, kernel, sdimage
+    from . import IMAGE_SETS, sdimage
     t0 = time.monotonic()
     k, ir = prepare()
     sdimage.boot_initramfs(k)

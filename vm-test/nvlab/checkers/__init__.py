@@ -1,0 +1,1 @@
+"""Checkers: invariants proven from the media and the writers' records."""

@@ -1,0 +1,1 @@
+"""Clusters the lab tests boot: etcd, Pacemaker and PostgreSQL on systemd hosts."""
