@@ -41,6 +41,8 @@ packages=(
   abigail-tools
   # lab: systemd host guests (Debian root image, qcow2 overlays, debugfs); ext4 in the busybox guests
   mmdebstrap qemu-utils e2fsprogs
+  # scripts/test.sh: pgrep (procps) stops the jobs beside the phases on a failure
+  procps
 )
 
 missing=()

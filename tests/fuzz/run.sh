@@ -4,14 +4,18 @@
 # leak or failed property; the input is left in build-fuzz/artifacts/.
 #
 #   tests/fuzz/run.sh [seconds]
+#   tests/fuzz/run.sh --build-only      build them, run none (scripts/test.sh
+#                                       builds beside the lab, runs after it)
 #
 # Needs clang++-14 and its libFuzzer runtime (Debian: clang-14 and
 # libclang-rt-14-dev). Environment: BUILD_DIR (default build-fuzz under the
 # source tree), CXX (default clang++-14), FUZZ_JOBS (parallel fuzzers, 1).
 set -euo pipefail
 
+build_only=0
+if [ "${1:-}" = --build-only ]; then build_only=1; shift; fi
 secs="${1:-20}"
-case "$secs" in ''|*[!0-9]*) echo "usage: $0 [seconds]" >&2; exit 2 ;; esac
+case "$secs" in ''|*[!0-9]*) echo "usage: $0 [--build-only] [seconds]" >&2; exit 2 ;; esac
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 src="$(cd "$here/../.." && pwd)"
@@ -32,6 +36,7 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
         -DCMAKE_CXX_COMPILER="$cxx" -DNVFENCE_FUZZ=ON >/dev/null
 fi
 cmake --build "$build" --target fuzzers
+[ "$build_only" = 0 ] || exit 0
 
 mkdir -p "$build/artifacts"
 # One fuzzer per core at a time: each is single-threaded, and the run's
