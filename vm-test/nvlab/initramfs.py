@@ -435,15 +435,18 @@ class Initramfs:
     tools_disk: Path
 
 
-def build(k: kmod.Kernel | None = None) -> Initramfs:
-    """Return an initramfs for kernel k (building only what changed)."""
+def build(k: kmod.Kernel | None = None, project: bool = True) -> Initramfs:
+    """Return an initramfs for kernel k (building only what changed).
+    project=False: the base member and the tools disk only (what can be
+    built before the project is: `vm-test/lab images` beside the compiler,
+    which must not read binaries the compiler is still writing)."""
     k = k or kmod.fetch_kernel()
     cache = cache_dir() / "initramfs"
     cache.mkdir(parents=True, exist_ok=True)
     with file_lock(cache_dir() / "initramfs.lock", "initramfs build"):
         base = _base_member(k, cache)
         base_libs = {lib for e in TOOLS for lib in ldd_libs(e)}
-        proj = _project_member(cache, base_libs)
+        proj = _project_member(cache, base_libs) if project else None
         if proj:
             # Two concatenated cpio archives: the kernel unpacks both.
             out = cache / f"{base.stem}+{proj.stem}.img"
