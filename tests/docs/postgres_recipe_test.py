@@ -1,5 +1,5 @@
 """docs/POSTGRES.md's recipe is what the PostgreSQL lab applies: every
-command of postgres_lab.RECIPE_NODE, RECIPE_STORAGE, RECIPE_CIB and
+command of nvlab.clusters.postgres.RECIPE_NODE, RECIPE_STORAGE, RECIPE_CIB and
 RECIPE_REJOIN (vm-test/nvlab/clusters/postgres.py) stands in the document verbatim, in
 the same order. Run by CTest (doc_postgres_recipe, label unit)."""
 import os

@@ -4,7 +4,7 @@
 
 Three systemd host VMs, a 3-member etcd cluster on the cluster network,
 nvfenced with `elector = etcd` and `--log-level debug` on each
-(etcdlab.py). One run: the leading holder's nvfenced is SIGSTOPped (a
+(nvlab/clusters/etcd.py). One run: the leading holder's nvfenced is SIGSTOPped (a
 freeze); every other host runs a probe that tries a one-block O_DIRECT
 write in a loop (refused while another host holds) and prints the time of
 its first accepted one. The split comes from the agents' own logs (each

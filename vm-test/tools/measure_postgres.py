@@ -2,7 +2,7 @@
 """Failover figures of PostgreSQL on the shared namespace under Pacemaker
 with fence_nvfence (issue 28; docs/PERFORMANCE.md, docs/POSTGRES.md).
 
-The cluster of test_postgres_failover.py (postgres_lab: three systemd
+The cluster of test_postgres_failover.py (nvlab.clusters.postgres: three systemd
 hosts, docs/POSTGRES.md's recipe, the client on c). The client runs
 throughout; each round takes the node that runs PostgreSQL out by the
 round's scenario and times, from the fault (host wall clock; guests'
@@ -25,7 +25,7 @@ VM is gone), so it is not measured here; test_postgres_failover.py runs it.
 
 Usage: vm-test/tool measure_postgres [ROUNDS] [--scenarios freeze,cut]
 ROUNDS (default 5) per scenario. NVFENCE_PCMK_TOKEN_MS sets corosync's
-token (pacemaker_lab.py: lab default 10000 ms; corosync's default for
+token (nvlab/clusters/pacemaker.py: lab default 10000 ms; corosync's default for
 three nodes is 3650 ms); the table names the token the running cluster
 reports. Exit status 0 when every round passed its checks, 1 when one
 failed, 2 on bad arguments.

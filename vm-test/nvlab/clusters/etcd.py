@@ -31,17 +31,17 @@ AGENT_FLAGS = os.environ.get("NVFENCE_ETCD_AGENT_FLAGS", "")
 
 
 def writer_loop():
-    """The campaign's writer loop (campaign.WRITER_LOOP), polling the agent
+    """The writer loop (nvlab.workloads.writer.WRITER_LOOP), polling the agent
     once a second while not HOLDER instead of 5 times, and writing 50 times
     a second instead of 500 (3 guests' CPUs are shared with etcd)."""
-    import campaign
-    loop = campaign.WRITER_LOOP.replace("nvfence status vol", f"{NVFENCE} status {VOL}")
+    from nvlab.workloads.writer import WRITER_LOOP
+    loop = WRITER_LOOP.replace("nvfence status vol", f"{NVFENCE} status {VOL}")
     slow = loop.replace("*) usleep 200000; continue;;", "*) usleep 1000000; continue;;")
     # 50 writes/s instead of 500: each NVMe/TCP write costs the TCG guest
     # CPU that its etcd member needs (at 500/s a guest was 0 % idle and
     # etcd answered in up to 5.8 s; docs/RELIABILITY.md "etcd lab: what the lab showed").
     slower = slow.replace("--interval-us 2000 ", "--interval-us 20000 ")
-    assert slow != loop and slower != slow, "campaign.WRITER_LOOP changed: update etcdlab.writer_loop"
+    assert slow != loop and slower != slow, "WRITER_LOOP changed: update nvlab.clusters.etcd.writer_loop"
     return slower
 
 

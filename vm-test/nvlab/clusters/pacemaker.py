@@ -348,7 +348,7 @@ class Cluster:
         return m.group(1) if m else None
 
     def report(self, via=None):
-        from nvtest import report
+        from nvlab.steps import report
         return report(via or self.any())
 
     def history(self, via=None, attempts=5) -> str:

@@ -1,7 +1,7 @@
 """PostgreSQL 15 failing over on the shared namespace under Pacemaker with
 fence_nvfence (issue 28). Used by test_postgres_failover.py.
 
-The cluster is pacemaker_lab.Cluster's (three systemd hosts a, b, c,
+The cluster is nvlab.clusters.pacemaker.Cluster's (three systemd hosts a, b, c,
 corosync on the cluster network, nvfenced as each node's watcher); what
 this module adds is the database and its workload, as reusable parts:
 
@@ -151,7 +151,7 @@ echo "stopped $(date +%s.%N)" >> $D/log
 
 
 class PgCluster(Cluster):
-    """pacemaker_lab.Cluster with PostgreSQL in place of the writer."""
+    """nvlab.clusters.pacemaker.Cluster with PostgreSQL in place of the writer."""
 
     def env(self) -> dict:
         return {"DEV": self.dev}
@@ -345,7 +345,7 @@ def check_rows(cl: PgCluster, client: Client, node: str) -> dict:
 
 
 # A survivor's journal from the fence to the database, after
-# pacemaker_lab.STEPS (pacemaker 2.1.5's controller lines).
+# nvlab.clusters.pacemaker.STEPS (pacemaker 2.1.5's controller lines).
 PG_STEPS = (("file system mounted", r"pacemaker-controld\[.*Result of start operation for pgfs on {node}: ok"),
             ("PostgreSQL start requested",
              r"pacemaker-controld\[.*Initiating start operation pgsql_start_0 (locally )?on {node}\b"),

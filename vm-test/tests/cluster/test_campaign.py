@@ -554,7 +554,7 @@ def _run_writer_loop(tmp_path, load_rc, status_s, seconds, backoff_s):
     every nvfence-load pass exits load_rc at once. Returns the starts."""
     import os
     import subprocess
-    from campaign import WRITER_LOOP
+    from nvlab.workloads.writer import WRITER_LOOP
     bin_ = tmp_path / "bin"
     bin_.mkdir()
     (bin_ / "nvfence").write_text(f'#!/bin/sh\nsleep {status_s}\n'

@@ -43,7 +43,7 @@ last error: resign: timed out", "campaigning, leader node=2 host=b, lease
 host=c, last error: token: timed out". So even on a quiet machine single
 etcd calls outlast the per-call bound (TTL/3) and leaders step down; the
 scenarios after the first stay unproven (run 6: 2 passed, 3 failed).
-This version: corosync/pacemaker masked (etcdlab.NO_PACEMAKER), etcd health
+This version: corosync/pacemaker masked (nvlab.clusters.etcd.NO_PACEMAKER), etcd health
 over bash /dev/tcp instead of etcdctl, standby writer loops polling 1/s,
 agent interval 500 ms, TTL 5 s by default (NVFENCE_ETCD_TTL_S), writers
 stopped before each media check, "new fence line"/"new step-down line"

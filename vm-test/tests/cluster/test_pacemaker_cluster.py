@@ -2,7 +2,7 @@
 systemd host VMs (Debian 12's corosync, pacemaker), knet on the cluster
 network, a stonith resource fence_nvfence with provides=unfencing, a writer
 resource (systemd:nvwriter) that requires unfencing, and nvfenced on every
-node as its watcher (pacemaker_lab.Cluster.start_watchers; docs/PACEMAKER.md).
+node as its watcher (nvlab.clusters.pacemaker.Cluster.start_watchers; docs/PACEMAKER.md).
 
 1. start: every node unfenced (3 keys) before the writer starts;
 2. `stonith_admin --fence`: the node's key gone, its writes refused; it

@@ -2,7 +2,7 @@
 systemd hosts (corosync, pacemaker, nvfenced as each node's watcher), the
 stonith resource fence_nvfence with unfencing, the group pg (Filesystem
 ext4 on the namespace, systemd:postgresql@15-main) on a or b, the client on
-c. The recipe is docs/POSTGRES.md's (postgres_lab.RECIPE_*), applied
+c. The recipe is docs/POSTGRES.md's (nvlab.clusters.postgres.RECIPE_*), applied
 verbatim.
 
 1. start: PostgreSQL runs on an unfenced node, the client's commits are
