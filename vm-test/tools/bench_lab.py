@@ -80,7 +80,7 @@ def med(rows, key):
     return statistics.median(xs) if xs else float("nan")
 
 
-def main():
+def parse_args():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--topology", default="loop", choices=["loop", "fabric"])
     ap.add_argument("--modes", default="block,passthrough")
@@ -103,47 +103,74 @@ def main():
     a = ap.parse_args()
     if a.nvmet_wq_max_active < 0:
         ap.error("--nvmet-wq-max-active must be 0 (the kernel's value) or more")
+    return a
+
+
+def main():
+    a = parse_args()
     modes = [m for m in a.modes.split(",") if m]
     order = []
     for p in range(a.passes):
         order += modes if p % 2 == 0 else modes[::-1]
-    n_tools = 1 + 2  # nvfence + fio default + fio same, unless extra args change it
-    per_run = a.runtime + a.ramp + 6  # + open/fio start-up under TCG
-    timeout = a.repeat * len(a.qd.split(",")) * n_tools * per_run * 2 + 300
-
     pooled, failures, tool_ratios = {}, [], []
     backing = "nvlab.backing=ram:256" if a.backing == "ram" else ""
     with nvlab.Lab(hosts=1, topology=a.topology, memory_mb=a.memory_mb, extra_cmdline=backing, smp=a.smp) as lab:
         h = lab.hosts[0]
-        print(f"# lab: topology {a.topology}, backing {a.backing}, 1 host, guest kernel {lab.kernel.release}, booted in {lab.boot_s:.1f} s; "
-              f"namespace {h.dev} / {h.ng}", flush=True)
-        info = h.run("uname -r; nproc; command -v nvfence-bench; command -v fio; "
-                     "cat /sys/block/$(basename $NVFENCE_DEV)/queue/scheduler 2>/dev/null", timeout_s=60)
-        print("# guest: " + " | ".join(info.out.split("\n")).strip(" |"), flush=True)
-        wq = "/sys/bus/workqueue/devices/nvmet-wq/max_active"
-        if a.nvmet_wq_max_active:
-            h.run(f"echo {a.nvmet_wq_max_active} > {wq}", timeout_s=30, check=True)
-        print(f"# nvmet-wq max_active: {h.run(f'cat {wq}', timeout_s=30, check=True).out.strip()}", flush=True)
+        describe_guest(a, lab, h)
         for i, mode in enumerate(order):
-            cmd = (f'nvfence-bench "$NVFENCE_DEV" --destroy-device-data --mode {mode} --size {a.size} '
-                   f'--runtime {a.runtime} --ramp {a.ramp} --repeat {a.repeat} --qd {a.qd} ' + " ".join(a.extra))
-            print(f"\n## pass {i // len(modes) + 1}, mode {mode}: {cmd}", flush=True)
-            t0 = time.monotonic()
-            r = h.run(cmd, timeout_s=timeout)
-            sys.stdout.write(r.out)
-            if r.err:
-                sys.stdout.write("# stderr:\n" + r.err)
-            print(f"# rc {r.rc}, {time.monotonic() - t0:.0f} s", flush=True)
-            if r.rc != 0:
-                # Keep the rows it printed and go on with the other passes;
-                # say what the guest kernel saw.
-                failures.append(f"pass {i // len(modes) + 1} mode {mode}: rc {r.rc}: {r.err.strip()[-300:]}")
-                d = h.run("dmesg | tail -20", timeout_s=60)
-                print("# guest dmesg tail:\n" + d.out, flush=True)
-            tool_ratios += [(mode, i // len(modes) + 1, k, v) for k, v in sorted(parse_ratios(r.out).items())]
-            for key, rows in parse_rows(r.out).items():
-                pooled.setdefault((mode,) + key, []).extend(rows)
+            run_pass(a, h, i, mode, modes, pooled, failures, tool_ratios)
+    print_pooled(a, pooled, modes)
+    print(f"\n# Each run's own ratios over its {a.repeat} round(s): pool = percentiles of every sample of the "
+          "run's rounds (the steadier tail figure), med = of the medians of per-round percentiles")
+    for mode, pss, (qd, pair), v in tool_ratios:
+        print(f"{mode:12s} pass {pss} qd {qd:<3d} {pair:22s} IOPS/pair {v['iops_pair']:6.3f}   "
+              f"p99 pool {v['p99_pool']:6.3f}   p99.9 pool {v['p999_pool']:6.3f}   "
+              f"p99 med {v['p99_med']:6.3f}   p99.9 med {v['p999_med']:6.3f}   cpu/io {v['cpu']:6.3f}")
+    for f in failures:
+        print(f"# FAILED run: {f}")
+    if "block" in modes and "passthrough" in modes:
+        print_modes(pooled)
+    return 1 if failures else 0
 
+
+def describe_guest(a, lab, h):
+    print(f"# lab: topology {a.topology}, backing {a.backing}, 1 host, guest kernel {lab.kernel.release}, booted in {lab.boot_s:.1f} s; "
+          f"namespace {h.dev} / {h.ng}", flush=True)
+    info = h.run("uname -r; nproc; command -v nvfence-bench; command -v fio; "
+                 "cat /sys/block/$(basename $NVFENCE_DEV)/queue/scheduler 2>/dev/null", timeout_s=60)
+    print("# guest: " + " | ".join(info.out.split("\n")).strip(" |"), flush=True)
+    wq = "/sys/bus/workqueue/devices/nvmet-wq/max_active"
+    if a.nvmet_wq_max_active:
+        h.run(f"echo {a.nvmet_wq_max_active} > {wq}", timeout_s=30, check=True)
+    print(f"# nvmet-wq max_active: {h.run(f'cat {wq}', timeout_s=30, check=True).out.strip()}", flush=True)
+
+
+def run_pass(a, h, i, mode, modes, pooled, failures, tool_ratios):
+    """One nvfence-bench run in the guest: its rows pooled, its ratios kept."""
+    n_tools = 1 + 2  # nvfence + fio default + fio same, unless extra args change it
+    per_run = a.runtime + a.ramp + 6  # + open/fio start-up under TCG
+    timeout = a.repeat * len(a.qd.split(",")) * n_tools * per_run * 2 + 300
+    cmd = (f'nvfence-bench "$NVFENCE_DEV" --destroy-device-data --mode {mode} --size {a.size} '
+           f'--runtime {a.runtime} --ramp {a.ramp} --repeat {a.repeat} --qd {a.qd} ' + " ".join(a.extra))
+    print(f"\n## pass {i // len(modes) + 1}, mode {mode}: {cmd}", flush=True)
+    t0 = time.monotonic()
+    r = h.run(cmd, timeout_s=timeout)
+    sys.stdout.write(r.out)
+    if r.err:
+        sys.stdout.write("# stderr:\n" + r.err)
+    print(f"# rc {r.rc}, {time.monotonic() - t0:.0f} s", flush=True)
+    if r.rc != 0:
+        # Keep the rows it printed and go on with the other passes;
+        # say what the guest kernel saw.
+        failures.append(f"pass {i // len(modes) + 1} mode {mode}: rc {r.rc}: {r.err.strip()[-300:]}")
+        d = h.run("dmesg | tail -20", timeout_s=60)
+        print("# guest dmesg tail:\n" + d.out, flush=True)
+    tool_ratios += [(mode, i // len(modes) + 1, k, v) for k, v in sorted(parse_ratios(r.out).items())]
+    for key, rows in parse_rows(r.out).items():
+        pooled.setdefault((mode,) + key, []).extend(rows)
+
+
+def print_pooled(a, pooled, modes):
     print(f"\n# Pooled over {a.passes} pass(es) x {a.repeat} round(s) per mode: medians "
           f"(latency in microseconds; nvfence p99 = queue to reap, fio p99 = clat, fio lat = queue to completion)")
     print(f"{'mode':12s} {'qd':>3s} {'tool':10s} {'n':>3s} {'IOPS':>9s} {'p50':>9s} {'p99':>9s} {'p99.9':>9s} "
@@ -167,23 +194,18 @@ def main():
                           f"p99/lat-p99 {med(a_, 'p99') / med(b_, 'lat_p99'):6.3f}   "
                           f"p99.9/lat-p99.9 {med(a_, 'p999') / med(b_, 'lat_p999'):6.3f}   "
                           f"cpu/io {med(a_, 'cpu') / med(b_, 'cpu'):6.3f}")
-    print(f"\n# Each run's own ratios over its {a.repeat} round(s): pool = percentiles of every sample of the "
-          "run's rounds (the steadier tail figure), med = of the medians of per-round percentiles")
-    for mode, pss, (qd, pair), v in tool_ratios:
-        print(f"{mode:12s} pass {pss} qd {qd:<3d} {pair:22s} IOPS/pair {v['iops_pair']:6.3f}   "
-              f"p99 pool {v['p99_pool']:6.3f}   p99.9 pool {v['p999_pool']:6.3f}   "
-              f"p99 med {v['p99_med']:6.3f}   p99.9 med {v['p999_med']:6.3f}   cpu/io {v['cpu']:6.3f}")
-    for f in failures:
-        print(f"# FAILED run: {f}")
-    if "block" in modes and "passthrough" in modes:
-        print("\n# Ratios passthrough/block of the pooled medians (IOPS: higher is better)")
-        for qd in sorted({q for (_, q, _) in pooled}):
-            for t in nv_tools + fio_tools:
-                b_, p_ = pooled.get(("block", qd, t)), pooled.get(("passthrough", qd, t))
-                if b_ and p_:
-                    print(f"qd {qd:<3d} {t:10s} IOPS {med(p_, 'iops') / med(b_, 'iops'):6.3f}   "
-                          f"p99 {med(p_, 'p99') / med(b_, 'p99'):6.3f}   p99.9 {med(p_, 'p999') / med(b_, 'p999'):6.3f}   cpu/io {med(p_, 'cpu') / med(b_, 'cpu'):6.3f}")
-    return 1 if failures else 0
+
+
+def print_modes(pooled):
+    nv_tools = sorted({t for (_, _, t) in pooled if not t.startswith("fio")})
+    fio_tools = sorted({t for (_, _, t) in pooled if t.startswith("fio")})
+    print("\n# Ratios passthrough/block of the pooled medians (IOPS: higher is better)")
+    for qd in sorted({q for (_, q, _) in pooled}):
+        for t in nv_tools + fio_tools:
+            b_, p_ = pooled.get(("block", qd, t)), pooled.get(("passthrough", qd, t))
+            if b_ and p_:
+                print(f"qd {qd:<3d} {t:10s} IOPS {med(p_, 'iops') / med(b_, 'iops'):6.3f}   "
+                      f"p99 {med(p_, 'p99') / med(b_, 'p99'):6.3f}   p99.9 {med(p_, 'p999') / med(b_, 'p999'):6.3f}   cpu/io {med(p_, 'cpu') / med(b_, 'cpu'):6.3f}")
 
 
 if __name__ == "__main__":
