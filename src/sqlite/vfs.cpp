@@ -212,6 +212,22 @@ const char* schema_arg(sqlite3_value** argv, int argc) {
     return argc > 0 ? reinterpret_cast<const char*>(sqlite3_value_text(argv[0])) : "main";
 }
 
+std::string json_string(const char* text) {
+    std::string out = "\"";
+    for (const char* p = text; *p; ++p) {
+        const auto c = static_cast<unsigned char>(*p);
+        if (c == '"' || c == '\\') out += '\\';
+        if (c < 0x20) {
+            char esc[8];
+            std::snprintf(esc, sizeof esc, "\\u%04x", c);
+            out += esc;
+        } else {
+            out += static_cast<char>(c);
+        }
+    }
+    return out + "\"";
+}
+
 void fn_status(sqlite3_context* ctx, int argc, sqlite3_value** argv) {
     nvf_sqlite_info st{};
     if (sqlite3_file_control(sqlite3_context_db_handle(ctx), schema_arg(argv, argc), NVF_SQLITE_FCNTL_STATUS, &st) !=
@@ -219,11 +235,12 @@ void fn_status(sqlite3_context* ctx, int argc, sqlite3_value** argv) {
         sqlite3_result_null(ctx);
         return;
     }
-    char* json = sqlite3_mprintf(
-        "{\"fenced\":%s,\"token\":%llu,\"device\":%s,\"read_only\":%s,\"holder\":%Q,\"message\":%Q}",
-        st.fenced ? "true" : "false", static_cast<unsigned long long>(st.token), st.device ? "true" : "false",
-        st.read_only ? "true" : "false", st.holder_known ? st.holder : nullptr, st.message);
-    sqlite3_result_text(ctx, json, -1, sqlite3_free);
+    const std::string json = std::string("{\"fenced\":") + (st.fenced ? "true" : "false") +
+                             ",\"token\":" + std::to_string(st.token) + ",\"device\":" + (st.device ? "true" : "false") +
+                             ",\"read_only\":" + (st.read_only ? "true" : "false") + ",\"holder\":" +
+                             (st.holder_known ? json_string(st.holder) : "null") +
+                             ",\"message\":" + json_string(st.message) + "}";
+    sqlite3_result_text(ctx, json.c_str(), -1, SQLITE_TRANSIENT);
 }
 
 void fn_token(sqlite3_context* ctx, int argc, sqlite3_value** argv) {
