@@ -41,6 +41,9 @@ packages=(
   abigail-tools
   # lab: systemd host guests (Debian root image, qcow2 overlays, debugfs); ext4 in the busybox guests
   mmdebstrap qemu-utils e2fsprogs
+  # SQLite VFS: headers, the stock shell (.load test), and SQLite's TCL test harness
+  # (testfixture is built from Debian's sqlite3 source package: dpkg-dev, tcl-dev)
+  libsqlite3-dev sqlite3 tcl-dev
 )
 
 missing=()

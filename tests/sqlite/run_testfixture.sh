@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# SQLite's own tests through the nvfence VFS (docs/SQLITE.md, "SQLite's own
+# tests"). Gets the cached testfixture (build_testfixture.sh: Debian's
+# sqlite3 source, same version as libsqlite3-dev), loads the extension into
+# it and runs SQLite's test files with `-vfs nvfence` for every database,
+# under the permutation name "onefile": the name SQLite's tests use to skip
+# what a VFS whose journal is not a file of its own cannot do (copying
+# test.db-journal), as for its test_onefile.c demo.
+# Fails on any error. Runs in a tmpfs scratch directory when there is one:
+# every xSync of the VFS is a real fdatasync.
+# Usage: run_testfixture.sh EXTENSION.so [FILE.test ...]
+#   default files: the onefile set of permutations.test.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+ext=$(realpath "$1"); shift
+files=("$@")
+if [ ${#files[@]} -eq 0 ]; then
+  files=(conflict.test insert.test insert2.test insert3.test rollback.test select1.test select2.test select3.test)
+fi
+cache=$("$here/build_testfixture.sh")
+cp "$here/nvfence_vfs.test" "$cache/test/nvfence_vfs.test"
+base=/dev/shm
+[ -d "$base" ] && [ -w "$base" ] || base=${TMPDIR:-/tmp}
+dir=$(mktemp -d "$base/nvfence-sqlite-tests.XXXXXX")
+trap 'rm -rf "$dir"' EXIT
+cd "$dir"
+# One testfixture process per file: a file that stops with a Tcl error is
+# reported as failed on its own instead of ending the run.
+failed=0; total=0; files_ok=0
+for f in "${files[@]}"; do
+  mkdir -p "$dir/${f%.test}" && cd "$dir/${f%.test}"
+  set +e
+  timeout 300 "$cache/testfixture" "$cache/test/nvfence_vfs.test" "$ext" onefile "$f" > log.txt 2>&1
+  rc=$?
+  set -e
+  line=$(grep -E '^[0-9]+ errors out of [0-9]+ tests' log.txt | tail -1 || true)
+  if ! grep -q '^nvfence VFS under test: superblock NVFSQLT1' log.txt; then
+    line="the nvfence VFS was not the one under test"; rc=1
+  fi
+  n=$(awk '{print $5}' <<<"$line"); total=$((total + ${n:-0}))
+  if [ $rc -ne 0 ] || [ -z "$line" ] || [ "${line%% *}" != 0 ]; then
+    failed=$((failed + 1))
+    echo "FAIL $f: ${line:-stopped (exit $rc)}"
+    grep -E '^!|^Error' log.txt | head -6 | sed 's/^/    /'
+  else
+    files_ok=$((files_ok + 1))
+    echo "PASS $f: $line"
+  fi
+  cd "$dir"
+done
+echo "sqlite testfixture through nvfence: $files_ok of ${#files[@]} files passed, $total tests, $failed files failed"
+[ $failed -eq 0 ]
