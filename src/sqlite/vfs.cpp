@@ -90,6 +90,10 @@ int x_file_control(sqlite3_file* f, int op, void* arg) {
         *static_cast<nvf_sqlite_info*>(arg) = vol_of(f).status();
         return SQLITE_OK;
     }
+    if (op == SQLITE_FCNTL_LOCKSTATE) {  // PRAGMA lock_status
+        *static_cast<int*>(arg) = nv(f).level;
+        return SQLITE_OK;
+    }
     if (op == SQLITE_FCNTL_VFSNAME) {
         *static_cast<char**>(arg) = sqlite3_mprintf("%s", NVF_SQLITE_VFS_NAME);
         return SQLITE_OK;

@@ -258,9 +258,21 @@ int Volume::io_(IoKind k, uint64_t abs, std::span<uint8_t> buf) {
     else if (k == IoKind::read) c = w_->read(abs / block_, buf);
     else c = w_->flush();
     if (c.status == IoStatus::ok) return SQLITE_OK;
-    if (c.status == IoStatus::fenced) on_fenced_();
+    if (c.status == IoStatus::fenced || (k != IoKind::read && !holds_now_())) on_fenced_();
     if (k == IoKind::read) return SQLITE_IOERR_READ;
     return k == IoKind::write ? SQLITE_IOERR_WRITE : SQLITE_IOERR_FSYNC;
+}
+
+// After a failed write or flush: does this host still hold the reservation?
+// A preempt-and-abort completes this host's admitted commands as aborted
+// (an I/O error, not a Reservation Conflict); the Report tells them apart.
+bool Volume::holds_now_() {
+    if (!b_.port || !b_.host) return true;
+    Reservations resv(*b_.port, b_.nsid);
+    auto st = resv.report();
+    if (!st) return true;  // cannot tell: an I/O error it stays
+    const Registrant* me = st->find_host(*b_.host);
+    return me && me->holder;
 }
 
 void Volume::on_fenced_() {

@@ -114,6 +114,7 @@ private:
     int write_chunk_(uint64_t abs, const uint8_t* src, uint64_t n, uint64_t logical_end, uint64_t& done);
     int write_superblock_();
     void on_fenced_();
+    bool holds_now_();
     int format_(std::string& why);
 
     std::mutex mu_;

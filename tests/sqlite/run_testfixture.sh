@@ -29,10 +29,12 @@ cd "$dir"
 failed=0; total=0; files_ok=0
 for f in "${files[@]}"; do
   mkdir -p "$dir/${f%.test}" && cd "$dir/${f%.test}"
+  t0=$(date +%s%N)
   set +e
-  timeout 300 "$cache/testfixture" "$cache/test/nvfence_vfs.test" "$ext" onefile "$f" > log.txt 2>&1
+  timeout 120 "$cache/testfixture" "$cache/test/nvfence_vfs.test" "$ext" onefile "$f" > log.txt 2>&1
   rc=$?
   set -e
+  ms=$(( ($(date +%s%N) - t0) / 1000000 ))
   line=$(grep -E '^[0-9]+ errors out of [0-9]+ tests' log.txt | tail -1 || true)
   if ! grep -q '^nvfence VFS under test: superblock NVFSQLT1' log.txt; then
     line="the nvfence VFS was not the one under test"; rc=1
@@ -40,11 +42,11 @@ for f in "${files[@]}"; do
   n=$(awk '{print $5}' <<<"$line"); total=$((total + ${n:-0}))
   if [ $rc -ne 0 ] || [ -z "$line" ] || [ "${line%% *}" != 0 ]; then
     failed=$((failed + 1))
-    echo "FAIL $f: ${line:-stopped (exit $rc)}"
+    echo "FAIL $f (${ms} ms): ${line:-stopped (exit $rc)}"
     grep -E '^!|^Error' log.txt | head -6 | sed 's/^/    /'
   else
     files_ok=$((files_ok + 1))
-    echo "PASS $f: $line"
+    echo "PASS $f (${ms} ms): $line"
   fi
   cd "$dir"
 done

@@ -318,6 +318,7 @@ struct FencedHost {
     FakeWriter* writer = nullptr;
     int fd = -1;
     bool device_fenced = false;
+    int write_errno = 0;  ///< Writes and flushes fail with this errno (an aborted or failed command).
     int writers_made = 0;
     size_t writes_landed_after_fence = 0;
 
@@ -360,15 +361,16 @@ struct FencedHost {
         if (io.opcode == IORING_OP_READ || io.opcode == IORING_OP_READ_FIXED)
             return static_cast<int32_t>(::pread(fd, p, io.len, static_cast<off_t>(io.off)));
         if (device_fenced) return -EBADE;  // Reservation Conflict, through the block layer
+        if (write_errno) return -write_errno;
         if (io.opcode == IORING_OP_FSYNC) return 0;
         return static_cast<int32_t>(::pwrite(fd, p, io.len, static_cast<off_t>(io.off)));
     }
     // B preempts A (and aborts): A's registration is gone, B holds with epoch 6.
-    void preempt_by_b() {
+    void preempt_by_b(bool refuse = true) {
         target.regs.clear();
         target.add(b, *make_key({.tag = 1, .node = 2, .epoch = 6}));
         target.hold(b, ResvType::write_exclusive);
-        device_fenced = true;
+        device_fenced = refuse;
     }
 };
 
@@ -410,6 +412,40 @@ TEST(SqliteVfs, FencedWriteIsAnIoErrorThatSaysFencedByWhomAndNothingLandsAfter) 
     EXPECT_EQ(slurp(h.file), at_fence);  // not even at close
 }
 
+// Host h's database, opened read-write, with an empty table t.
+sqlite3* open_with_table(const FencedHost& h) {
+    sqlite3* db = open_db(uri(h.file), kRwc);
+    EXPECT_TRUE(db) << nvf_sqlite_last_error();
+    if (db) {
+        EXPECT_EQ(exec(db, "CREATE TABLE t(x)"), SQLITE_OK);
+    }
+    return db;
+}
+
+TEST(SqliteVfs, AWriteAbortedByThePreemptIsFencedAnIoErrorOfAHolderIsNot) {
+    TempDir d;
+    {
+        FencedHost h(d.path() + "/io.img");
+        sqlite3* db = open_with_table(h);
+        ASSERT_TRUE(db);
+        h.write_errno = EIO;  // still the holder: a plain I/O error
+        EXPECT_EQ(exec(db, "INSERT INTO t VALUES(1)") & 0xff, SQLITE_IOERR);
+        EXPECT_EQ(nvf_sqlite_fenced(db, nullptr), 0);
+        sqlite3_close(db);
+    }
+    FencedHost h(d.path() + "/abort.img");
+    sqlite3* db = open_with_table(h);
+    ASSERT_TRUE(db);
+    h.preempt_by_b(/*refuse=*/false);
+    h.write_errno = EIO;  // A's admitted command aborted by B's preempt-and-abort
+    EXPECT_EQ(exec(db, "INSERT INTO t VALUES(1)") & 0xff, SQLITE_IOERR);
+    nvf_sqlite_info st{};
+    ASSERT_EQ(nvf_sqlite_status(db, nullptr, &st), SQLITE_OK);
+    EXPECT_EQ(st.fenced, 1);
+    EXPECT_STREQ(st.holder, "nf:1:2:6");
+    sqlite3_close(db);
+}
+
 TEST(SqliteVfs, NonHolderOpeningForWriteIsRefusedBeforeAnyWriterExists) {
     TempDir d;
     FencedHost h(d.path() + "/ns.img");
@@ -434,9 +470,8 @@ TEST(SqliteVfs, NonHolderOpeningForWriteIsRefusedBeforeAnyWriterExists) {
 TEST(SqliteVfs, AnOlderTermIsRefusedByTheTokenInTheSuperblock) {
     TempDir d;
     FencedHost h(d.path() + "/ns.img");
-    sqlite3* db = open_db(uri(h.file), kRwc);
+    sqlite3* db = open_with_table(h);
     ASSERT_TRUE(db);
-    ASSERT_EQ(exec(db, "CREATE TABLE t(x)"), SQLITE_OK);
     sqlite3_close(db);
     EXPECT_EQ(read_pick(h.file).sb.epoch, 5u);
     // The device now says A holds under an older epoch than the one stamped.
