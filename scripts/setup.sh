@@ -43,6 +43,9 @@ packages=(
   mmdebstrap qemu-utils e2fsprogs
   # scripts/test.sh: pgrep (procps) stops the jobs beside the phases on a failure
   procps
+  # SQLite VFS: headers, the stock shell (.load test), and SQLite's TCL test harness
+  # (testfixture is built from Debian's sqlite3 source package: dpkg-dev, tcl-dev)
+  libsqlite3-dev sqlite3 tcl-dev
 )
 
 missing=()

@@ -109,7 +109,8 @@ cmake -S . -B build -G Ninja -DNVFENCE_WERROR=ON >/dev/null
 cmake --build build -j "$jobs"
 
 phase "unit tests"
-ctest --test-dir build -L unit --output-on-failure -j "$jobs"
+# SQLite's own tests need testfixture, built beside the lab (below): they run after it.
+ctest --test-dir build -L unit --output-on-failure -j "$jobs" -E '^sqlite_testfixture_'
 
 # The other builds run beside the lab tests at the lowest CPU priority: they
 # take only the CPU the guests leave idle (a lab waits on timeouts, TTLs and
@@ -121,12 +122,14 @@ other_builds() {
   cmake -S . -B build-asan -G Ninja -DNVFENCE_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null || return
   cmake --build build-asan -j "$jobs" --target unit_tests nvfence-cli nvfenced capi_test elector_unit_tests \
     etcd_live_tests nvfence-failover-bench nvfence-bench nvfence-elect fence_nvfence sim_unit_tests \
-    sim_known_defects nvfence-sim nvfence_config_keys || return
+    sim_known_defects nvfence-sim nvfence_config_keys sqlite_vfs_tests nvfence_sqlite_ext || return
   cmake -S . -B build-noetcd -G Ninja -DNVFENCE_ETCD=OFF -DNVFENCE_TESTS=OFF -DNVFENCE_WERROR=ON >/dev/null || return
   cmake --build build-noetcd -j "$jobs" --target nvfenced nvfence-cli fence_nvfence || return
   tests/fuzz/run.sh --build-only || return
+  # SQLite's TCL test harness from Debian's sqlite3 source (cached by version).
+  tests/sqlite/build_testfixture.sh || return
 }
-bg_start builds "other builds: ASan, no-etcd, fuzz (beside the lab)" other_builds
+bg_start builds "other builds: ASan, no-etcd, fuzz, testfixture (beside the lab)" other_builds
 
 phase "lab images (waiting for the job beside the build)"
 bg_wait images
@@ -138,10 +141,17 @@ NVFENCE_LAB_PREBUILT=1 NVFENCE_BUILD_DIR="$root/build" ctest --test-dir build -L
 phase "other builds (waiting for the job beside the lab)"
 bg_wait builds
 
+phase "SQLite's own tests through the nvfence VFS (testfixture)"
+ctest --test-dir build -R '^sqlite_testfixture_' --output-on-failure
+
 phase "unit tests under ASan+UBSan"
-# The install and .deb tests check the plain build's packaging (above).
+# The install and .deb tests check the plain build's packaging (above); the
+# SQLite extension is loaded into programs built without ASan (Debian's
+# sqlite3, python3, testfixture), which cannot load an ASan-built object:
+# its code runs under ASan in sqlite_vfs_tests.
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan -L unit --output-on-failure -j "$jobs" -E '^(install_consumers|deb_package)$'
+  ctest --test-dir build-asan -L unit --output-on-failure -j "$jobs" \
+  -E '^(install_consumers|deb_package|sqlite_load_extension|sqlite_testfixture_.*)$'
 
 phase "build without the etcd elector: checks"
 tests/build/no_etcd.sh build-noetcd

@@ -32,6 +32,7 @@ struct SentIo {
     uint64_t off = 0;        ///< Byte offset (block mode).
     uint32_t len = 0;        ///< Bytes (block mode).
     uint32_t cdw10 = 0;      ///< Passthrough: the command's SLBA low dword.
+    uint64_t addr = 0;       ///< Block mode: the buffer's address (a responder may move the data).
 };
 
 class FakeRing {
@@ -173,6 +174,7 @@ private:
             io.user_data = s.user_data;
             io.off = s.off;
             io.len = s.len;
+            io.addr = s.addr;
             if (s.opcode == IORING_OP_URING_CMD) {
                 nvme_uring_cmd cmd;
                 std::memcpy(&cmd, reinterpret_cast<const unsigned char*>(&s) + offsetof(io_uring_sqe, cmd),

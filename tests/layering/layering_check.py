@@ -28,7 +28,7 @@ import re
 import subprocess
 import sys
 
-LAYERS = ["internal", "device", "fence", "writer", "client", "capi", "agent", "elector", "tools"]
+LAYERS = ["internal", "device", "fence", "writer", "client", "capi", "sqlite", "agent", "elector", "tools"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
 
 # Layers that may use only some of the layers below them. The client of the
@@ -46,6 +46,7 @@ PUBLIC = {
     "writer.hpp": "writer",
     "control.hpp": "client",
     "nvfence.h": "capi",
+    "sqlite.h": "sqlite",
     "export.h": "device",
 }
 

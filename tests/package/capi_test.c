@@ -3,7 +3,7 @@
 /* The C API compiled as C11 (-pedantic) and run without a device: version,
  * error words and ranges, key encode/decode/format/parse, and the error
  * paths of every entry point that needs no NVMe namespace. The real paths
- * (open, report, takeover, fenced writes) run in the lab: vm-test/tests/agent/test_example_engine.py. */
+ * (open, report, takeover, fenced writes) run in the lab: vm-test/tests/engine/test_example_engine.py. */
 #include <nvfence/nvfence.h>
 
 #include <errno.h>

@@ -1,0 +1,142 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// @file volume.hpp
+/// One namespace (or regular file) holding an SQLite database and its
+/// journal (layout.hpp), shared by every connection of this process that
+/// opens it: region I/O through one FencedWriter (O_DIRECT reads and writes,
+/// read-modify-write of partial blocks), the superblock, durability
+/// (sync), the fence latch and what the device said about it, and SQLite's
+/// lock levels between the connections of this process. Another process
+/// is kept out by an exclusive flock() on the media.
+///
+/// Every method returns an SQLite result code. Thread-safe (one mutex).
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "nvfence/fd.hpp"
+#include "nvfence/namespace.hpp"
+#include "nvfence/passthru.hpp"
+#include "nvfence/report.hpp"
+#include "nvfence/result.hpp"
+#include "nvfence/sqlite.h"
+#include "nvfence/writer.hpp"
+#include "sqlite/layout.hpp"
+
+namespace nvfence::sqlite {
+
+/// Which "file" of the volume.
+enum class Region { db, journal };
+
+/// What an open asks for.
+struct OpenRequest {
+    std::string path;                     ///< Full path of the database.
+    bool read_only = false;
+    bool create = false;                  ///< Create a missing regular file.
+    uint64_t create_bytes = 64 * kMiB;    ///< Size of a regular file created.
+};
+
+/// The media behind a volume, before any write.
+struct Backend {
+    /// Opens the writer under fencing token @p epoch, called after the
+    /// holder check so that nothing is opened for writing before it.
+    std::function<Result<std::unique_ptr<FencedWriter>>(uint64_t epoch)> make_writer;
+    std::unique_ptr<Namespace> ns;        ///< A device: identity and passthrough.
+    Passthru* port = nullptr;             ///< Reservation Reports (null: a regular file).
+    uint32_t nsid = 0;
+    std::optional<HostId> host;           ///< This host's id on the device.
+    bool device = false;
+    Fd lock_fd;                           ///< Holds the process-exclusive flock().
+};
+
+/// Opens the media of a request; on failure returns an SQLite code and a
+/// sentence in @p why. Replaceable for tests (set_backend_opener).
+using BackendOpener = std::function<int(const OpenRequest&, Backend&, std::string& why)>;
+
+/// The default opener: a regular file (created when asked) or an NVMe
+/// namespace (Namespace::open, reservations required for writing).
+int open_default_backend(const OpenRequest& rq, Backend& out, std::string& why);
+
+/// The holder check of an open: a read-write open on a device must hold the
+/// reservation; sets @p token to the epoch of this host's key.
+int check_holder(const OpenRequest& rq, Backend& b, uint64_t& token, std::string& why);
+
+class Volume {
+public:
+    /// The volume of rq.path, opened (and formatted when never formatted
+    /// and writable) on first use. nullptr with @p rc and @p why on failure.
+    static std::shared_ptr<Volume> acquire(const OpenRequest& rq, int& rc, std::string& why);
+    /// The open volume of @p path, if any (journal and WAL opens).
+    static std::shared_ptr<Volume> find(const std::string& path);
+    /// Tests: replaces the backend opener; nullptr restores the default.
+    static void set_backend_opener(BackendOpener op);
+
+    Volume(Backend b, bool read_only, uint64_t token, std::string path);
+    ~Volume();
+    Volume(const Volume&) = delete;
+    Volume& operator=(const Volume&) = delete;
+
+    int read(Region r, void* dst, int amt, int64_t off);
+    int write(Region r, const void* src, int amt, int64_t off);
+    int truncate(Region r, int64_t size);
+    /// Durable: flushes the device cache, then writes the superblock if a
+    /// length changed, and flushes again.
+    int sync();
+    int64_t size(Region r);
+    /// Claims the journal region for @p kind (rollback journal or WAL).
+    int open_journal(JournalKind kind);
+    bool journal_exists(JournalKind kind);
+    /// Empties the journal durably (SQLite's commit point in DELETE mode).
+    int delete_journal(JournalKind kind);
+
+    int lock(const void* who, int& level, int want);
+    int unlock(const void* who, int& level, int want);
+    bool reserved();
+
+    nvf_sqlite_info status();
+    uint32_t block_bytes() const { return block_; }
+    bool read_only() const { return ro_; }
+    uint64_t token() const { return token_; }
+
+    /// Reads the superblocks and formats or validates (acquire() calls it).
+    int init(std::string& why);
+
+private:
+    struct Span { uint64_t off, cap, len; };
+    Span span_(Region r) const;
+    int io_(IoKind k, uint64_t abs, std::span<uint8_t> buf);
+    int fill_edge_(uint64_t block_abs, uint64_t end_abs, uint8_t* dst);
+    int write_chunk_(uint64_t abs, const uint8_t* src, uint64_t n, uint64_t logical_end, uint64_t& done);
+    int write_superblock_();
+    void on_fenced_();
+    bool holds_now_();
+    int format_(std::string& why);
+
+    std::mutex mu_;
+    Backend b_;
+    std::unique_ptr<FencedWriter> w_;
+    bool ro_;
+    uint64_t token_;
+    std::string path_;
+    uint32_t block_ = 4096;
+    uint64_t media_bytes_ = 0;
+    size_t chunk_ = 0;
+    AlignedBuffer bounce_;
+    Superblock sb_;
+    int slot_ = 0;
+    bool dirty_ = false;
+    bool fenced_ = false;
+    std::optional<uint64_t> holder_key_;
+    std::string fence_msg_;
+    int shared_ = 0;
+    const void* reserved_ = nullptr;
+    const void* pending_ = nullptr;
+    const void* exclusive_ = nullptr;
+};
+
+}  // namespace nvfence::sqlite
