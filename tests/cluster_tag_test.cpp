@@ -57,9 +57,13 @@ TEST(ClusterTag, CorosyncConf) {
     test::TempDir dir;
     const std::string path = dir.path() + "/corosync.conf";
     std::string why;
-    EXPECT_EQ(tag_from_corosync_conf(path, why), uint8_t{0}) << "no corosync on this host: tag 0";
+    auto none = tag_from_corosync_conf(path, why);
+    ASSERT_TRUE(none) << why;
+    EXPECT_EQ(*none, 0) << "no corosync on this host: tag 0";
     std::ofstream(path) << conf;
-    EXPECT_EQ(tag_from_corosync_conf(path, why), uint8_t{243}) << why;
+    auto lab = tag_from_corosync_conf(path, why);
+    ASSERT_TRUE(lab) << why;
+    EXPECT_EQ(*lab, 243);
     std::ofstream(path, std::ios::trunc) << "totem {\n}\n";
     auto r = tag_from_corosync_conf(path, why);
     ASSERT_FALSE(r);
