@@ -1404,7 +1404,7 @@ TEST(FenceAgentTag, AnotherTagsKeysOfTheSameNodeIdsAreRefused) {
     unfence_all(c);  // tag 0
     c.cmap_name = "totem.cluster_name (str) = nvlab\n";
     const size_t before = c.t.state_commands();
-    for (const std::string& act : {"action=off\nplug=n2", "action=on\nplug=n1", "action=status\nplug=n2"}) {
+    for (const char* act : {"action=off\nplug=n2", "action=on\nplug=n1", "action=status\nplug=n2"}) {
         c.logs.clear();
         EXPECT_EQ(c.run("n1", kMap + act), kExitError) << act << "\n" << c.all_logs();
         EXPECT_TRUE(c.logged("cluster tag 0")) << act << "\n" << c.all_logs();
