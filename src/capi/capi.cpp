@@ -5,6 +5,7 @@
 #include "nvfence/nvfence.h"
 
 #include <algorithm>
+#include <climits>
 #include <cerrno>
 #include <cstdio>
 #include <cstddef>
@@ -210,7 +211,7 @@ const char* nvf_strerror(int code) {
     static thread_local char buf[192];
     if (code == 0) return "success";
     if (code > 0) return "not an error (a count)";
-    switch (-code) {
+    switch (code == INT_MIN ? 0 : -code) {  // INT_MIN has no negation: unknown, below
     case NVF_ERRC_NOMEM: return "out of memory";
     case NVF_ERRC_INTERNAL: return "unexpected failure inside libnvfence";
     case NVF_ERRC_TRUNCATED: return "output buffer too small";

@@ -28,6 +28,8 @@ inline int to_code(std::error_code ec) noexcept {
     if ((ec.category() == std::system_category() || ec.category() == std::generic_category()) && v > 0 &&
         v < NVF_ERR_ERRNO_BASE)
         return -(NVF_ERR_ERRNO_BASE + v);
+    // A state-directory call's errno: the state directory could not be used.
+    if (is_state_error(ec)) return -NVF_ERRC_STATE_IO;
     return -NVF_ERRC_INTERNAL;
 }
 
@@ -35,7 +37,7 @@ inline int to_code(std::error_code ec) noexcept {
 /// INT_MIN and any other code outside the three ranges, and for the C API's
 /// own codes (nomem, internal, truncated), which have no C++ counterpart.
 inline std::error_code from_code(int code) noexcept {
-    if (code >= 0) return {};
+    if (code >= 0 || code == INT_MIN) return {};
     const int v = -code;
     if (v <= kLastErrc) return make_error_code(static_cast<Errc>(v));
     if (v > NVF_ERR_NVME_BASE && v <= NVF_ERR_NVME_BASE + kStatusMask)

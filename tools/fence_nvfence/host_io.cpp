@@ -67,19 +67,29 @@ Result<std::string> run_bounded(const std::string& prog, const std::vector<std::
     }
     std::string out;
     const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-    const bool timed_out = !read_until(pipefd[0], deadline, out);
+    bool timed_out = !read_until(pipefd[0], deadline, out);
     ::close(pipefd[0]);
-    if (timed_out) ::kill(pid, SIGKILL);
+    // Its output closed is not its exit: wait for that within the same
+    // bound, then kill it. The reap after SIGKILL is prompt.
     int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    while (!timed_out) {
+        const pid_t w = ::waitpid(pid, &status, WNOHANG);
+        if (w == pid || (w < 0 && errno != EINTR)) break;
+        if (ms_left(deadline) == 0) timed_out = true;
+        else ::usleep(10000);
     }
-    if (timed_out) return make_error_code(Errc::timeout);
+    if (timed_out) {
+        ::kill(pid, SIGKILL);
+        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        return make_error_code(Errc::timeout);
+    }
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return errno_error(EIO);
     return out;
 }
 
 Result<Fd> open_debug_file(const std::string& path) {
-    Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644));
+    Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0600));
     if (!fd) return errno_error(errno);
     return fd;
 }
