@@ -178,6 +178,19 @@ struct EtcdElector::Http {
         return Ok{};
     }
 
+    // The reply of a transfer that completed: a stream's unterminated rest,
+    // or the whole body; one that is not etcd's JSON is not etcd's answer
+    // (a proxy's or a restarting member's page): said so, with the status.
+    Result<Reply> answered(long status, Transfer& t) {
+        if (t.sink) return Reply{status, std::move(t.pending)};
+        if (status != 200 && !looks_like_json(t.body)) {
+            why = "etcd at " + opts.endpoints[current] + " answered HTTP " + std::to_string(status) +
+                  " with a body that is not etcd's JSON: " + etcd::printable_excerpt(t.body);
+            return make_error_code(ElectorErrc::server_error);
+        }
+        return Reply{status, std::move(t.body)};
+    }
+
     // One POST, endpoints tried in turn until @p deadline.
     Result<Reply> send(const std::string& path, const std::string& body, Clock::time_point deadline, LineSink* sink) {
         std::error_code last = make_error_code(ElectorErrc::unreachable);
@@ -226,16 +239,7 @@ struct EtcdElector::Http {
             curl.easy_cleanup(h);
             if (t.stopped) return Reply{status, std::move(t.pending)};
             if (t.too_big) return make_error_code(Errc::malformed_data);
-            if (rc == CURLE_OK) {
-                if (t.sink) return Reply{status, std::move(t.pending)};
-                if (status != 200 && !looks_like_json(t.body)) {
-                    // Not etcd's answer: say so, with what answered.
-                    why = "etcd at " + opts.endpoints[current] + " answered HTTP " + std::to_string(status) +
-                          " with a body that is not etcd's JSON: " + etcd::printable_excerpt(t.body);
-                    return make_error_code(ElectorErrc::server_error);
-                }
-                return Reply{status, std::move(t.body)};
-            }
+            if (rc == CURLE_OK) return answered(status, t);
             // A member that answered and then ran out of time (a watch or
             // observe stream waiting, or a slow reply) stays the one to ask.
             if (rc == CURLE_OPERATION_TIMEDOUT && (status != 0 || !t.body.empty() || !t.pending.empty()))
