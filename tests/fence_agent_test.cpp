@@ -93,7 +93,8 @@ TEST(FenceAgentOptions, ArgvErrors) {
         {"--bogus"}, {"-x"}, {"-o"}, {"--action"}, {"-o", "reboot"}, {"-o", "dance"}, {"--verbose=1"},
         {"-k", "0"}, {"-k", "256"}, {"--reservation-type=5"}, {"--reservation-type=ea"}, {"--cluster-tag=256"},
         {"--delay=-1"}, {"--delay=3601"}, {"--node-ids=n1:1;n2:1"}, {"--node-ids=n1"}, {"--node-ids=n1:0"},
-        {"--node-ids=n1:1;n1:2"},
+        {"--node-ids=n1:1;n1:2"}, {"-D", "x.log"}, {"--debug-file=log/x"}, {"--state-dir=var/lib/nvfence"},
+        {"--corosync-cmap-path=corosync-cmapctl"},
     };
     for (const auto& b : bad) EXPECT_FALSE(argv(b).ok()) << b.front() << (b.size() > 1 ? " " + b[1] : "");
     auto p = argv({"-o", "status", "stray"});
@@ -178,6 +179,12 @@ TEST(FenceAgentOptions, StdinNamesAndBooleans) {
         auto q = parse_stdin(std::string("quiet=1\nquiet=") + f);
         EXPECT_FALSE(q.opts.quiet) << f;
         EXPECT_TRUE(q.warnings.empty()) << f;
+    }
+    // Relative paths depend on the fencer's working directory: refused.
+    for (const char* rel : {"debug_file=x.log", "state_dir=state", "corosync_cmap_path=./cmapctl"}) {
+        auto r = parse_stdin(std::string(rel) + "\n");
+        EXPECT_FALSE(r.ok()) << rel;
+        EXPECT_TRUE(!r.errors.empty() && r.errors[0].find("absolute path") != std::string::npos) << rel;
     }
     EXPECT_FALSE(parse_stdin("action=reboot\n").ok());
     EXPECT_FALSE(parse_stdin("reservation_type=1\n").ok());
@@ -349,6 +356,8 @@ struct Cluster {
     std::vector<uint32_t> slept;
     std::string cmap_nodelist;
     std::string cmap_this;
+    std::string cmap_name;                     // `-g totem.cluster_name` ("": corosync not installed)
+    std::error_code cmap_name_error;           // set: that call fails so (corosync installed, not running)
     std::vector<ControlRequest> agent_requests;
     std::function<ControlReply(const ControlRequest&)> agent;  // set: an nvfenced runs on the local node
     std::map<std::string, std::string> links;  // symbolic links: path -> canonical path
@@ -390,6 +399,11 @@ struct Cluster {
             return std::unique_ptr<Device>(std::move(d));
         };
         h.cmapctl = [&](const std::string&, const std::vector<std::string>& args) -> Result<std::string> {
+            if (args.size() == 2 && args[1] == "totem.cluster_name") {
+                if (cmap_name_error) return cmap_name_error;
+                if (cmap_name.empty()) return errno_error(ENOENT);  // posix_spawn: no such program
+                return cmap_name;
+            }
             const std::string& text = args.front() == "nodelist" ? cmap_nodelist : cmap_this;
             if (text.empty()) return errno_error(ENOENT);
             return text;
@@ -1290,6 +1304,9 @@ TEST(FenceAgentDevices, WithoutDevicesTheLinksUnderDevNvfenceAreUsed) {
     EXPECT_EQ(c.run("n1", map + "action=on\nplug=n1"), kExitError);
     EXPECT_TRUE(c.logged("none found under /dev/nvfence")) << c.all_logs();
     c.discovered = {"/dev/nvme1n1", "/dev/nvme2n1"};
+    // The first unfencing names the devices: a namespace without a key of
+    // the cluster's tag is not discovered as the cluster's.
+    ASSERT_EQ(c.run("n1", map + "devices=/dev/nvme1n1,/dev/nvme2n1\naction=on\nnodename=n1"), kExitOk) << c.all_logs();
     for (const char* n : {"n1", "n2"})
         ASSERT_EQ(c.run(n, map + "action=on\nnodename=" + n), kExitOk) << c.all_logs();
     EXPECT_TRUE(registered_on(c.t, 2) && registered_on(c.t2, 2));
@@ -1300,6 +1317,103 @@ TEST(FenceAgentDevices, WithoutDevicesTheLinksUnderDevNvfenceAreUsed) {
     c.opened.clear();
     EXPECT_EQ(c.run("n1", kMap + "action=status\nplug=n1"), kExitOk);
     EXPECT_EQ(c.opened, std::vector<std::string>{"/dev/nvme1n1"});
+}
+
+// Discovery takes only the namespaces of this cluster: a link under
+// /dev/nvfence to another cluster's volume (another tag's keys, foreign
+// keys, or no key of this tag at all) is skipped with a warning, by 'on'
+// (which would register there and take a reservation nobody holds) and by
+// 'off' (which would fail on it).
+TEST(FenceAgentDevices, DiscoveryTakesOnlyTheNamespacesOfThisCluster) {
+    Cluster c;
+    const std::string map = "node_ids=n1:1;n2:2;n3:3\n";
+    for (const char* n : {"n1", "n2", "n3"})
+        ASSERT_EQ(c.run(n, kMap + "action=on\nnodename=" + n), kExitOk) << c.all_logs();
+    // vol-two: another cluster's volume (tag 9), its node 1 holding.
+    c.t2.add(make_host(7), key(1, 4, 9));
+    c.t2.holder = make_host(7);
+    c.t2.type = ResvType::write_exclusive_reg_only;
+    c.discovered = {"/dev/nvme1n1", "/dev/nvme2n1"};
+    ASSERT_EQ(c.run("n1", map + "action=off\nplug=n2"), kExitOk) << c.all_logs();
+    EXPECT_FALSE(registered_on(c.t, 2));
+    EXPECT_TRUE(c.logged("/dev/nvme2n1: skipped")) << c.all_logs();
+    ASSERT_EQ(c.run("n2", map + "action=on\nplug=n2"), kExitOk) << c.all_logs();
+    EXPECT_TRUE(registered_on(c.t, 2));
+    ASSERT_EQ(c.t2.regs.size(), 1u) << "nothing registered on the other cluster's volume";
+    EXPECT_EQ(c.t2.regs[0].key, key(1, 4, 9));
+    // A discovered namespace that carries no key at all is not taken either.
+    c.t2.regs.clear();
+    c.t2.holder.reset();
+    c.t2.type = ResvType::none;
+    ASSERT_EQ(c.run("n3", map + "action=on\nplug=n3"), kExitOk) << c.all_logs();
+    EXPECT_TRUE(c.t2.regs.empty());
+}
+
+// 'on' never takes a reservation where registrants that are not this
+// cluster's are present (another tag's keys, foreign keys): it would lock
+// that volume's own writers out.
+TEST(FenceAgentActions, OnNeverAcquiresBesideKeysThatAreNotThisClusters) {
+    for (bool foreign : {false, true}) {
+        Cluster c;
+        c.t.add(make_host(7), foreign ? 0x1234567812345678ull : key(1, 4, 9));
+        EXPECT_EQ(c.run("n1", kMap + "action=on\nplug=n1"), kExitError) << c.all_logs();
+        EXPECT_EQ(c.t.type, ResvType::none) << "took the reservation beside another cluster's key";
+        EXPECT_TRUE(c.logged("not taking the reservation")) << c.all_logs();
+    }
+}
+
+// Without cluster_tag, the tag is derived from corosync's cluster name
+// (totem.cluster_name): two clusters with default settings on one
+// namespace do not share one key space.
+TEST(FenceAgentTag, WithoutClusterTagItIsDerivedFromCorosyncsClusterName) {
+    Cluster c;
+    c.cmap_name = "totem.cluster_name (str) = nvlab\n";
+    ASSERT_EQ(c.run("n1", kMap + "action=on\nplug=n1"), kExitOk) << c.all_logs();
+    ASSERT_EQ(c.t.regs.size(), 1u);
+    EXPECT_EQ(c.t.regs[0].key, key(1, 1, 243)) << format_key(c.t.regs[0].key);
+    ASSERT_EQ(c.run("n2", kMap + "action=on\nplug=n2"), kExitOk) << c.all_logs();
+    ASSERT_EQ(c.run("n1", kMap + "action=off\nplug=n2"), kExitOk) << c.all_logs();
+    EXPECT_FALSE(c.registered(2));
+    // An explicit cluster_tag wins (the migration of a tag-0 cluster).
+    Cluster z;
+    z.cmap_name = "totem.cluster_name (str) = nvlab\n";
+    ASSERT_EQ(z.run("n1", kMap + "cluster_tag=0\naction=on\nplug=n1"), kExitOk) << z.all_logs();
+    EXPECT_EQ(z.t.regs[0].key, key(1, 1, 0));
+    // No corosync on the host (corosync-cmapctl not installed): tag 0.
+    Cluster none;
+    ASSERT_EQ(none.run("n1", kMap + "action=on\nplug=n1"), kExitOk) << none.all_logs();
+    EXPECT_EQ(none.t.regs[0].key, key(1, 1, 0));
+}
+
+// corosync installed but its cluster name unreadable (not running, a
+// timeout): no guess, nothing touched.
+TEST(FenceAgentTag, AClusterNameThatCannotBeReadFailsBeforeTouchingTheDevice) {
+    Cluster c;
+    c.cmap_name_error = errno_error(EIO);
+    EXPECT_EQ(c.run("n1", kMap + "action=on\nplug=n1"), kExitError);
+    EXPECT_TRUE(c.logged("cluster_tag")) << c.all_logs();
+    EXPECT_TRUE(c.opened.empty());
+    EXPECT_TRUE(c.t.regs.empty());
+}
+
+// A cluster that used tag 0 and now runs without cluster_tag sees its own
+// keys under another tag with the same node ids: refused, with the
+// migration in the message, for every action that reads or moves keys.
+TEST(FenceAgentTag, AnotherTagsKeysOfTheSameNodeIdsAreRefused) {
+    Cluster c;
+    unfence_all(c);  // tag 0
+    c.cmap_name = "totem.cluster_name (str) = nvlab\n";
+    const size_t before = c.t.state_commands();
+    for (const char* act : {"action=off\nplug=n2", "action=on\nplug=n1", "action=status\nplug=n2"}) {
+        c.logs.clear();
+        EXPECT_EQ(c.run("n1", kMap + act), kExitError) << act << "\n" << c.all_logs();
+        EXPECT_TRUE(c.logged("cluster tag 0")) << act << "\n" << c.all_logs();
+        EXPECT_TRUE(c.logged("cluster_tag=0")) << act << "\n" << c.all_logs();
+    }
+    EXPECT_EQ(c.t.state_commands(), before) << "nothing changed";
+    EXPECT_TRUE(c.registered(2));
+    // With the migration's cluster_tag=0 the cluster works as before.
+    EXPECT_EQ(c.run("n1", kMap + "cluster_tag=0\naction=off\nplug=n2"), kExitOk) << c.all_logs();
 }
 
 TEST(FenceAgentDevices, DiscoverLinksKeepsBlockDevicesInNameOrder) {

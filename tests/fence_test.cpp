@@ -1195,6 +1195,27 @@ TEST_F(TokenTakeoverTest, NobodyHoldingInTheReportNeverMeansPreemptingWhoeverHol
     EXPECT_EQ(last(opcode::kResvAcquire)->cdw[0], 0x100u) << "b sent a plain Acquire, which the device refused";
 }
 
+// A token far above every epoch seen (the device's keys of the tag and
+// this host's floor), as one stray write to the election's counter makes
+// it: refused with the bound the device path uses (kMaxEpochJump), before
+// anything is stored or sent, so it cannot exhaust the epochs.
+TEST_F(TokenTakeoverTest, ATokenFarAboveEveryEpochSeenIsRefusedAsImplausible) {
+    auto a = node(1), b = node(2);
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));  // epoch 1 on the device
+    ASSERT_TRUE(a->store.raise_to(3));
+    const size_t sent = target.log.size();
+    auto o = a->fence.takeover_with_token(seen(*a), 3 + kMaxEpochJump + 1);
+    ASSERT_FALSE(o);
+    EXPECT_EQ(o.error(), Errc::epoch_out_of_range);
+    EXPECT_EQ(*a->store.load(), 3u) << "nothing stored";
+    EXPECT_EQ(target.log.size(), sent + 1) << "only the Report was sent";
+    EXPECT_EQ(a->fence.takeover_with_token(seen(*a), kEpochCeiling - 1).error(), Errc::epoch_out_of_range);
+    // At the bound it is a token like any other.
+    auto ok = a->fence.takeover_with_token(seen(*a), 3 + kMaxEpochJump);
+    ASSERT_TRUE(ok) << ok.error().message();
+    EXPECT_EQ(*a->store.load(), 3 + kMaxEpochJump);
+}
+
 // Issue 24 defect 2: a re-win re-keys to the new token.
 TEST_F(TokenTakeoverTest, AHolderReKeysToItsNewTokenAndKeepsTheReservation) {
     auto a = node(1), b = node(2);

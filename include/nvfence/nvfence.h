@@ -106,7 +106,7 @@ enum nvf_errc {
     NVF_ERRC_MISALIGNED = 20,      /**< Buffer, offset or length not aligned. */
     NVF_ERRC_OUT_OF_BOUNDS = 21,   /**< I/O past the end of the namespace. */
     NVF_ERRC_EPOCH_EXHAUSTED = 22, /**< No larger epoch fits in the key. */
-    NVF_ERRC_STATE_IO = 23,        /**< The state directory could not be used. */
+    NVF_ERRC_STATE_IO = 23,        /**< The state directory could not be used (a failed call's errno included). */
     NVF_ERRC_REFUSED = 24,         /**< Refused for safety. */
     NVF_ERRC_PROTOCOL = 25,        /**< A malformed control-socket message. */
     NVF_ERRC_EPOCH_OUT_OF_RANGE = 26, /**< An epoch above what this host may use. */
@@ -137,7 +137,9 @@ NVFENCE_API int nvf_err_nvme_status(int code);
 /** The errno in @p code, or 0 if it holds none. */
 NVFENCE_API int nvf_err_errno(int code);
 /** The documented exit code of the nvfence tools for @p code: 0 ok, 1 other,
- *  2 usage, 3 conflict / not holder, 4 unsupported, 5 permission, 6 lost race. */
+ *  2 usage, 3 conflict / not holder, 4 unsupported, 5 permission, 6 lost race.
+ *  Any int is a valid argument: a code outside every range (INT_MIN too)
+ *  is 1, and neither nvf_strerror() nor nvf_is_fenced() negates it. */
 NVFENCE_API int nvf_exit_code(int code);
 
 /* ------------------------------------------------------------ keys */

@@ -226,6 +226,7 @@ bool read_device(const SettingsReader& r, AgentSettings& s) {
         if (!r.number("node_id", 1, kMaxNode, n)) return false;
         s.node = n;
     }
+    s.tag_given = r.get("cluster_tag") != nullptr;
     return r.number("cluster_tag", 0, 255, s.tag) &&
            agent_type(r, s.type) &&
            r.choice<StartRole>("role",

@@ -13,7 +13,7 @@
 /// |-------------------|-----------------------------------------|---------|
 /// | device            | /dev/nvmeXnY, /dev/disk/by-id/..., vol-…| required|
 /// | node_id           | 1..255                                  | persisted|
-/// | cluster_tag       | 0..255                                  | 0       |
+/// | cluster_tag       | 0..255                                  | 0; watch: from corosync's cluster name |
 /// | mode              | exclusive (WE) \| shared (WERO)         | exclusive|
 /// | role              | standby \| acquire \| watch (check-only) | standby |
 /// | interval_ms       | 50..60000                               | 1000    |
@@ -72,6 +72,7 @@ struct AgentSettings {
     std::string device;                        ///< device: as given.
     std::optional<uint8_t> node;               ///< node_id (nullopt: use the persisted one).
     uint8_t tag = 0;                           ///< cluster_tag.
+    bool tag_given = false;                    ///< cluster_tag was given (else a watcher derives it: cluster_tag.hpp).
     ResvType type = ResvType::write_exclusive; ///< mode.
     StartRole role = StartRole::standby;       ///< role.
     uint32_t interval_ms = 1000;               ///< interval_ms.

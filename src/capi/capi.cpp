@@ -5,6 +5,7 @@
 #include "nvfence/nvfence.h"
 
 #include <algorithm>
+#include <climits>
 #include <cerrno>
 #include <cstdio>
 #include <cstddef>
@@ -15,6 +16,7 @@
 #include <optional>
 #include <string>
 
+#include "capi/codes.hpp"
 #include "internal/invariant.hpp"
 #include "nvfence/control.hpp"
 #include "nvfence/epoch_store.hpp"
@@ -53,8 +55,6 @@ static_assert(static_cast<int>(Errc::fenced) == NVF_ERRC_FENCED);
 static_assert(static_cast<int>(Errc::protocol) == NVF_ERRC_PROTOCOL);
 static_assert(static_cast<int>(Errc::own_key) == NVF_ERRC_OWN_KEY);
 static_assert(static_cast<int>(Errc::view_lost) == NVF_ERRC_VIEW_LOST);
-// Every Errc has its C name: the last one is the last of nvf_errc's own.
-constexpr int kLastErrc = NVF_ERRC_VIEW_LOST;
 static_assert(static_cast<int>(ResvType::exclusive_access_all_regs) == NVF_RESV_EXCLUSIVE_ACCESS_ALL_REGS);
 static_assert(static_cast<int>(IoStatus::io_error) == NVF_IO_ERROR);
 static_assert(static_cast<int>(ControlOp::status) == NVF_AGENT_STATUS);
@@ -67,30 +67,8 @@ static_assert(static_cast<int>(WriterMode::passthrough) == NVF_WRITER_PASSTHROUG
 
 namespace {
 
-constexpr int kOwnMax = 99;
-
-int to_code(std::error_code ec) noexcept {
-    if (!ec) return NVF_OK;
-    const int v = ec.value();
-    if (ec.category() == nvfence_category() && v > 0 && v <= kOwnMax) return -v;
-    if (ec.category() == nvme_category() && v > 0 && v <= kStatusMask) return -(NVF_ERR_NVME_BASE + v);
-    if ((ec.category() == std::system_category() || ec.category() == std::generic_category()) && v > 0 &&
-        v < NVF_ERR_ERRNO_BASE)
-        return -(NVF_ERR_ERRNO_BASE + v);
-    return -NVF_ERRC_INTERNAL;
-}
-
-// The error_code an int stands for; empty for 0 and for the C API's own
-// codes (nomem, internal, truncated), which have no C++ counterpart.
-std::error_code from_code(int code) noexcept {
-    if (code >= 0) return {};
-    const int v = -code;
-    if (v <= kLastErrc) return make_error_code(static_cast<Errc>(v));
-    if (v > NVF_ERR_NVME_BASE && v <= NVF_ERR_NVME_BASE + kStatusMask)
-        return make_nvme_error(static_cast<uint16_t>(v - NVF_ERR_NVME_BASE));
-    if (v > NVF_ERR_ERRNO_BASE && v < 2 * NVF_ERR_ERRNO_BASE) return errno_error(v - NVF_ERR_ERRNO_BASE);
-    return {};
-}
+using capi::from_code;
+using capi::to_code;
 
 // Runs f, turning any exception into an error code.
 template <class F>
@@ -233,7 +211,7 @@ const char* nvf_strerror(int code) {
     static thread_local char buf[192];
     if (code == 0) return "success";
     if (code > 0) return "not an error (a count)";
-    switch (-code) {
+    switch (code == INT_MIN ? 0 : -code) {  // INT_MIN has no negation: unknown, below
     case NVF_ERRC_NOMEM: return "out of memory";
     case NVF_ERRC_INTERNAL: return "unexpected failure inside libnvfence";
     case NVF_ERRC_TRUNCATED: return "output buffer too small";

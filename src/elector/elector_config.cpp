@@ -273,6 +273,11 @@ Result<ElectorSettings> parse_elector_settings(const std::map<std::string, std::
 
     if (auto e = parse_endpoints(get, s, why); !e) return e.error();
     if (auto a = parse_auth_keys(get("etcd_user"), get("etcd_password_file"), s, why); !a) return a.error();
+    // parse_endpoints refused a mix: the first endpoint's scheme is every one's.
+    if (!s.user.empty() && s.endpoints.front().rfind("http://", 0) == 0)
+        return bad(why, "etcd_user", s.user,
+                   "the password and etcd's token would cross the network in clear over http:// endpoints: use "
+                   "https:// endpoints (etcd's --cert-file and --key-file)");
 
     if (const auto* v = get("election_name")) {
         if (v->empty() || v->size() > 200 || !printable_no_space(*v))

@@ -148,8 +148,12 @@ private:
     Result<CounterRead> read_counter(const std::string& counter_key, Ms timeout);
     // The next token above @p base, persisted first, then the counter's
     // compare-and-swap; std::nullopt: the counter moved (read it again).
-    Result<std::optional<uint32_t>> issue_token(const std::string& counter_key, uint32_t base, int64_t mod_rev,
-                                                 const TokenStore* store, std::chrono::steady_clock::time_point deadline);
+    // @p seen is the highest epoch this host knows besides the counter (its
+    // token floor, the caller's at_least): a base more than kMaxEpochJump
+    // above a known one is implausible and refused.
+    Result<std::optional<uint32_t>> issue_token(const std::string& counter_key, uint32_t base, uint32_t seen,
+                                                 int64_t mod_rev, const TokenStore* store,
+                                                 std::chrono::steady_clock::time_point deadline);
     std::string last_error_;
 };
 

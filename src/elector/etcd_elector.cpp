@@ -72,6 +72,14 @@ std::string etcd_counter_key(const std::string& election) { return election + ".
 
 // ---- HTTP -----------------------------------------------------------------
 
+namespace {
+// etcd's gRPC gateway answers JSON objects, errors included.
+bool looks_like_json(std::string_view body) {
+    const size_t i = body.find_first_not_of(" \t\r\n");
+    return i != std::string_view::npos && body[i] == '{';
+}
+}  // namespace
+
 // One POST per call on a fresh easy handle (no state survives a failure);
 // endpoints are tried in turn, starting with the last one that answered.
 struct EtcdElector::Http {
@@ -106,10 +114,14 @@ struct EtcdElector::Http {
             t->too_big = true;
             return 0;
         }
-        if (t->sink && t->divert && t->body.empty() && t->pending.empty()) {
+        if (t->sink && t->body.empty() && t->pending.empty()) {
+            // An error reply is kept whole, not streamed: with authentication
+            // any (its JSON says whether the token was rejected), and always
+            // one that is not etcd's JSON (a proxy's or a restarting member's
+            // page), which send() reports with its HTTP status.
             long status = 0;
             t->curl->easy_getinfo(t->handle, CURLINFO_RESPONSE_CODE, &status);
-            if (status != 200) t->sink = nullptr;
+            if (status != 200 && (t->divert || !looks_like_json(std::string_view(p, len)))) t->sink = nullptr;
         }
         if (!t->sink) {
             t->body.append(p, len);
@@ -166,6 +178,19 @@ struct EtcdElector::Http {
         return Ok{};
     }
 
+    // The reply of a transfer that completed: a stream's unterminated rest,
+    // or the whole body; one that is not etcd's JSON is not etcd's answer
+    // (a proxy's or a restarting member's page): said so, with the status.
+    Result<Reply> answered(long status, Transfer& t) {
+        if (t.sink) return Reply{status, std::move(t.pending)};
+        if (status != 200 && !looks_like_json(t.body)) {
+            why = "etcd at " + opts.endpoints[current] + " answered HTTP " + std::to_string(status) +
+                  " with a body that is not etcd's JSON: " + etcd::printable_excerpt(t.body);
+            return make_error_code(ElectorErrc::server_error);
+        }
+        return Reply{status, std::move(t.body)};
+    }
+
     // One POST, endpoints tried in turn until @p deadline.
     Result<Reply> send(const std::string& path, const std::string& body, Clock::time_point deadline, LineSink* sink) {
         std::error_code last = make_error_code(ElectorErrc::unreachable);
@@ -214,10 +239,7 @@ struct EtcdElector::Http {
             curl.easy_cleanup(h);
             if (t.stopped) return Reply{status, std::move(t.pending)};
             if (t.too_big) return make_error_code(Errc::malformed_data);
-            if (rc == CURLE_OK) {
-                if (t.sink) return Reply{status, std::move(t.pending)};
-                return Reply{status, std::move(t.body)};
-            }
+            if (rc == CURLE_OK) return answered(status, t);
             // A member that answered and then ran out of time (a watch or
             // observe stream waiting, or a slow reply) stays the one to ask.
             if (rc == CURLE_OPERATION_TIMEDOUT && (status != 0 || !t.body.empty() || !t.pending.empty()))
@@ -324,13 +346,21 @@ Result<bool> EtcdElector::lead_or_wait(const std::string& prefix, const std::str
     if (!t) return server_error(r->body, t.error());
     if (t->reply.header.cluster_id) cluster_id_ = t->reply.header.cluster_id;
     if (t->ranges.size() != 2) return make_error_code(Errc::malformed_data);
-    const etcd::RangeReply* range = &t->ranges[0];
-    if (range->kvs.empty() || range->kvs[0].create_revision > candidate_->revision) {
+    // The first candidacy: keys under the prefix that are not candidacies
+    // (another election <election>/x, a key without a lease) never lead.
+    const etcd::Kv* leader = etcd::first_candidacy(prefix, t->ranges[0]);
+    if (!leader && t->ranges[0].kvs.size() >= static_cast<size_t>(etcd::kCandidacyScan)) {
+        last_error_ = "more than " + std::to_string(etcd::kCandidacyScan) + " keys under " + prefix +
+                      " that are no candidacy of this election come before ours: remove them (etcdctl get --prefix " +
+                      prefix + " --keys-only)";
+        return make_error_code(ElectorErrc::server_error);
+    }
+    if (!leader || leader->create_revision > candidate_->revision) {
         // Our key is gone while the lease lives (deleted by hand): queue again.
         candidate_.reset();
         return make_error_code(Errc::timeout);
     }
-    const etcd::Kv& first = range->kvs[0];
+    const etcd::Kv& first = *leader;
     if (first.key == key) {
         LeaderInfo l = *candidate_;
         l.revision = first.create_revision;
@@ -409,7 +439,7 @@ Result<EtcdElector::CounterRead> EtcdElector::read_counter(const std::string& co
 }
 
 Result<std::optional<uint32_t>> EtcdElector::issue_token(const std::string& counter_key, uint32_t base,
-                                                         int64_t mod_rev, const TokenStore* store,
+                                                         uint32_t seen, int64_t mod_rev, const TokenStore* store,
                                                          Clock::time_point deadline) {
     NVF_INVARIANT(won_.has_value());  // term() issues only to a won leadership
     if (!usable_epoch(base + 1)) {
@@ -419,6 +449,15 @@ Result<std::optional<uint32_t>> EtcdElector::issue_token(const std::string& coun
         last_error_ = "no token above " + std::to_string(base) + ": the key's epochs end at " +
                       std::to_string(kEpochCeiling - 1) + " (counter " + counter_key +
                       "; docs/ETCD.md \"A counter at the ceiling\")";
+        return make_error_code(Errc::epoch_out_of_range);
+    }
+    if (seen > 0 && base - std::min(base, seen) > kMaxEpochJump) {
+        // The device path's bound (EpochStore): one stray write far above
+        // every epoch seen would otherwise burn the epochs in a few terms.
+        last_error_ = "counter " + counter_key + " holds epoch " + std::to_string(base) + ", more than " +
+                      std::to_string(kMaxEpochJump) + " above every epoch this host has seen (" + std::to_string(seen) +
+                      "): implausible, no token issued; repair it to the highest epoch really used: etcdctl put " +
+                      counter_key + " \"<epoch> 1\" (docs/ETCD.md \"A counter at the ceiling\")";
         return make_error_code(Errc::epoch_out_of_range);
     }
     const etcd::CounterValue next{base + 1, won_->revision};
@@ -495,7 +534,8 @@ Result<Term> EtcdElector::term(uint32_t at_least, Ms timeout) {
             return t;
         }
         const uint32_t base = std::max({cur ? cur->epoch : 0u, floor.epoch, at_least});
-        auto issued = issue_token(counter_key, base, c.mod_rev, store ? &*store : nullptr, deadline);
+        auto issued = issue_token(counter_key, base, std::max(floor.epoch, at_least), c.mod_rev,
+                                  store ? &*store : nullptr, deadline);
         if (!issued) return issued.error();
         if (*issued) {
             t.epoch = **issued;
@@ -536,15 +576,21 @@ Result<LeaseStatus> EtcdElector::keepalive(Ms timeout) {
 }
 
 Result<LeaderInfo> EtcdElector::leader(Ms timeout) {
-    auto r = http_->post("/v3/election/leader", etcd::name_request(opts_.election), timeout);
+    // The first candidacy under the prefix, as a campaign decides it (not
+    // /v3/election/leader, which takes any key created first there).
+    const std::string prefix = opts_.election + "/";
+    auto r = http_->post("/v3/kv/range", etcd::first_created_request(prefix), timeout);
     if (!r) return r.error();
-    etcd::Header h;
-    auto l = etcd::parse_leader(r->body, &h);
-    if (!l) {
-        if (auto e = etcd::parse_error(r->body)) last_error_ = e->message;
-        return l.error();
-    }
-    if (h.cluster_id) cluster_id_ = h.cluster_id;
+    auto range = etcd::parse_range(r->body);
+    if (!range) return server_error(r->body, range.error());
+    if (range->reply.header.cluster_id) cluster_id_ = range->reply.header.cluster_id;
+    const etcd::Kv* first = etcd::first_candidacy(prefix, *range);
+    if (!first) return make_error_code(ElectorErrc::no_leader);
+    LeaderInfo l;
+    l.key = first->key;
+    l.value = first->value;
+    l.revision = first->create_revision;
+    l.lease = first->lease;
     return l;
 }
 

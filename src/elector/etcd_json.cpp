@@ -442,6 +442,40 @@ Result<Reply> parse_header_only(std::string_view body) {
     return o->second;
 }
 
+bool is_candidacy(std::string_view prefix, const Kv& kv) {
+    if (kv.lease == 0 || kv.key.size() <= prefix.size() || kv.key.compare(0, prefix.size(), prefix) != 0)
+        return false;
+    const std::string_view id = std::string_view(kv.key).substr(prefix.size());
+    return id.size() <= 16 && id.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+}
+
+const Kv* first_candidacy(std::string_view prefix, const RangeReply& range) {
+    for (const Kv& kv : range.kvs)
+        if (is_candidacy(prefix, kv)) return &kv;
+    return nullptr;
+}
+
+std::string printable_excerpt(std::string_view body) {
+    constexpr size_t kMax = 120;
+    std::string out;
+    bool space = false;
+    for (char ch : body) {
+        const auto u = static_cast<unsigned char>(ch);
+        if (u <= ' ') {
+            space = !out.empty();
+            continue;
+        }
+        if (out.size() >= kMax) {
+            out += "...";
+            break;
+        }
+        if (space) out += ' ';
+        space = false;
+        out += u < 0x7f ? ch : '?';
+    }
+    return out.empty() ? "(empty)" : "'" + out + "'";
+}
+
 std::optional<CounterValue> parse_counter(std::string_view text) {
     const size_t sp = text.find(' ');
     if (sp == std::string_view::npos || sp == 0 || sp + 1 >= text.size()) return std::nullopt;
@@ -531,7 +565,7 @@ json first_created_range(std::string_view prefix) {
     else end.back() = static_cast<char>(static_cast<unsigned char>(end.back()) + 1);
     return {{"key", base64_encode(prefix)},
             {"range_end", base64_encode(end)},
-            {"limit", "1"},
+            {"limit", std::to_string(kCandidacyScan)},
             {"sort_order", "ASCEND"},
             {"sort_target", "CREATE"}};
 }

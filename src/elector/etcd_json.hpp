@@ -94,6 +94,21 @@ struct RangeReply {
     std::vector<Kv> kvs;  ///< The keys found (at most 64 kept).
 };
 
+/// How many keys under `<election>/` a leader lookup reads, oldest first,
+/// to find the first candidacy among keys that are not candidacies.
+inline constexpr int kCandidacyScan = 64;
+
+/// True when @p kv is a candidacy of the election whose prefix is
+/// @p prefix (`<election>/`): its key is the prefix and a lease id in
+/// lowercase hex, as a campaign writes it, and it is on a lease. Another
+/// election named `<election>/x` (its candidacies and its counter), or any
+/// key without a lease, is not: it never leads, so it never blocks.
+bool is_candidacy(std::string_view prefix, const Kv& kv);
+
+/// The candidacy of @p range created first (range sorted by create
+/// revision, as first_created_request asks); nullptr when it has none.
+const Kv* first_candidacy(std::string_view prefix, const RangeReply& range);
+
 /// Reply of /v3/kv/txn.
 struct TxnReply {
     Reply reply;                 ///< Header.
@@ -130,6 +145,11 @@ std::optional<ServerError> parse_error(std::string_view body);
 /// "election: no leader" -> no_leader, "election: not leader" ->
 /// not_leader, anything else -> server_error.
 std::error_code classify_error(const ServerError& e);
+
+/// The start of @p body for a message: at most 120 characters, control
+/// characters and runs of white space as one space, non-ASCII as '?',
+/// quoted; "(empty)" for an empty body.
+std::string printable_excerpt(std::string_view body);
 
 /// Parses /v3/lease/grant's reply.
 Result<LeaseGrant> parse_lease_grant(std::string_view body);
@@ -180,8 +200,9 @@ std::string range_request(std::string_view key);
 /// Body of a candidacy's txn (what etcd's own election does): if @p key
 /// does not exist, put @p value on @p lease; else read it.
 std::string candidacy_txn_request(std::string_view key, int64_t lease, std::string_view value);
-/// Body of /v3/kv/range for the key with the lowest create revision under
-/// @p prefix: the election's leader.
+/// Body of /v3/kv/range for the kCandidacyScan keys with the lowest create
+/// revisions under @p prefix, oldest first: the election's leader is the
+/// first candidacy among them (first_candidacy).
 std::string first_created_request(std::string_view prefix);
 /// Body of a /v3/kv/txn without compares reading, at one revision, the
 /// election's leader (as first_created_request) and the counter key.

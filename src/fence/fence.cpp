@@ -394,11 +394,21 @@ Status Fence::token_usable(const ReservationStatus& seen, uint32_t token, uint64
             return make_error_code(Errc::lost_race);
     }
     if (seen.holder() && resv_type_all_registrants(seen.type)) return make_error_code(Errc::held_by_other);
-    if (!store_) return Ok{};
-    auto floor = store_->load();
-    if (!floor) return floor.error();
+    uint32_t floor = 0;
+    if (store_) {
+        auto f = store_->load();
+        if (!f) return f.error();
+        floor = *f;
+    }
     const Registrant* me = mine(seen);
-    if (*floor >= token && !(me && me->key == key)) return make_error_code(Errc::lost_race);
+    if (floor >= token && !(me && me->key == key)) return make_error_code(Errc::lost_race);
+    // A token far above every epoch seen (the device's of the tag, this
+    // host's floor) is implausible, by the bound a key's epoch has
+    // (kMaxEpochJump): one stray write to an elector's counter must not
+    // exhaust the epochs. Nothing seen (a fresh host and device): only the
+    // ceiling applies, as for the floor.
+    const uint32_t known = std::max(floor, observe_epochs(seen, opts_.tag, floor).highest);
+    if (known > 0 && token - std::min(token, known) > kMaxEpochJump) return make_error_code(Errc::epoch_out_of_range);
     return Ok{};
 }
 

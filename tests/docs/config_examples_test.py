@@ -115,7 +115,8 @@ def complete(settings: list, tls_file: str, password_file: str) -> list:
         out.append(("elector", "etcd"))
         names.add("elector")
     if dict(out).get("elector") == "etcd" and "etcd_endpoints" not in names:
-        scheme = "https" if names & set(TLS_KEYS) else "http"
+        # TLS files and a user (its password) need https:// endpoints.
+        scheme = "https" if names & (set(TLS_KEYS) | {"etcd_user"}) else "http"
         out.append(("etcd_endpoints", f"{scheme}://127.0.0.1:2379"))
     return out
 
@@ -153,6 +154,8 @@ def test_a_block_with_an_unknown_or_invalid_key_is_not_passed():
     keys = parser_keys()
     assert check_config([("lease_ttl_s", "1")]).returncode == 2
     assert check_config([("etcd_user", "nvfence"), ("etcd_password_file", "/x"), ("lease_ttl_s", "5")]).returncode == 0
+    assert check_config([("etcd_user", "nvfence"), ("etcd_password_file", "/x"),
+                         ("etcd_endpoints", "http://127.0.0.1:2379")]).returncode == 2
     text = "    elector = etcd\n    lease_tll_s = 5\n"
     assert not [b for lang, b, _ in code_blocks(text) if all(LINE.match(l) and LINE.match(l).group(1) in keys
                                                              for l in b if l.strip())]

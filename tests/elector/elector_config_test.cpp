@@ -127,7 +127,7 @@ TEST(ElectorConfig, KeysListed) {
 TEST(ElectorConfig, AUserAndItsPasswordFileGoTogether) {
     std::string why;
     Map m = {{"elector", "etcd"},
-             {"etcd_endpoints", "http://127.0.0.1:2379"},
+             {"etcd_endpoints", "https://127.0.0.1:2379"},
              {"etcd_user", "nvfence"},
              {"etcd_password_file", "/etc/nvfence/etcd.pw"}};
     auto r = parse_elector_settings(m, "v", why);
@@ -150,6 +150,26 @@ TEST(ElectorConfig, AUserAndItsPasswordFileGoTogether) {
     relative["etcd_password_file"] = "etcd.pw";
     EXPECT_NE(why_of(relative).find("absolute path"), std::string::npos);
     EXPECT_NE(why_of({{"etcd_user", "nvfence"}}).find("needs elector = etcd"), std::string::npos);
+}
+
+// A user's password (and then the token etcd gives for it, sent with every
+// request) never goes over plain http: refused, naming what to change.
+TEST(ElectorConfig, AUserOverPlainHttpIsRefused) {
+    const Map m = {{"elector", "etcd"},
+                   {"etcd_endpoints", "http://10.0.0.5:2379"},
+                   {"etcd_user", "nvfence"},
+                   {"etcd_password_file", "/etc/nvfence/etcd.pw"}};
+    EXPECT_EQ(why_of(m), "etcd_user = \"nvfence\": the password and etcd's token would cross the network in clear "
+                         "over http:// endpoints: use https:// endpoints (etcd's --cert-file and --key-file)");
+    Map tls = m;
+    tls["etcd_endpoints"] = "https://10.0.0.5:2379";
+    std::string why;
+    EXPECT_TRUE(parse_elector_settings(tls, "v", why)) << why;
+    // Without a user, plain http stays accepted (a lab, a loopback etcd).
+    Map plain = m;
+    plain.erase("etcd_user");
+    plain.erase("etcd_password_file");
+    EXPECT_TRUE(parse_elector_settings(plain, "v", why)) << why;
 }
 
 namespace {

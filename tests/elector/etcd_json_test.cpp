@@ -196,10 +196,10 @@ TEST(EtcdJson, RequestsCarryInt64AsStringsAndBase64) {
               R"("success":[{"request_put":{"key":"bnZmZW5jZS92b2wxLzc=","lease":"7","value":"bm9kZTE="}}]})");
     // range_end "nvfence/vol10": the prefix "nvfence/vol1/" with '/' + 1.
     EXPECT_EQ(first_created_request("nvfence/vol1/"),
-              R"({"key":"bnZmZW5jZS92b2wxLw==","limit":"1","range_end":"bnZmZW5jZS92b2wxMA==","sort_order":"ASCEND","sort_target":"CREATE"})");
+              R"({"key":"bnZmZW5jZS92b2wxLw==","limit":"64","range_end":"bnZmZW5jZS92b2wxMA==","sort_order":"ASCEND","sort_target":"CREATE"})");
     EXPECT_EQ(*base64_decode("bnZmZW5jZS92b2wxMA=="), "nvfence/vol10");
     EXPECT_EQ(leader_and_counter_request("nvfence/vol1/", "nvfence/vol1.epoch"),
-              R"({"success":[{"request_range":{"key":"bnZmZW5jZS92b2wxLw==","limit":"1","range_end":"bnZmZW5jZS92b2wxMA==","sort_order":"ASCEND","sort_target":"CREATE"}},)"
+              R"({"success":[{"request_range":{"key":"bnZmZW5jZS92b2wxLw==","limit":"64","range_end":"bnZmZW5jZS92b2wxMA==","sort_order":"ASCEND","sort_target":"CREATE"}},)"
               R"({"request_range":{"key":"bnZmZW5jZS92b2wxLmVwb2No"}}]})");
     EXPECT_EQ(*base64_decode("bnZmZW5jZS92b2wxLmVwb2No"), "nvfence/vol1.epoch");
     EXPECT_EQ(watch_request("nvfence/vol1/7", 12),
@@ -262,4 +262,38 @@ TEST(EtcdJson, NestingUpToTheBoundAndBracketsInStringsAreRead) {
     EXPECT_EQ(k->ttl_s, 5);
     const std::string over = R"({"result":{"ID":"7","TTL":"5","x":[)" + deep + "]}}";  // one more
     EXPECT_EQ(parse_keepalive(over).error(), make_error_code(Errc::malformed_data));
+}
+
+// Only candidacies lead: `<election>/<lease hex>` on a lease. Another
+// election named `<election>/x` (its candidacies, its counter) and keys
+// without a lease are skipped, in create order.
+TEST(EtcdJson, OnlyACandidacyOfTheElectionLeads) {
+    using namespace nvfence::etcd;
+    auto kv = [](std::string key, int64_t lease, int64_t rev) {
+        Kv k;
+        k.key = std::move(key);
+        k.lease = lease;
+        k.create_revision = rev;
+        return k;
+    };
+    const std::string p = "nvfence/vol1/";
+    EXPECT_TRUE(is_candidacy(p, kv("nvfence/vol1/694d7b0c5a1e2f03", 7, 1)));
+    EXPECT_FALSE(is_candidacy(p, kv("nvfence/vol1/694d7b0c5a1e2f03", 0, 1))) << "no lease";
+    EXPECT_FALSE(is_candidacy(p, kv("nvfence/vol1/x/694d", 7, 1))) << "election nvfence/vol1/x";
+    EXPECT_FALSE(is_candidacy(p, kv("nvfence/vol1/x.epoch", 0, 1)));
+    EXPECT_FALSE(is_candidacy(p, kv("nvfence/vol1/ABC", 7, 1))) << "campaigns write lowercase hex";
+    EXPECT_FALSE(is_candidacy(p, kv("nvfence/vol1/", 7, 1)));
+    EXPECT_FALSE(is_candidacy(p, kv("nvfence/vol1/1234567890abcdef0", 7, 1))) << "longer than a lease id";
+    RangeReply r;
+    r.kvs = {kv("nvfence/vol1/notes", 0, 3), kv("nvfence/vol1/x/1a", 9, 4), kv("nvfence/vol1/2b", 8, 5),
+             kv("nvfence/vol1/3c", 9, 6)};
+    const Kv* first = first_candidacy(p, r);
+    ASSERT_NE(first, nullptr);
+    EXPECT_EQ(first->key, "nvfence/vol1/2b");
+    r.kvs.resize(2);
+    EXPECT_EQ(first_candidacy(p, r), nullptr);
+    EXPECT_EQ(printable_excerpt("<html>\n <body>503\tService\x01 Unavailable</body>\n"),
+              "'<html> <body>503 Service Unavailable</body>'");
+    EXPECT_EQ(printable_excerpt(""), "(empty)");
+    EXPECT_EQ(printable_excerpt(std::string(500, 'x')).size(), 2 + 120 + 3u);
 }

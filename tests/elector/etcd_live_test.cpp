@@ -356,6 +356,37 @@ TEST_F(EtcdLive, ACounterAtTheCeilingIsRefusedNeverStoredAndRepairable) {
     EXPECT_EQ(t2->epoch, used + 1);
 }
 
+// One write that puts the counter far above every epoch this host has seen
+// (its token floor, the device's epochs it passes as at_least), below the
+// ceiling: the next token would be nearly the last usable one. Refused as
+// implausible with the bound the device path uses (kMaxEpochJump), nothing
+// stored, and the message says what to repair.
+TEST_F(EtcdLive, ACounterFarAboveEveryEpochSeenIsRefusedAsImplausible) {
+    const std::string state = etcd_.dir() + "/state";
+    auto a = elector("node=1", 5, state);
+    ASSERT_TRUE(a->campaign(kCall));
+    ASSERT_TRUE(a->term(0, kCall));
+    ASSERT_TRUE(a->resign(kCall));
+    TokenStore store(state, "vol-test");
+    const uint32_t used = store.load()->epoch;
+    ASSERT_EQ(etcd_.ctl({"put", "nvfence/vol-test.epoch", std::to_string(kEpochCeiling - 2) + " 1"}, nullptr), 0);
+    ASSERT_TRUE(a->campaign(kCall));
+    auto t = a->term(0, kCall);
+    ASSERT_FALSE(t) << "token " << t->epoch;
+    EXPECT_EQ(t.error(), make_error_code(Errc::epoch_out_of_range));
+    EXPECT_NE(a->last_error().find("implausible"), std::string::npos) << a->last_error();
+    EXPECT_NE(a->last_error().find("etcdctl put nvfence/vol-test.epoch"), std::string::npos) << a->last_error();
+    EXPECT_EQ(store.load()->epoch, used) << "nothing stored";
+    // A device at a high epoch (at_least) makes the same counter plausible.
+    ASSERT_TRUE(a->resign(kCall));
+    const uint32_t high = kEpochCeiling - 100;
+    ASSERT_EQ(etcd_.ctl({"put", "nvfence/vol-test.epoch", std::to_string(high) + " 1"}, nullptr), 0);
+    ASSERT_TRUE(a->campaign(kCall));
+    auto t2 = a->term(high - 5, kCall);
+    ASSERT_TRUE(t2) << t2.error().message() << " " << a->last_error();
+    EXPECT_EQ(t2->epoch, high + 1);
+}
+
 TEST_F(EtcdLive, SnapshotRestoreRollsTheCounterBackButNotTheToken) {
     const std::string state = etcd_.dir() + "/state";
     auto a = elector("node=1", 5, state);
@@ -398,7 +429,8 @@ TEST_F(EtcdLive, SnapshotRestoreRollsTheCounterBackButNotTheToken) {
 // peer": the earlier form of the test below failed that way under load.)
 class PlainHttpServer {
 public:
-    PlainHttpServer() {
+    explicit PlainHttpServer(std::string reply = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+        : reply_(std::move(reply)) {
         fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         sockaddr_in a{};
         a.sin_family = AF_INET;
@@ -422,8 +454,7 @@ private:
         for (int served = 0; served < 16; ++served) {
             const int c = ::accept(fd_, nullptr, nullptr);
             if (c < 0) return;
-            static const char reply[] = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
-            (void)!::write(c, reply, sizeof reply - 1);
+            (void)!::write(c, reply_.data(), reply_.size());
             // Read until the client gives up, so closing sends no reset.
             timeval tv{5, 0};
             ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -433,6 +464,7 @@ private:
             ::close(c);
         }
     }
+    std::string reply_;
     int fd_ = -1;
     int port_ = 0;
     std::thread thread_;
@@ -457,6 +489,69 @@ TEST(EtcdTls, ATlsFailureSaysWhy) {
     const std::string d = (*e)->failure_detail();
     EXPECT_NE(d.find(o.endpoints[0]), std::string::npos) << d;
     EXPECT_TRUE(d.find("SSL") != std::string::npos || d.find("TLS") != std::string::npos) << d;
+}
+
+// An answer that is not etcd's JSON (a proxy's or a restarting member's
+// 503 page) says that it came from etcd, with the HTTP status and the
+// endpoint, not "the device returned malformed data" with no detail.
+TEST(EtcdReply, AnAnswerThatIsNotJsonSaysItCameFromEtcdWithTheHttpStatus) {
+    const std::string page = "<html><body><h1>503 Service Unavailable</h1>\nNo server is available.</body></html>\n";
+    PlainHttpServer proxy("HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/html\r\nContent-Length: " +
+                          std::to_string(page.size()) + "\r\n\r\n" + page);
+    ASSERT_GT(proxy.port(), 0);
+    EtcdOptions o;
+    o.endpoints = {"http://127.0.0.1:" + std::to_string(proxy.port())};
+    o.election = "nvfence/vol-test";
+    o.value = "node=1";
+    o.ttl_s = 5;
+    auto e = EtcdElector::create(o);
+    ASSERT_TRUE(e) << e.error().message();
+    for (int call = 0; call < 2; ++call) {
+        auto r = call == 0 ? (*e)->campaign(kCall).error() : (*e)->leader(kCall).error();
+        EXPECT_EQ(r, make_error_code(ElectorErrc::server_error)) << r.message();
+        const std::string d = (*e)->failure_detail();
+        EXPECT_NE(d.find("etcd"), std::string::npos) << d;
+        EXPECT_NE(d.find("HTTP 503"), std::string::npos) << d;
+        EXPECT_NE(d.find(o.endpoints[0]), std::string::npos) << d;
+        EXPECT_NE(d.find("503 Service Unavailable"), std::string::npos) << "the start of the page: " << d;
+    }
+    // A stream (observe) the same.
+    auto ob = (*e)->observe(std::nullopt, 1000ms);
+    ASSERT_FALSE(ob);
+    EXPECT_EQ(ob.error(), make_error_code(ElectorErrc::server_error)) << ob.error().message();
+    EXPECT_NE((*e)->failure_detail().find("HTTP 503"), std::string::npos) << (*e)->failure_detail();
+}
+
+// A key under <election>/ that is not a candidacy: another election named
+// <election>/x (its candidacy and its counter) and keys without a lease.
+// None of them is a leader of this election: they never block it.
+TEST_F(EtcdLive, KeysUnderTheElectionThatAreNotCandidaciesDoNotBlockIt) {
+    ASSERT_EQ(etcd_.ctl({"put", "nvfence/vol-test/notes", "by hand"}, nullptr), 0);
+    ASSERT_EQ(etcd_.ctl({"put", "nvfence/vol-test/1234abcd", "no lease"}, nullptr), 0);
+    EtcdOptions o;
+    o.endpoints = {etcd_.client_url()};
+    o.election = "nvfence/vol-test/x";
+    o.value = "node=7";
+    o.ttl_s = 5;
+    auto other = EtcdElector::create(o);
+    ASSERT_TRUE(other);
+    ASSERT_TRUE((*other)->campaign(kCall));
+    ASSERT_TRUE((*other)->term(0, kCall));  // its counter nvfence/vol-test/x.epoch
+    auto a = elector("node=1");
+    auto won = a->campaign(kCall);
+    ASSERT_TRUE(won) << won.error().message() << " " << a->last_error();
+    EXPECT_EQ(won->value, "node=1");
+    auto b = elector("node=2");
+    auto l = b->leader(kCall);
+    ASSERT_TRUE(l) << l.error().message() << " " << b->last_error();
+    EXPECT_TRUE(l->same_leadership(*won)) << l->key;
+    // b queues behind a, and wins once a resigns.
+    ASSERT_EQ(b->campaign(300ms).error(), make_error_code(Errc::timeout));
+    ASSERT_TRUE(a->resign(kCall));
+    auto wb = win(*b);
+    ASSERT_TRUE(wb) << wb.error().message() << " " << b->last_error();
+    EXPECT_EQ(wb->value, "node=2");
+    EXPECT_TRUE((*other)->resign(kCall));
 }
 
 // A daemon started from a shell that exports a proxy (or a unit with

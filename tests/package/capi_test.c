@@ -7,6 +7,7 @@
 #include <nvfence/nvfence.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,11 @@ static void test_errors(void) {
     CHECK(strstr(nvf_strerror(-(NVF_ERR_ERRNO_BASE + ENOENT)), "No such file") != NULL);
     CHECK(strstr(nvf_strerror(-NVF_ERRC_NOMEM), "memory") != NULL);
     CHECK(strstr(nvf_strerror(-12345678), "unknown") != NULL);
+    /* INT_MIN has no negation: a code outside every range, defined. */
+    CHECK(strstr(nvf_strerror(INT_MIN), "unknown nvfence error code") != NULL);
+    CHECK(nvf_is_fenced(INT_MIN) == 0);
+    CHECK(nvf_exit_code(INT_MIN) == 1);
+    CHECK(nvf_err_nvme_status(INT_MIN) == -1 && nvf_err_errno(INT_MIN) == 0);
     /* Every code the library returns has its words, the last ones too. */
     CHECK(strstr(nvf_strerror(-NVF_ERRC_OWN_KEY), "own key") != NULL);
     CHECK(strstr(nvf_strerror(-NVF_ERRC_VIEW_LOST), "view of the device") != NULL);

@@ -31,8 +31,9 @@ const std::vector<ParamDoc> kParams = {
     {.name = "devices", .getopt = "-d, --devices=[devices]", .type = "string",
      .shortdesc = "Shared NVMe namespaces to fence on, comma or space separated: /dev/nvmeXnY, /dev/ngXnY or a "
                   "link to one (/dev/disk/by-id/..., /dev/nvfence/VOLUME). Each must support NVMe reservations. "
-                  "Without it, every link under /dev/nvfence (nvfence's udev rules name each shared namespace "
-                  "there by its volume id) is used. Device-mapper devices (/dev/mapper/*, /dev/dm-*: "
+                  "Without it, the links under /dev/nvfence (nvfence's udev rules name each shared namespace "
+                  "there by its volume id) to namespaces where a key of the cluster tag is registered are used; "
+                  "the others are skipped with a warning, so the first unfencing names the devices. Device-mapper devices (/dev/mapper/*, /dev/dm-*: "
                   "dm-multipath) are refused: give the namespace of native NVMe multipath."},
     {.name = "key", .getopt = "-k, --key=[node id]", .type = "string",
      .shortdesc = "Node id of the node to act on (1-255, or an nvfence key nf:TAG:NODE:EPOCH whose node is used), "
@@ -45,9 +46,12 @@ const std::vector<ParamDoc> kParams = {
      .shortdesc = "Reservation held on the devices: registrants-only (Write Exclusive - Registrants Only, NVMe "
                   "type 3, SCSI type 5: every unfenced node writes) or exclusive (Write Exclusive, NVMe and SCSI "
                   "type 1: only the holder writes). Names only: NVMe numbers the types differently from SCSI."},
-    {.name = "cluster_tag", .getopt = "--cluster-tag=[tag]", .type = "integer", .def = "0",
+    {.name = "cluster_tag", .getopt = "--cluster-tag=[tag]", .type = "integer",
      .shortdesc = "Cluster tag of the keys (0-255), as nvfence and nvfenced use it; keys of other tags are never "
-                  "touched."},
+                  "touched. Without it, the tag is derived from corosync's cluster name (totem.cluster_name): "
+                  "1 + FNV-1a-32(name) mod 255, never 0; 0 without corosync on the host. A cluster whose keys "
+                  "were made with tag 0 keeps them with cluster_tag=0; where keys of another tag with the same "
+                  "node ids are registered, a derived tag is refused."},
     {.name = "aptpl", .getopt = "-a, --aptpl", .type = "boolean", .def = "0",
      .shortdesc = "Make the registrations and the reservation persist through power loss (NVMe PTPL, fence_scsi's "
                   "APTPL). Used by 'on' only: it registers with CPTPL set (or sets it with the node's key when the "

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "agent/agent_state_file.hpp"
+#include "agent/cluster_tag.hpp"
 #include "internal/invariant.hpp"
 #include "nvfence/epoch_store.hpp"
 #include "nvfence/error.hpp"
@@ -39,6 +40,52 @@ std::string key_words(uint64_t key) {
     if (auto f = decode_key(key))
         return format_key(key) + " (node " + std::to_string(f->node) + ", epoch " + std::to_string(f->epoch) + ")";
     return format_key_hex(key) + " (foreign)";
+}
+
+// Keys on @p st that are not this cluster's (another tag, or not nvfence's
+// at all), as text; "" when there are none.
+std::string keys_not_ours(const ReservationStatus& st, uint8_t tag) {
+    std::string keys;
+    for (const auto& r : st.registrants) {
+        auto f = decode_key(r.key);
+        if (!f || f->tag != tag) keys += (keys.empty() ? "" : ", ") + key_words(r.key);
+    }
+    return keys;
+}
+
+// Keys of another tag with node ids of @p nodes, where this cluster's tag
+// was derived from corosync's cluster name: this cluster's own keys from
+// before the tag was derived (the migration keeps them with an explicit
+// cluster_tag), or another cluster with the same node ids. Refused, with
+// both in the message; an explicit cluster_tag is the operator's choice.
+bool other_tag_refused(const Ctx& c, const Device& d, const ReservationStatus& st, std::set<uint8_t> nodes) {
+    if (!c.o.tag_from_name) return false;
+    std::string keys;
+    std::optional<uint8_t> other;
+    for (const auto& r : st.registrants) {
+        auto f = decode_key(r.key);
+        if (!f || f->tag == c.o.tag || !nodes.count(f->node)) continue;
+        keys += (keys.empty() ? "" : ", ") + key_words(r.key);
+        if (!other) other = f->tag;
+    }
+    if (!other) return false;
+    const std::string t = std::to_string(*other);
+    c.error(d.path() + ": keys of cluster tag " + t + " with this cluster's node ids are registered (" + keys +
+            "), but this cluster's tag is " + std::to_string(c.o.tag) + " (derived from corosync's cluster name): "
+            "if they are this cluster's keys from before the tag was derived, set cluster_tag=" + t +
+            " to keep them; if another cluster's, give each cluster its own cluster_tag");
+    return true;
+}
+
+// 'on' never takes a reservation beside keys that are not this cluster's:
+// it would lock that volume's own writers out.
+bool refuse_acquire_beside(const Ctx& c, const Device& d, const ReservationStatus& st) {
+    const std::string other = keys_not_ours(st, c.o.tag);
+    if (other.empty()) return false;
+    c.error(d.path() + ": not taking the reservation nobody holds: keys that are not this cluster's (cluster tag " +
+            std::to_string(c.o.tag) + ") are registered: " + other +
+            "; taking it would lock out their writers (another cluster's volume?)");
+    return true;
 }
 
 Result<std::map<std::string, uint8_t>> node_map(const Ctx& c, std::string& why) {
@@ -158,17 +205,38 @@ std::unique_ptr<Device> open_device(const Ctx& c, const std::string& path) {
 bool need_devices(const Ctx& c) {
     if (c.devices.empty()) {
         c.error("no devices given (devices=/dev/nvme1n1,... or -d) and none found under " + std::string(kNvfenceLinkDir) +
-                " (the udev rules' links to shared namespaces)");
+                " (the udev rules' links to shared namespaces; one is this cluster's when a key of cluster tag " +
+                std::to_string(c.o.tag) + " is registered on it: name the devices for the first unfencing)");
         return false;
     }
     return true;
 }
 
-// devices when given; otherwise every link under /dev/nvfence, in the
-// volume order discover gives (the same on every node).
+// A discovered namespace is this cluster's when a key of its tag is
+// registered there; one that cannot be opened or read is kept (the action
+// reports why). Another cluster's volume, a local dual-ported SSD, an
+// auto-connected namespace: skipped with a warning.
+bool of_this_cluster(const Ctx& c, const std::string& path) {
+    std::string why;
+    auto d = c.host.open(path, why);
+    if (!d) return true;
+    auto st = (*d)->resv().report();
+    if (!st) return true;
+    for (const auto& r : st->registrants)
+        if (auto f = decode_key(r.key); f && f->tag == c.o.tag) return true;
+    c.log(Level::warning, path + ": skipped: no key of cluster tag " + std::to_string(c.o.tag) +
+                              " is registered on it (not this cluster's namespace; name it in devices if it is)");
+    return false;
+}
+
+// devices when given; otherwise the links under /dev/nvfence to this
+// cluster's namespaces, in the volume order discover gives (the same on
+// every node).
 std::vector<std::string> devices_of(const Ctx& c) {
     if (!c.o.devices.empty() || !c.host.discover) return c.o.devices;
-    auto found = c.host.discover();
+    std::vector<std::string> found;
+    for (auto& p : c.host.discover())
+        if (of_this_cluster(c, p)) found.push_back(std::move(p));
     if (!found.empty()) {
         std::string list;
         for (const auto& p : found) list += (list.empty() ? "" : ", ") + p;
@@ -271,7 +339,7 @@ bool on_through_agent(const Ctx& c, Device& d, const AgentLink& agent, uint8_t n
     // role is acquire; verify_on warns when it did not.
     if (c.o.mode == Mode::registrants_only) {
         auto now = read_reservation(c, d, d.path());
-        if (now && now->type == ResvType::none) {
+        if (now && now->type == ResvType::none && !refuse_acquire_beside(c, d, *now)) {
             if (requester_gone(c, d.path())) return false;
             auto r = ask_agent(c, sock, ControlOp::rejoin);
             if (r && r->exit_code == 0 && r->changed) c.info(d.path() + ": nobody held the reservation: " + r->message);
@@ -338,7 +406,7 @@ bool on_direct(const Ctx& c, Device& d, uint8_t node) {
     else c.debug(d.path() + ": already registered with " + key_words(j->key));
     record_unfenced(c, d, j->key);
     if (c.o.aptpl && !j->after.ptpl) set_ptpl_with(c, d, j->key);
-    if (j->after.type == ResvType::none) {
+    if (j->after.type == ResvType::none && !refuse_acquire_beside(c, d, j->after)) {
         auto a = f.acquire();
         if (a) c.info(d.path() + ": took the " + resv_type_name(type) + " reservation");
         else if (a.error() != Errc::held_by_other)
@@ -386,6 +454,10 @@ bool on_device(const Ctx& c, Device& d, uint8_t node) {
         c.error(d.path() + ": aptpl: the namespace does not support Persist Through Power Loss (RESCAP bit 0 "
                 "clear); nothing was changed");
         return false;
+    }
+    if (c.o.tag_from_name) {
+        auto st = read_reservation(c, d, d.path());
+        if (!st || other_tag_refused(c, d, *st, {node})) return false;
     }
     const auto agent = agent_for(c, d);
     if (!(agent ? on_through_agent(c, d, *agent, node) : on_direct(c, d, node))) return false;
@@ -524,6 +596,11 @@ OffResult off_direct(const Ctx& c, Device& d, uint8_t victim) {
 }
 
 OffResult off_device(const Ctx& c, Device& d, uint8_t victim) {
+    if (c.o.tag_from_name) {
+        auto st = read_reservation(c, d, d.path());
+        if (!st) return OffResult::failed;
+        if (other_tag_refused(c, d, *st, {victim})) return OffResult::refused;
+    }
     if (auto agent = agent_for(c, d)) return off_through_agent(c, d, agent->sock, victim);
     return off_direct(c, d, victim);
 }
@@ -665,7 +742,7 @@ int action_status(const Ctx& c) {
         auto d = open_device(c, path);
         if (!d) return kExitError;
         auto st = read_reservation(c, *d, path);
-        if (!st) return kExitError;
+        if (!st || other_tag_refused(c, *d, *st, {*node})) return kExitError;
         auto keys = node_keys(*st, c.o.tag, *node);
         if (!keys.empty()) {
             on = true;
@@ -798,6 +875,43 @@ int action_list_status(const Ctx& c) {
     return kExitOk;
 }
 
+int dispatch(const Ctx& c) {
+    switch (c.o.action) {
+    case Action::on: return action_on(c);
+    case Action::off: return action_off(c);
+    case Action::status: return action_status(c);
+    case Action::monitor: return action_monitor(c);
+    case Action::list: return action_list(c);
+    case Action::list_status: return action_list_status(c);
+    case Action::validate_all: return action_validate(c);
+    case Action::metadata:
+    case Action::manpage: break;
+    }
+    return kExitOk;
+}
+
+// corosync's cluster name (totem.cluster_name), from which the tag is
+// derived when cluster_tag is not given; "" when corosync is not installed
+// (corosync-cmapctl missing: tag 0, as before the tag was derived);
+// nullopt, logged, when corosync is there but the name cannot be read: no
+// guess (a wrong tag would make 'off' find nobody to fence).
+std::optional<std::string> corosync_cluster_name(const Ctx& c) {
+    if (!c.host.cmapctl) return std::string();
+    const std::string& cmap = c.o.corosync_cmap_path;
+    auto text = c.host.cmapctl(cmap, {"-g", "totem.cluster_name"});
+    if (!text && text.error() == errno_error(ENOENT)) {
+        c.debug("cluster_tag not set and no corosync on this host (" + cmap + " not found): cluster tag 0");
+        return std::string();
+    }
+    std::optional<std::string> name;
+    if (text) name = cmap_string_value(*text, "totem.cluster_name");
+    if (!name)
+        c.error("cluster_tag is not set and corosync's cluster name cannot be read (" + cmap +
+                " -g totem.cluster_name: " + (text ? std::string("no value") : text.error().message()) +
+                "): set cluster_tag (0 for a cluster whose keys were made with tag 0)");
+    return name;
+}
+
 }  // namespace
 
 bool is_device_mapper_path(std::string_view path) {
@@ -865,19 +979,18 @@ int run(const Parsed& parsed, Host& host, std::string& out) {
         return kExitError;
     }
     c.debug(std::string("action ") + action_name(o.action) + ", reservation_type " + mode_name(o.mode));
-    if (o.action != Action::list) c.devices = devices_of(c);
-    switch (o.action) {
-    case Action::on: return action_on(c);
-    case Action::off: return action_off(c);
-    case Action::status: return action_status(c);
-    case Action::monitor: return action_monitor(c);
-    case Action::list: return action_list(c);
-    case Action::list_status: return action_list_status(c);
-    case Action::validate_all: return action_validate(c);
-    case Action::metadata:
-    case Action::manpage: break;
+    Options tagged = o;
+    if (o.action != Action::list && !o.tag_given) {
+        auto name = corosync_cluster_name(c);
+        if (!name) return kExitError;
+        tagged.tag = name->empty() ? 0 : cluster_tag_for_name(*name);
+        tagged.tag_from_name = !name->empty();
+        if (tagged.tag_from_name)
+            c.debug("cluster tag " + std::to_string(tagged.tag) + " (from corosync's cluster name '" + *name + "')");
     }
-    return kExitOk;
+    Ctx ct{tagged, host, out, {}};
+    if (o.action != Action::list) ct.devices = devices_of(ct);
+    return dispatch(ct);
 }
 
 }  // namespace nvfence::fence_agent

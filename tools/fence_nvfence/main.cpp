@@ -2,11 +2,7 @@
 // fence_nvfence: the Pacemaker fence agent for NVMe reservations. The
 // actions live in fence_agent.cpp; this file connects them to the machine.
 #include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/utsname.h>
-#include <sys/wait.h>
 #include <syslog.h>
 #include <unistd.h>
 
@@ -15,23 +11,19 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <thread>
 
 #include "fence_agent.hpp"
+#include "host_io.hpp"
 #include "agent/agent_config.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/namespace.hpp"
-
-extern char** environ;
 
 namespace nvfence::fence_agent {
 namespace {
 
 constexpr size_t kMaxStdinBytes = 1 << 20;
-constexpr int kCmapTimeoutMs = 10000;
-constexpr size_t kMaxCmapBytes = 1 << 20;
 constexpr uint32_t kAgentStatusTimeoutMs = 3000;
 // A takeover waits for a preempt-and-abort (bounded by the library at 30 s).
 constexpr uint32_t kAgentChangeTimeoutMs = 60000;
@@ -79,55 +71,6 @@ Result<std::unique_ptr<Device>> open_real(const std::string& path, std::string& 
         return make_error_code(Errc::host_id_unknown);
     }
     return std::unique_ptr<Device>(std::make_unique<RealDevice>(path, std::move(*ns)));
-}
-
-// Runs a program without a shell, its stdout captured, within a bound.
-Result<std::string> run_bounded(const std::string& prog, const std::vector<std::string>& args) {
-    int pipefd[2];
-    if (::pipe2(pipefd, O_CLOEXEC) != 0) return errno_error(errno);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
-    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-    std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(prog.c_str()));
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    pid_t pid = -1;
-    const int rc = ::posix_spawn(&pid, prog.c_str(), &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    ::close(pipefd[1]);
-    if (rc != 0) {
-        ::close(pipefd[0]);
-        return errno_error(rc);
-    }
-    std::string out;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kCmapTimeoutMs);
-    bool timed_out = false;
-    for (;;) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
-        if (left <= 0) {
-            timed_out = true;
-            break;
-        }
-        pollfd p{pipefd[0], POLLIN, 0};
-        const int n = ::poll(&p, 1, static_cast<int>(left));
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) continue;
-        char buf[4096];
-        const ssize_t r = ::read(pipefd[0], buf, sizeof buf);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
-        if (out.size() < kMaxCmapBytes) out.append(buf, static_cast<size_t>(r));
-    }
-    ::close(pipefd[0]);
-    if (timed_out) ::kill(pid, SIGKILL);
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (timed_out) return make_error_code(Errc::timeout);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return errno_error(EIO);
-    return out;
 }
 
 bool same_namespace(const std::string& a, const std::string& b) {
@@ -214,8 +157,12 @@ int main(int argc, char** argv) {
         parsed = parse_stdin(text);
     }
     const Options& o = parsed.opts;
-    std::ofstream debug_file;
-    if (!o.debug_file.empty()) debug_file.open(o.debug_file, std::ios::app);
+    Fd debug_file;
+    std::error_code debug_error;
+    if (!o.debug_file.empty()) {
+        if (auto f = open_debug_file(o.debug_file)) debug_file = std::move(*f);
+        else debug_error = f.error();
+    }
     ::openlog("fence_nvfence", LOG_PID, LOG_DAEMON);
 
     Host host;
@@ -225,7 +172,7 @@ int main(int argc, char** argv) {
     host.dm_slaves = dm_slaves;
     host.open = open_real;
     host.discover = [] { return discover_links(kNvfenceLinkDir); };
-    host.cmapctl = run_bounded;
+    host.cmapctl = [](const std::string& prog, const std::vector<std::string>& args) { return run_bounded(prog, args); };
     host.find_agent = [&o](const Device& d) { return find_agent_real(o, d); };
     host.control = [](const std::string& sock, const ControlRequest& req) {
         return control_request(sock, req, req.op == ControlOp::status ? kAgentStatusTimeoutMs : kAgentChangeTimeoutMs);
@@ -240,13 +187,13 @@ int main(int argc, char** argv) {
             const std::time_t t = std::time(nullptr);
             char ts[32];
             std::strftime(ts, sizeof ts, "%Y-%m-%d %H:%M:%S", std::localtime(&t));
-            debug_file << ts << " " << line << "\n";
-            debug_file.flush();
+            const std::string text = std::string(ts) + " " + line + "\n";
+            (void)!::write(debug_file.get(), text.data(), text.size());
         }
         if (l != Level::debug)
             ::syslog(l == Level::error ? LOG_ERR : l == Level::warning ? LOG_WARNING : LOG_INFO, "%s", msg.c_str());
     };
-    if (!o.debug_file.empty() && !debug_file) host.log(Level::warning, "cannot open debug file " + o.debug_file);
+    if (debug_error) host.log(Level::warning, "cannot open debug file " + o.debug_file + ": " + debug_error.message());
 
     std::string out;
     const int rc = run(parsed, host, out);

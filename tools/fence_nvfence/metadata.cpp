@@ -71,12 +71,12 @@ Options:
                                   metadata, manpage, validate-all
                                   (default off; no reboot)
    -d, --devices=[devices]        shared NVMe namespaces, comma or space separated
-                                  (default: every link under /dev/nvfence)
+                                  (default: this cluster's links under /dev/nvfence)
    -n, --plug=[nodename]          node to act on: name or node id (default: nodename)
    -k, --key=[node id]            node id of the node to act on (1-255)
    --node-ids=[map]               name:id;name:id (default: corosync nodeids)
    --reservation-type=[type]      registrants-only (default) or exclusive
-   --cluster-tag=[tag]            cluster tag of the keys (0-255, default 0)
+   --cluster-tag=[tag]            cluster tag of the keys (0-255, default: from corosync's cluster name)
    --agent-socket=[path]          nvfenced's control socket (default: searched)
    --state-dir=[path]             persisted epochs (default /var/lib/nvfence)
    --corosync-cmap-path=[path]    default /usr/sbin/corosync-cmapctl

@@ -157,6 +157,11 @@ bool apply_text(Options& o, const std::string& n, const std::string& value) {
 void apply_value(Parsed& p, const Spec& s, const std::string& value) {
     Options& o = p.opts;
     const std::string n = s.name;
+    if ((n == "debug_file" || n == "corosync_cmap_path" || n == "state_dir") && !value.empty() && value[0] != '/') {
+        // Relative to whatever directory the fencer runs the agent in.
+        p.errors.push_back(n + " '" + value + "' must be an absolute path");
+        return;
+    }
     if (apply_text(o, n, value)) return;
     if (n == "action") {
         apply_action(p, value);
@@ -175,8 +180,10 @@ void apply_value(Parsed& p, const Spec& s, const std::string& value) {
     } else if (n == "reservation_type") {
         apply_reservation_type(p, value);
     } else if (n == "cluster_tag") {
-        if (auto t = parse_uint(value, 0, 255)) o.tag = static_cast<uint8_t>(*t);
-        else p.errors.push_back("cluster_tag '" + value + "' is not a number from 0 to 255");
+        if (auto t = parse_uint(value, 0, 255)) {
+            o.tag = static_cast<uint8_t>(*t);
+            o.tag_given = true;
+        } else p.errors.push_back("cluster_tag '" + value + "' is not a number from 0 to 255");
     } else if (n == "delay") {
         if (auto d = parse_uint(value, 0, 3600)) o.delay_s = static_cast<uint32_t>(*d);
         else p.errors.push_back("delay '" + value + "' is not a number of seconds from 0 to 3600");

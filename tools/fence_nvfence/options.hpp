@@ -61,6 +61,8 @@ struct Options {
     std::string node_ids;                    ///< --node-ids: "n1:1;n2:2" (kept as text, see parse_node_map).
     Mode mode = Mode::registrants_only;      ///< --reservation-type.
     uint8_t tag = 0;                         ///< --cluster-tag: the key's cluster tag.
+    bool tag_given = false;                  ///< cluster_tag was given (else derived: agent/cluster_tag.hpp).
+    bool tag_from_name = false;              ///< set by run(): tag derived from corosync's cluster name.
     uint32_t delay_s = 0;                    ///< --delay: seconds before off (0..3600).
     bool aptpl = false;                      ///< -a/--aptpl: 'on' makes the reservation persist through power loss.
     unsigned verbose = 0;                    ///< -v (counted) / verbose=1.

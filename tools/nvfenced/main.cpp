@@ -30,6 +30,7 @@
 #include "elector_link.hpp"
 #include "agent/agent.hpp"
 #include "agent/agent_config.hpp"
+#include "agent/cluster_tag.hpp"
 #include "internal/clock.hpp"
 #include "internal/file_name.hpp"
 #include "nvfence/control.hpp"
@@ -666,6 +667,21 @@ void add_key_options(CLI::App& app, std::map<std::string, std::string>& values,
     }
 }
 
+// The check-only watcher of a Pacemaker cluster without cluster_tag: the
+// tag fence_nvfence derives from the same cluster name (cluster_tag.hpp).
+bool derive_watch_tag(nvfence::AgentSettings& s, const std::string& config) {
+    if (s.role != nvfence::StartRole::watch || s.tag_given) return true;
+    std::string why;
+    auto tag = nvfence::tag_from_corosync_conf(nvfence::kCorosyncConf, why);
+    if (!tag) {
+        std::cerr << "nvfenced: invalid configuration: " << why << (config.empty() ? "" : " (in " + config + ")")
+                  << "\n";
+        return false;
+    }
+    s.tag = *tag;
+    return true;
+}
+
 int real_main(int argc, char** argv) {
     CLI::App app{"nvfenced: the nvfence host agent. It registers this host on one shared NVMe namespace,\n"
                  "holds the reservation or stands by, watches it every interval, and self-fences\n"
@@ -724,6 +740,7 @@ int real_main(int argc, char** argv) {
                   << "\n";
         return kExitConfig;
     }
+    if (!derive_watch_tag(*settings, config)) return kExitConfig;
     if (check_only) {
         std::cout << "nvfenced: configuration ok\n";
         return 0;

@@ -154,14 +154,25 @@ def test_ebs_namespace_link_and_properties(lab):
 
 
 def test_fence_nvfence_finds_the_link_without_devices(lab):
-    """fence_nvfence given no devices uses every link under /dev/nvfence:
-    here the EBS namespace's, so status of a node that never registered is
-    OFF (exit 2) read from that device, not a missing-devices error (1)."""
+    """fence_nvfence given no devices uses the links under /dev/nvfence to
+    this cluster's namespaces: the EBS namespace's link, once a key of the
+    cluster tag is registered there (a's unfencing, naming the link), so
+    status of b, never registered, is OFF (exit 2) read from that device.
+    Before, with no key of the tag, the link is skipped with a warning."""
     a = lab.hosts[0]
     assert a.run(f"[ -L {LINK} ]").rc == 0
-    r = a.run("printf 'action=status\\nplug=b\\nnode_ids=a:1;b:2\\nverbose=1\\n' | fence_nvfence", timeout_s=60)
-    assert r.rc == 2 and "Status: OFF" in r.out, r
-    assert f"no devices given: using {LINK}" in r.err, r
+    status = "printf 'action=status\\nplug=b\\nnode_ids=a:1;b:2\\nverbose=1\\n' | fence_nvfence"
+    r = a.run(status, timeout_s=60)
+    assert r.rc == 1 and f"{LINK}: skipped: no key of cluster tag 0" in r.err, r
+    on = f"printf 'action=on\\nplug=a\\nnode_ids=a:1;b:2\\ndevices={LINK}\\n' | fence_nvfence"
+    r = a.run(on, timeout_s=60)
+    assert r.rc == 0, r
+    try:
+        r = a.run(status, timeout_s=60)
+        assert r.rc == 2 and "Status: OFF" in r.out, r
+        assert f"no devices given: using {LINK}" in r.err, r
+    finally:
+        a.run(f"nvfence unregister {LINK}", timeout_s=60)
 
 
 def test_unit_wanted_only_for_configured_volume(lab):
