@@ -159,14 +159,17 @@ std::optional<Violation> InvariantChecker::lease(int host, const HostView& h) co
     // What it reports: judged when its agent had its turn (not inside a
     // device command, frozen or due), as nvfenced answers a status only
     // between calls, after serving the elector's queued events.
-    if (!h.alive || !h.idle || h.state != AgentState::holder ||
+    // Inside a device command too: its writers run on while it waits, so
+    // the step-down must not wait for the command to return.
+    if (!h.alive || !(h.idle || h.in_device_call) || h.state != AgentState::holder ||
         h.local_ms <= h.lease_deadline_ms)
         return std::nullopt;
     const std::string late = h.lease_deadline_ms == INT64_MIN
                                  ? std::string("it never had a lease")
                                  : "its lease ran out " + std::to_string(h.local_ms - h.lease_deadline_ms) +
                                        " ms ago by its own clock";
-    return Violation{Inv::holder_past_lease, "host " + std::to_string(host) + " reports HOLDER but " + late};
+    return Violation{Inv::holder_past_lease, "host " + std::to_string(host) + " is HOLDER" +
+                                                 (h.idle ? "" : " inside a device command") + " but " + late};
 }
 
 std::optional<Violation> InvariantChecker::view(int host, const HostView& h) const {

@@ -23,10 +23,11 @@
 ///    older than one already used on the device;
 ///  - acked_write_lost: a write acknowledged ok landed, and no landed write
 ///    is overwritten by one of an older epoch;
-///  - holder_past_lease: an idle agent (it had its turn: not inside a call,
-///    frozen, due or with elector events queued) whose lease ran out by its
-///    own clock does not report HOLDER (judged while its driver is not inside
-///    a call: one nested in a later wait ends only after it);
+///  - holder_past_lease: an agent whose lease ran out by its own clock is
+///    not HOLDER (its writers stopped), judged when it had its turn (not
+///    inside a call, frozen, due or with elector events queued) and while
+///    it waits in a device command (its writers run on meanwhile: the
+///    step-down must not wait for a command to return);
 ///  - liveness: after the world healed, within a bounded simulated time,
 ///    exactly one live host holds (on the device and in its agent) and
 ///    every live host is a candidate (STANDBY, HOLDER, or FENCED with its
@@ -98,6 +99,7 @@ struct HostView {
     int64_t local_ms = 0;                      ///< Its own clock.
     int64_t lease_deadline_ms = INT64_MIN;     ///< Its lease may live until this (own clock).
     bool idle = true;                          ///< Its agent had its turn: not in a call, frozen, due or with events queued.
+    bool in_device_call = false;               ///< Its agent waits in a device command (not frozen): its writers run on.
     bool candidate = false;                    ///< Its agent may stand in an election (Agent::candidate()).
     int64_t last_view_ms = 0;                  ///< Its last successful Report (own clock).
     int64_t view_bound_ms = INT64_MAX;         ///< How stale a HOLDER's view may get (own clock).

@@ -165,8 +165,13 @@ TEST(SimInvariants, HolderPastLeaseFiresOnlyForAHolderPastItsOwnDeadline) {
     auto v = c.lease(0, h);
     ASSERT_TRUE(v);
     EXPECT_EQ(v->inv, Inv::holder_past_lease);
-    h.idle = false;  // inside a device command: it answers nobody until it returns
+    h.idle = false;  // inside another call (a state write, an action), frozen or due: judged at its turn
     EXPECT_FALSE(c.lease(0, h));
+    h.in_device_call = true;  // waiting in a device command: its writers run on, the step-down may not wait
+    v = c.lease(0, h);
+    ASSERT_TRUE(v);
+    EXPECT_EQ(v->inv, Inv::holder_past_lease);
+    h.in_device_call = false;
     h.idle = true;
     EXPECT_TRUE(c.lease(0, h));
     h.alive = false;  // a dead process reports nothing

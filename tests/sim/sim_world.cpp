@@ -285,6 +285,7 @@ struct Host {
     std::array<bool, kThreads> blocked{};  // suspended in World::block
     std::array<int64_t, kThreads> wake{};  // a blocked thread's wait ends
     std::array<int64_t, kThreads> call_end{};  // the bound of the call it waits in
+    std::array<bool, kThreads> in_device{};  // ... and that call is a device command
     // The agent's loop and the elector driver wait on fibers of their own.
     struct FiberArg {
         World* world;
@@ -1721,6 +1722,13 @@ Result<uint32_t> World::device_command(int h, const Command& cmd, std::span<uint
     // The agent's loop, or (Pacemaker) fence_nvfence on the cluster stack's fiber.
     const int thr = calling_thread(H);
     call_started(h, thr, sent + bound);
+    // Inside a device command its writers run on: holder_past_lease judges
+    // it there too (a step-down must not wait for a command to return).
+    struct InDevice {
+        bool& flag;
+        explicit InDevice(bool& f) : flag(f) { flag = true; }
+        ~InDevice() { flag = false; }
+    } in_device(H.in_device[static_cast<size_t>(thr)]);
     int64_t delay = rng_.range(0, 3);
     if (draw(Fault::device_delay)) delay = rng_.range(50, 2 * bound);
     // A degraded link: retransmissions make every command slow, some past
@@ -2070,6 +2078,7 @@ HostView World::view(Host& H) {
     // Nor with elector events queued: nvfenced's loop serves them (the
     // eventfd ends its poll at once) before it answers anyone.
     v.idle = !H.blocked[kAgent] && H.frozen_until <= now_ && H.next[kAgent] > now_ && !H.bridge_dirty;
+    v.in_device_call = H.blocked[kAgent] && H.in_device[kAgent] && H.frozen_until <= now_;
     // A check that came due while the loop served a long request (a
     // takeover for fence_nvfence across VM freezes) runs before nvfenced
     // answers anything else: not its turn yet either.
