@@ -350,6 +350,21 @@ TEST(SimRegressions, Seed128160025063069AWinAskedBeforeATargetRestartIsAskedAgai
     EXPECT_FALSE(r.violation) << what(r);
 }
 
+// CI's slice once holder_past_lease judged an agent inside a device
+// command too (seed 46): host 0 held with token 2; its link degraded
+// (every command slow, etcd's answers late) and its agent's check was
+// still waiting in a device command when its lease ran out, HOLDER with
+// its writers running. While HOLDER under a lease, no device command of
+// the agent runs past the term's act-before point
+// (Agent::bound_commands_by_lease): the check returns by then and the
+// lease's watchdog steps it down.
+TEST(SimRegressions, Seed46AHolderInASlowDeviceCommandStepsDownInItsLease) {
+    const ScheduleResult r = ci_slice(46);
+    EXPECT_EQ(r.cluster, Cluster::etcd);
+    EXPECT_GT(r.faults[static_cast<size_t>(Fault::link_degraded)], 0u);
+    EXPECT_FALSE(r.violation) << what(r);
+}
+
 TEST(SimRegressions, PacemakerWindowOfSeeds1To1000) {
     for (uint64_t seed = 1; seed <= 1000; ++seed) {
         const ScheduleResult r = pacemaker(seed);
