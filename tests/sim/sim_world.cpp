@@ -257,6 +257,7 @@ struct Proc {
         : port(w, host), hooks(w, host), agent(port, 1, id, ao, clock, hooks, &epochs, &state),
           bridge(ao.tag, id, &epochs), elector(w, host), driver(elector, bridge, clock, g, call) {
         bridge.set_wait_cap(Ms(0));
+        bridge.bind(agent);  // as nvfenced (ElectorLink::attach)
     }
     SimPort port;
     SimHooks hooks;
@@ -2078,7 +2079,9 @@ HostView World::view(Host& H) {
     // Nor with elector events queued: nvfenced's loop serves them (the
     // eventfd ends its poll at once) before it answers anyone.
     v.idle = !H.blocked[kAgent] && H.frozen_until <= now_ && H.next[kAgent] > now_ && !H.bridge_dirty;
-    v.in_device_call = H.blocked[kAgent] && H.in_device[kAgent] && H.frozen_until <= now_;
+    // Waiting in a device command (not frozen, its wait not yet over: a
+    // thread whose wait ended goes on at this instant, as a due one).
+    v.in_device_call = H.blocked[kAgent] && H.in_device[kAgent] && H.frozen_until <= now_ && H.wake[kAgent] > now_;
     // A check that came due while the loop served a long request (a
     // takeover for fence_nvfence across VM freezes) runs before nvfenced
     // answers anything else: not its turn yet either.
