@@ -136,6 +136,20 @@ TEST(SimInvariants, WriteAfterPreemptFiresOnAWriteOfAPreemptedKey) {
     EXPECT_FALSE(c.write_landed(0, key(1, 5), 5, 3, 3));
 }
 
+TEST(SimInvariants, WriteAfterPreemptFiresOnAnOlderWriteAfterAnotherHostsTakeover) {
+    InvariantChecker c;
+    c.took_over(1, 6);  // host 1 took the reservation with epoch 6 (preempt or Acquire of a free one)
+    EXPECT_FALSE(c.write_landed(1, key(2, 6), 6, 3, 1));  // its own writes
+    EXPECT_FALSE(c.write_landed(1, key(2, 5), 5, 3, 2));  // its own older key: its write order, not a fence
+    auto v = c.write_landed(0, key(1, 5), 5, 4, 3);      // host 0's epoch-5 write, admitted before, lands after
+    ASSERT_TRUE(v);
+    EXPECT_EQ(v->inv, Inv::write_after_preempt);
+    EXPECT_FALSE(c.write_landed(0, key(1, 5), 5, 4, 4, true));  // admitted while nobody held: nothing could refuse it
+    EXPECT_FALSE(c.write_landed(0, key(1, 7), 7, 4, 5));        // a newer term of host 0
+    c.target_restarted();
+    EXPECT_FALSE(c.write_landed(0, key(1, 5), 5, 4, 6));
+}
+
 TEST(SimInvariants, AckedWriteLostFiresOnAStaleOverwriteAndOnAnAckThatNeverLanded) {
     InvariantChecker c;
     EXPECT_FALSE(c.write_landed(1, key(2, 6), 6, 0, 10));
