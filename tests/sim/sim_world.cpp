@@ -1586,7 +1586,7 @@ void World::app_submit(Host& H, App& a) {
     auto lba = static_cast<uint32_t>(rng_.below(kBlocks));
     // Half the time a block another host's write in flight goes to: a
     // stale write that lands late then meets the new holder's on the media.
-    if (rng_.below(2) == 0)
+    if (opts_.slow_writes && rng_.below(2) == 0)
         for (const auto& op : ops_)
             if (op.write && op.host != H.idx) {
                 lba = op.lba;
@@ -1661,7 +1661,7 @@ void World::execute_write(DevOp& op) {
             // eight waits as long as a real target may hold it behind a slow
             // backend (up to 1.5 s, within the 2 s a writer stop waits for
             // its writes in flight), so a stale write meets the next term.
-            op.at = now_ + (rng_.below(8) == 0 ? rng_.range(10, 1500) : rng_.range(0, 10));
+            op.at = now_ + (opts_.slow_writes && rng_.below(8) == 0 ? rng_.range(10, 1500) : rng_.range(0, 10));
             ops_.push_back(op);
             return;
         }
