@@ -109,8 +109,15 @@ public:
     Clock::Ms delay{0};            ///< Added to the clock per command.
     std::vector<uint32_t> timeouts;///< timeout_ms of every command seen.
     std::function<void()> during;  ///< Run after the delay (another thread's work meanwhile).
+    /// A command whose delay exceeds its timeout spends the timeout and
+    /// fails with ETIMEDOUT, as the kernel's; the device has not run it.
+    bool bounded = false;
     Result<uint32_t> submit(const Command& cmd, std::span<uint8_t> data) override {
         timeouts.push_back(cmd.timeout_ms);
+        if (bounded && cmd.timeout_ms && delay > Clock::Ms(cmd.timeout_ms)) {
+            clock_.advance(Clock::Ms(cmd.timeout_ms));
+            return std::error_code(ETIMEDOUT, std::system_category());
+        }
         clock_.advance(delay);
         if (during) during();
         return inner_.submit(cmd, data);

@@ -62,6 +62,11 @@ Result<uint32_t> TimedPassthru::submit(const Command& cmd, std::span<uint8_t> da
     Command c = cmd;
     if (c.timeout_ms == 0) c.timeout_ms = timeout_ms_;
     const auto t0 = clock_.now();
+    if (const auto d = deadline_ ? deadline_() : std::nullopt) {
+        if (t0 >= *d) return make_error_code(Errc::timeout);  // never sent
+        const auto left = std::chrono::ceil<Clock::Ms>(*d - t0).count();
+        c.timeout_ms = static_cast<uint32_t>(std::clamp<int64_t>(left, 1, c.timeout_ms));
+    }
     auto r = inner_.submit(c, data);
     slowest_ = std::max(slowest_, since(t0, clock_.now()));
     return r;
@@ -939,6 +944,13 @@ TermResult Agent::take_term(uint32_t token, const std::string& who,
     NVF_INVARIANT(decode_key(out->key) && decode_key(out->key)->epoch == token);
     t.reply = took_over(req, *out, by);
     return t;
+}
+
+void Agent::bound_commands_by_lease(std::function<Clock::TimePoint()> act_before) {
+    timed_.set_deadline([this, f = std::move(act_before)]() -> std::optional<Clock::TimePoint> {
+        if (!f || !opts_.holder_needs_lease || state_ != AgentState::holder) return std::nullopt;
+        return f();
+    });
 }
 
 Status Agent::lose_lease(const std::string& why) {

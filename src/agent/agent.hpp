@@ -163,8 +163,13 @@ public:
     /// Forwards to @p inner (borrowed), timing with @p clock.
     TimedPassthru(Passthru& inner, Clock& clock, uint32_t timeout_ms)
         : inner_(inner), clock_(clock), timeout_ms_(timeout_ms) {}
-    /// See Passthru::submit; sets cmd.timeout_ms when it is 0.
+    /// See Passthru::submit; sets cmd.timeout_ms when it is 0. With a
+    /// deadline (set_deadline()), the timeout is cut to the time left
+    /// before it, and once it passed nothing is sent (Errc::timeout).
     Result<uint32_t> submit(const Command& cmd, std::span<uint8_t> data) override;
+    /// @p deadline (asked before every command; nullopt: none) bounds
+    /// every command: none runs past it.
+    void set_deadline(std::function<std::optional<Clock::TimePoint>()> deadline) { deadline_ = std::move(deadline); }
     /// Duration of the slowest command since reset_slowest().
     Clock::Ms slowest() const { return slowest_; }
     /// Forgets the slowest duration.
@@ -175,6 +180,7 @@ private:
     Clock& clock_;
     uint32_t timeout_ms_;
     Clock::Ms slowest_{0};
+    std::function<std::optional<Clock::TimePoint>()> deadline_;
 };
 
 /// The host agent for one namespace. Single-threaded: call every member
@@ -228,6 +234,14 @@ public:
     /// still tell whether the token is the newest).
     TermResult take_term(uint32_t token, const std::string& who, const std::function<Clock::TimePoint()>& act_before,
                          std::optional<uint64_t> restarts_at_ask = std::nullopt);
+    /// Under AgentOptions::holder_needs_lease: @p act_before gives the
+    /// current term's act-before point (its lease deadline minus the
+    /// margin; the elector renews it meanwhile). While HOLDER no device
+    /// command runs past that point: each one's timeout is cut to the time
+    /// left, and none is sent after it (Errc::timeout), so the lease's
+    /// watchdog (ElectorBridge::watch_lease) never waits behind a slow
+    /// device past the point it must step down at.
+    void bound_commands_by_lease(std::function<Clock::TimePoint()> act_before);
     /// The elector's lease of this host's leadership ended, or may have
     /// (@p why: the elector's words). A HOLDER goes FENCED like on any fence:
     /// writers stopped, FENCED persisted with the action pending, the action

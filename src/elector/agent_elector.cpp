@@ -163,6 +163,13 @@ Clock::TimePoint ElectorBridge::act_before(uint32_t token) const {
     return token != 0 && token == term_ ? term_act_before_ : Clock::TimePoint{};
 }
 
+void ElectorBridge::bind(Agent& agent) {
+    agent.bound_commands_by_lease([this] {
+        std::lock_guard lk(mu_);
+        return term_ != 0 ? term_act_before_ : Clock::TimePoint{};
+    });
+}
+
 uint32_t ElectorBridge::term() const {
     std::lock_guard lk(mu_);
     return term_;

@@ -204,6 +204,13 @@ public:
     /// a frozen VM never keeps the agent saying HOLDER past its lease.
     /// True when it stepped the agent down.
     bool watch_lease(Agent& agent, Clock& clock);
+    /// Once, before the agent runs: while the agent is HOLDER, none of its
+    /// device commands runs past the driver's current term's act-before
+    /// point (Agent::bound_commands_by_lease), the point watch_lease()
+    /// steps it down at: a slow device never holds the step-down (with no
+    /// term, the point is long past: nothing is sent). @p agent must
+    /// outlive this bridge's use by it.
+    void bind(Agent& agent);
     /// Agent's thread: how long the agent may sleep before watch_lease()
     /// has to run (its poll's bound; max() when nothing is to watch).
     std::chrono::milliseconds until_lease_watch(const Agent& agent, Clock& clock) const;

@@ -167,6 +167,7 @@ protected:
         b->opts.holder_needs_lease = true;
         b->opts.rejoin_auto = true;
         b->boot();
+        bridge->bind(*b->agent);  // ElectorLink::attach
         b->start_ok();
         bridge->publish(*b->agent);
     }
@@ -437,6 +438,37 @@ TEST_F(AgentElectorTest, AHolderPastItsTermsActBeforeStepsDownWithoutTheDriversL
     // The driver then resigns (the agent no longer says HOLDER).
     run(2);
     EXPECT_EQ(elector.resigns, 1);
+}
+
+// A slow device never holds the lease's step-down (TTL 2 s, margin 0.5 s,
+// etcd unreachable, every device command answered in 1.5 s; nvfence-sim
+// seed 46): a check of two commands took 3 s and the agent, on its one
+// thread, stepped down only after it, past its lease, its writers running.
+// While HOLDER under a lease no device command runs past the term's
+// act-before point (ElectorBridge::bind): the check returns by then and
+// the watchdog steps down inside the lease.
+TEST_F(AgentElectorTest, ASlowDeviceDoesNotHoldTheLeaseStepDown) {
+    setup_as_nvfenced();
+    win();
+    const auto act_before = clock.now() + bridge->until_lease_watch(*b->agent, clock);
+    const auto lease_end = act_before + std::chrono::milliseconds(guard_opts().margin_ms);
+    b->slow.delay = std::chrono::milliseconds(1500);
+    b->slow.bounded = true;
+    // etcd unreachable: the driver renews nothing; the agent's loop runs as
+    // nvfenced's (a due check, then the watchdog; its poll bounded by both).
+    for (int i = 0; i < 50 && b->agent->state() == AgentState::holder; ++i) {
+        if (b->agent->until_next_check().count() == 0) b->agent->check();
+        (void)bridge->watch_lease(*b->agent, clock);
+        if (b->agent->state() != AgentState::holder) break;
+        clock.advance(std::max(std::chrono::milliseconds(1),
+                               std::min(b->agent->until_next_check(), bridge->until_lease_watch(*b->agent, clock))));
+    }
+    EXPECT_EQ(b->agent->state(), AgentState::fenced) << b->hooks->dump();
+    EXPECT_LE(clock.now(), lease_end)
+        << "stepped down " << std::chrono::duration_cast<std::chrono::milliseconds>(clock.now() - lease_end).count()
+        << " ms after the lease ran out\n"
+        << b->hooks->dump();
+    EXPECT_GE(b->hooks->writers_stopped, 1);
 }
 
 // With lease_loss = hold (no holder_needs_lease) the watchdog leaves a

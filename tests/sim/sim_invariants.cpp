@@ -109,6 +109,10 @@ void InvariantChecker::preempted(uint64_t key) {
     if (std::find(preempted_.begin(), preempted_.end(), key) == preempted_.end()) preempted_.push_back(key);
 }
 
+void InvariantChecker::took_over(int host, uint32_t epoch) {
+    if (epoch >= newest_takeover_.epoch) newest_takeover_ = Takeover{host, epoch};
+}
+
 void InvariantChecker::target_restarted() {
     // The device forgot every key: what held before the restart is no
     // longer "used on the device", and a preempt-and-abort no longer
@@ -116,6 +120,7 @@ void InvariantChecker::target_restarted() {
     // an older token is judged by the elector's rules only
     // (epoch_not_token, acted_on_resigned_term): PTPL is what prevents it.
     preempted_.clear();
+    newest_takeover_ = Takeover{};
     max_held_ = 0;
 }
 
@@ -130,7 +135,11 @@ std::optional<Violation> InvariantChecker::write_landed(int host, uint64_t key, 
     if (unfenced) {
         // judged by nobody: the device could not refuse it
     } else if (std::find(preempted_.begin(), preempted_.end(), key) != preempted_.end())
-        v = Violation{Inv::write_after_preempt, who + " after a completed preempt-and-abort of that key"};
+        v = Violation{Inv::write_after_preempt, who + " after a completed preempt of that key"};
+    else if (newest_takeover_.host >= 0 && newest_takeover_.host != host && epoch < newest_takeover_.epoch)
+        v = Violation{Inv::write_after_preempt, who + " after the takeover of host " +
+                                                    std::to_string(newest_takeover_.host) + " with epoch " +
+                                                    std::to_string(newest_takeover_.epoch) + " completed"};
     // Another host's write of a newer term overwritten by an older term:
     // the fence failed. The same host's own late write over its own newer
     // one (a write of a process that died or re-keyed, still in flight when
@@ -159,14 +168,17 @@ std::optional<Violation> InvariantChecker::lease(int host, const HostView& h) co
     // What it reports: judged when its agent had its turn (not inside a
     // device command, frozen or due), as nvfenced answers a status only
     // between calls, after serving the elector's queued events.
-    if (!h.alive || !h.idle || h.state != AgentState::holder ||
+    // Inside a device command too: its writers run on while it waits, so
+    // the step-down must not wait for the command to return.
+    if (!h.alive || !(h.idle || h.in_device_call) || h.state != AgentState::holder ||
         h.local_ms <= h.lease_deadline_ms)
         return std::nullopt;
     const std::string late = h.lease_deadline_ms == INT64_MIN
                                  ? std::string("it never had a lease")
                                  : "its lease ran out " + std::to_string(h.local_ms - h.lease_deadline_ms) +
                                        " ms ago by its own clock";
-    return Violation{Inv::holder_past_lease, "host " + std::to_string(host) + " reports HOLDER but " + late};
+    return Violation{Inv::holder_past_lease, "host " + std::to_string(host) + " is HOLDER" +
+                                                 (h.idle ? "" : " inside a device command") + " but " + late};
 }
 
 std::optional<Violation> InvariantChecker::view(int host, const HostView& h) const {

@@ -8,8 +8,14 @@
 /// Invariants (issue 25):
 ///  - holder_highest_epoch: the device's holder has the highest epoch that
 ///    ever held the reservation;
-///  - write_after_preempt: no write of a host's key lands after a completed
-///    preempt-and-abort of that key (until a target restart wiped the keys);
+///  - write_after_preempt (safety rule 3, as the docs promise it, whatever
+///    command the code chose): once a command that removed a key completed
+///    on the device (a preempt, with or without the abort), no write of
+///    that key lands; and once another host's takeover with epoch E
+///    completed (etcd schedules: a preempt of the holder or an Acquire of
+///    a free reservation), no write of an older epoch lands (until a target
+///    restart wiped the keys: writes in flight then are sent again, to a
+///    device that refuses nobody);
 ///  - epoch_not_token: a key that takes the reservation has an epoch equal
 ///    to a token the elector issued to that host;
 ///  - epoch_went_back: a host's key epoch never goes back;
@@ -23,10 +29,11 @@
 ///    older than one already used on the device;
 ///  - acked_write_lost: a write acknowledged ok landed, and no landed write
 ///    is overwritten by one of an older epoch;
-///  - holder_past_lease: an idle agent (it had its turn: not inside a call,
-///    frozen, due or with elector events queued) whose lease ran out by its
-///    own clock does not report HOLDER (judged while its driver is not inside
-///    a call: one nested in a later wait ends only after it);
+///  - holder_past_lease: an agent whose lease ran out by its own clock is
+///    not HOLDER (its writers stopped), judged when it had its turn (not
+///    inside a call, frozen, due or with elector events queued) and while
+///    it waits in a device command (its writers run on meanwhile: the
+///    step-down must not wait for a command to return);
 ///  - liveness: after the world healed, within a bounded simulated time,
 ///    exactly one live host holds (on the device and in its agent) and
 ///    every live host is a candidate (STANDBY, HOLDER, or FENCED with its
@@ -98,6 +105,7 @@ struct HostView {
     int64_t local_ms = 0;                      ///< Its own clock.
     int64_t lease_deadline_ms = INT64_MIN;     ///< Its lease may live until this (own clock).
     bool idle = true;                          ///< Its agent had its turn: not in a call, frozen, due or with events queued.
+    bool in_device_call = false;               ///< Its agent waits in a device command (not frozen): its writers run on.
     bool candidate = false;                    ///< Its agent may stand in an election (Agent::candidate()).
     int64_t last_view_ms = 0;                  ///< Its last successful Report (own clock).
     int64_t view_bound_ms = INT64_MAX;         ///< How stale a HOLDER's view may get (own clock).
@@ -121,8 +129,12 @@ public:
     std::optional<Violation> holder_now(std::optional<uint32_t> epoch) const;
     /// @p host's agent has a key of epoch @p epoch (0: none).
     std::optional<Violation> agent_key(int host, uint32_t epoch);
-    /// A completed preempt-and-abort removed @p key.
+    /// A completed command (preempt or preempt-and-abort) removed @p key.
     void preempted(uint64_t key);
+    /// Write Exclusive (etcd schedules): @p host's takeover with a key of
+    /// epoch @p epoch completed on the device: from now on no write of
+    /// another host with an older epoch may land.
+    void took_over(int host, uint32_t epoch);
     /// The target lost every key (restart without PTPL): epochs held before
     /// no longer bind holder_highest_epoch and older_token_holds, and
     /// preempted keys no longer bind write_after_preempt.
@@ -168,6 +180,11 @@ private:
 
     std::vector<Issued> issued_;
     std::vector<uint64_t> preempted_;
+    struct Takeover {
+        int host = -1;
+        uint32_t epoch = 0;
+    };
+    Takeover newest_takeover_;
     std::vector<uint32_t> last_epoch_;
     std::array<Block, 16> media_{};
     std::unordered_set<uint64_t> landed_;

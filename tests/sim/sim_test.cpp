@@ -136,6 +136,20 @@ TEST(SimInvariants, WriteAfterPreemptFiresOnAWriteOfAPreemptedKey) {
     EXPECT_FALSE(c.write_landed(0, key(1, 5), 5, 3, 3));
 }
 
+TEST(SimInvariants, WriteAfterPreemptFiresOnAnOlderWriteAfterAnotherHostsTakeover) {
+    InvariantChecker c;
+    c.took_over(1, 6);  // host 1 took the reservation with epoch 6 (preempt or Acquire of a free one)
+    EXPECT_FALSE(c.write_landed(1, key(2, 6), 6, 3, 1));  // its own writes
+    EXPECT_FALSE(c.write_landed(1, key(2, 5), 5, 3, 2));  // its own older key: its write order, not a fence
+    auto v = c.write_landed(0, key(1, 5), 5, 4, 3);      // host 0's epoch-5 write, admitted before, lands after
+    ASSERT_TRUE(v);
+    EXPECT_EQ(v->inv, Inv::write_after_preempt);
+    EXPECT_FALSE(c.write_landed(0, key(1, 5), 5, 4, 4, true));  // admitted while nobody held: nothing could refuse it
+    EXPECT_FALSE(c.write_landed(0, key(1, 7), 7, 4, 5));        // a newer term of host 0
+    c.target_restarted();
+    EXPECT_FALSE(c.write_landed(0, key(1, 5), 5, 4, 6));
+}
+
 TEST(SimInvariants, AckedWriteLostFiresOnAStaleOverwriteAndOnAnAckThatNeverLanded) {
     InvariantChecker c;
     EXPECT_FALSE(c.write_landed(1, key(2, 6), 6, 0, 10));
@@ -165,8 +179,13 @@ TEST(SimInvariants, HolderPastLeaseFiresOnlyForAHolderPastItsOwnDeadline) {
     auto v = c.lease(0, h);
     ASSERT_TRUE(v);
     EXPECT_EQ(v->inv, Inv::holder_past_lease);
-    h.idle = false;  // inside a device command: it answers nobody until it returns
+    h.idle = false;  // inside another call (a state write, an action), frozen or due: judged at its turn
     EXPECT_FALSE(c.lease(0, h));
+    h.in_device_call = true;  // waiting in a device command: its writers run on, the step-down may not wait
+    v = c.lease(0, h);
+    ASSERT_TRUE(v);
+    EXPECT_EQ(v->inv, Inv::holder_past_lease);
+    h.in_device_call = false;
     h.idle = true;
     EXPECT_TRUE(c.lease(0, h));
     h.alive = false;  // a dead process reports nothing

@@ -257,6 +257,7 @@ struct Proc {
         : port(w, host), hooks(w, host), agent(port, 1, id, ao, clock, hooks, &epochs, &state),
           bridge(ao.tag, id, &epochs), elector(w, host), driver(elector, bridge, clock, g, call) {
         bridge.set_wait_cap(Ms(0));
+        bridge.bind(agent);  // as nvfenced (ElectorLink::attach)
     }
     SimPort port;
     SimHooks hooks;
@@ -285,6 +286,7 @@ struct Host {
     std::array<bool, kThreads> blocked{};  // suspended in World::block
     std::array<int64_t, kThreads> wake{};  // a blocked thread's wait ends
     std::array<int64_t, kThreads> call_end{};  // the bound of the call it waits in
+    std::array<bool, kThreads> in_device{};  // ... and that call is a device command
     // The agent's loop and the elector driver wait on fibers of their own.
     struct FiberArg {
         World* world;
@@ -1581,7 +1583,15 @@ void World::app_step(Host& H) {
 
 void World::app_submit(Host& H, App& a) {
     const uint64_t seq = ++H.seq;
-    const auto lba = static_cast<uint32_t>(rng_.below(kBlocks));
+    auto lba = static_cast<uint32_t>(rng_.below(kBlocks));
+    // Half the time a block another host's write in flight goes to: a
+    // stale write that lands late then meets the new holder's on the media.
+    if (opts_.slow_writes && rng_.below(2) == 0)
+        for (const auto& op : ops_)
+            if (op.write && op.host != H.idx) {
+                lba = op.lba;
+                break;
+            }
     if (!a.writer->queue_write(lba, buf_.span(), seq)) return;
     a.queued.push_back(seq);
     (void)a.writer->submit();
@@ -1647,7 +1657,11 @@ void World::execute_write(DevOp& op) {
         if (r) {
             op.phase = 1;
             op.unfenced = target_.type == ResvType::none;
-            op.at = now_ + rng_.range(0, 10);
+            // Admitted: the data lands later. Mostly at once; one write in
+            // eight waits as long as a real target may hold it behind a slow
+            // backend (up to 1.5 s, within the 2 s a writer stop waits for
+            // its writes in flight), so a stale write meets the next term.
+            op.at = now_ + (opts_.slow_writes && rng_.below(8) == 0 ? rng_.range(10, 1500) : rng_.range(0, 10));
             ops_.push_back(op);
             return;
         }
@@ -1698,16 +1712,25 @@ Result<uint32_t> World::execute(int h, const Command& cmd, std::span<uint8_t> da
     if (state_cmd)
         trace(Rec::command, h, cmd.opcode | ((cmd.cdw[0] & 7u) << 8), 0,
               r ? 0 : static_cast<int32_t>(r.error().value()));
-    for (size_t i = aborted_before; i < target_.aborted.size(); ++i) {
-        const int victim = host_of(target_.aborted[i]);
+    for (size_t i = aborted_before; i < target_.aborted.size(); ++i) abort_writes_of(host_of(target_.aborted[i]));
+    // What the docs promise, whatever command the code chose: a key another
+    // host's Acquire command removed (a preempt, with or without the abort)
+    // writes nothing more.
+    if (r && cmd.opcode == opcode::kResvAcquire)
         for (const auto& g : regs_before_)
-            if (g.host == target_.aborted[i]) checker_.preempted(g.key);
-        abort_writes_of(victim);
-    }
+            if (g.host != H.id && !std::any_of(target_.regs.begin(), target_.regs.end(), [&](const auto& n) {
+                    return n.host == g.host && n.key == g.key;
+                }))
+                checker_.preempted(g.key);
     if (const uint64_t now_key = holder_key(); now_key != before && now_key != 0) {
         trace(Rec::holder, device_holder(), epoch_of(now_key), now_key);
         // The token rules are the elector's: Pacemaker hands out no tokens.
-        if (!pcmk_) check(checker_.new_holder(device_holder(), now_key, epoch_of(now_key), before, sent_ms));
+        // Under Write Exclusive (etcd schedules) a takeover also ends every
+        // older term's writes, even one that took a free reservation.
+        if (!pcmk_) {
+            check(checker_.new_holder(device_holder(), now_key, epoch_of(now_key), before, sent_ms));
+            checker_.took_over(device_holder(), epoch_of(now_key));
+        }
     }
     return r;
 }
@@ -1721,6 +1744,13 @@ Result<uint32_t> World::device_command(int h, const Command& cmd, std::span<uint
     // The agent's loop, or (Pacemaker) fence_nvfence on the cluster stack's fiber.
     const int thr = calling_thread(H);
     call_started(h, thr, sent + bound);
+    // Inside a device command its writers run on: holder_past_lease judges
+    // it there too (a step-down must not wait for a command to return).
+    struct InDevice {
+        bool& flag;
+        explicit InDevice(bool& f) : flag(f) { flag = true; }
+        ~InDevice() { flag = false; }
+    } in_device(H.in_device[static_cast<size_t>(thr)]);
     int64_t delay = rng_.range(0, 3);
     if (draw(Fault::device_delay)) delay = rng_.range(50, 2 * bound);
     // A degraded link: retransmissions make every command slow, some past
@@ -1881,6 +1911,10 @@ void World::restart_target() {
     target_.holder.reset();
     target_.generation = 0;
     target_.notices.clear();
+    // Writes admitted before the restart are sent again after the
+    // reconnect, to a device that refuses nobody.
+    for (auto& op : ops_)
+        if (op.write && op.phase == 1) op.unfenced = true;
     checker_.target_restarted();
 }
 
@@ -2070,6 +2104,9 @@ HostView World::view(Host& H) {
     // Nor with elector events queued: nvfenced's loop serves them (the
     // eventfd ends its poll at once) before it answers anyone.
     v.idle = !H.blocked[kAgent] && H.frozen_until <= now_ && H.next[kAgent] > now_ && !H.bridge_dirty;
+    // Waiting in a device command (not frozen, its wait not yet over: a
+    // thread whose wait ended goes on at this instant, as a due one).
+    v.in_device_call = H.blocked[kAgent] && H.in_device[kAgent] && H.frozen_until <= now_ && H.wake[kAgent] > now_;
     // A check that came due while the loop served a long request (a
     // takeover for fence_nvfence across VM freezes) runs before nvfenced
     // answers anything else: not its turn yet either.

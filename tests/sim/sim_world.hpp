@@ -164,6 +164,12 @@ struct SimOptions {
     /// recorded without it replay as they were; CI's slice turns it on
     /// (scripts/test.sh).
     bool stability = false;
+    /// Admitted writes that wait (one in eight up to 1.5 s, as a slow
+    /// backend holds them) and writers that aim at blocks another host's
+    /// writes in flight go to, so a stale write meets the next term's
+    /// (write_after_preempt, acked_write_lost). Off: the schedules recorded
+    /// before 2026-12-06 replay as they were (`--no-slow-writes`).
+    bool slow_writes = true;
     /// Known-defect mode: the invariants the code under test is known to
     /// break (known_defect() != 0, issue 24) are counted, not violations.
     bool known_defects = false;

@@ -42,6 +42,9 @@ public:
                                                std::string& why);
     ~ElectorLink();
 
+    /// Before Agent::start(): while HOLDER, the agent's device commands end
+    /// by the term's act-before point (ElectorBridge::bind).
+    void attach(nvfence::Agent& agent) { bridge_.bind(agent); }
     /// Starts the elector's thread (after Agent::start()).
     void start();
     /// The fd the agent's poll watches (-1: none).

@@ -579,6 +579,7 @@ int run(const nvfence::AgentSettings& s, spdlog::logger& log, const nvfence::Set
         else log.info("{}", line);
     });
     nvfence::Agent agent(device, d.info.nsid, *d.info.host_id, opts, clock, hooks, &epochs, &statefile);
+    if (elector) elector->attach(agent);
     if (auto st = agent.start(); !st) {
         log.error("cannot start: {}", agent.last_error());
         ::unlink(d.socket.c_str());

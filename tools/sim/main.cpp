@@ -16,7 +16,9 @@
 // which host writes; any: the seed picks, one schedule in four Pacemaker), --no-swarm
 // (no schedule concentrates on a few fault kinds: the seeds recorded before 2026-12-04),
 // --watcher acquire|watch|any (Pacemaker schedules: nvfenced with role = acquire, the
-// default and the recorded seeds', or the check-only watcher, role = watch; any: the seed picks).
+// default and the recorded seeds', or the check-only watcher, role = watch; any: the seed picks),
+// --no-slow-writes (admitted writes land within 10 ms and aim at random blocks: the seeds
+// recorded before 2026-12-06).
 // Exit: 0 no violation, 1 a violation (seed and trace printed), 2 usage; --help: 0.
 #include <atomic>
 #include <chrono>
@@ -56,7 +58,7 @@ const char kUsage[] =
     "usage: nvfence-sim --seed N [--trace] [--events] | (--schedules N | --seconds S) [--jobs J] [--first-seed S]\n"
     "       [--steps N] [--faults kind,...] [--known-defects] [--tolerate invariant,...] [--progress-ms N]\n"
     "       [--fail-at-step N] [--cluster any|etcd|pacemaker] [--watcher acquire|watch|any] [--no-swarm]\n"
-    "       [--stability]\n"
+    "       [--stability] [--no-slow-writes]\n"
     "Runs the product's agent, elector driver, fence_nvfence and writer against a simulated device,\n"
     "etcd, Corosync/Pacemaker membership and hosts (--cluster any: the seed picks, one in four Pacemaker).\n"
     "Exit: 0 no violation, 1 an invariant broke (seed and trace printed), 2 usage.\n";
@@ -135,6 +137,7 @@ int parse_args(int argc, char** argv, Args& a) {
         else if (k == "--known-defects") a.sim.known_defects = true;
         else if (k == "--no-swarm") a.sim.swarm = false;
         else if (k == "--stability") a.sim.stability = true;
+        else if (k == "--no-slow-writes") a.sim.slow_writes = false;
         else if (k == "--seed" && num(n)) a.seed = n;
         else if (k == "--schedules" && num(n)) a.schedules = n;
         else if (k == "--first-seed" && num(n)) a.first_seed = n;
@@ -196,7 +199,7 @@ void print_result(const ScheduleResult& r, bool with_trace, const SimOptions& gi
                           ? std::string()
                           : std::string(" --watcher ") + nvfence::sim::watcher_name(given.watcher)) +
                      faults_option(given.fault_mask) + (given.swarm ? "" : " --no-swarm") +
-                     (given.stability ? " --stability" : ""))
+                     (given.stability ? " --stability" : "") + (given.slow_writes ? "" : " --no-slow-writes"))
                         .c_str());
 }
 
