@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <utility>
 
+#include "nvfence/error.hpp"
 #include "nvfence/fd.hpp"
 
 namespace nvfence {
@@ -78,7 +79,8 @@ Status HardwareWatchdog::arm(uint32_t timeout_s) {
            (took ? "the device took " + std::to_string(*took) + " s" : took.error().message());
     (void)dev_->disarm();
     closed_ = true;
-    return took ? make_error_code(Errc::invalid_argument) : took.error();
+    if (took) return make_error_code(Errc::invalid_argument);
+    return took.error();
 }
 
 void HardwareWatchdog::feed() {

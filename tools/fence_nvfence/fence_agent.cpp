@@ -16,6 +16,7 @@
 #include "nvfence/fence.hpp"
 #include "nvfence/key.hpp"
 #include "target.hpp"
+#include "watcher_setup.hpp"
 
 namespace nvfence::fence_agent {
 namespace {
@@ -839,6 +840,21 @@ void run_all_threads(std::vector<std::function<void()>>& jobs) {
     NVF_INVARIANT(next.load() >= jobs.size());
 }
 
+Result<uint8_t> this_node_id(const Options& o, Host& host, std::string& why) {
+    std::string out;
+    return local_node_id(Ctx{o, host, out, {}}, why);
+}
+
+Result<NodeMap> cluster_nodes(const Options& o, Host& host, std::string& why) {
+    std::string out;
+    return load_node_map(Ctx{o, host, out, {}}, why);
+}
+
+std::vector<std::string> stonith_devices(const Options& o, Host& host) {
+    std::string out;
+    return devices_of(Ctx{o, host, out, {}});
+}
+
 int run(const Parsed& parsed, Host& host, std::string& out) {
     const Options& o = parsed.opts;
     Ctx c{o, host, out, {}};
@@ -865,7 +881,8 @@ int run(const Parsed& parsed, Host& host, std::string& out) {
         return kExitError;
     }
     c.debug(std::string("action ") + action_name(o.action) + ", reservation_type " + mode_name(o.mode));
-    if (o.action != Action::list) c.devices = devices_of(c);
+    if (o.action != Action::list && o.action != Action::setup_watcher && o.action != Action::check_config)
+        c.devices = devices_of(c);
     switch (o.action) {
     case Action::on: return action_on(c);
     case Action::off: return action_off(c);
@@ -874,6 +891,8 @@ int run(const Parsed& parsed, Host& host, std::string& out) {
     case Action::list: return action_list(c);
     case Action::list_status: return action_list_status(c);
     case Action::validate_all: return action_validate(c);
+    case Action::setup_watcher: return action_setup_watcher(o, host, out);
+    case Action::check_config: return action_check_config(host, out);
     case Action::metadata:
     case Action::manpage: break;
     }
