@@ -98,6 +98,9 @@ def test_systemd_hardware_watchdog_resets_a_stopped_fenced_host(lab):
     wait_state(b, "STANDBY")
     ctl(a, "takeover")
     wait_state(a, "HOLDER")
+    wait_state(b, "FENCED")  # the takeover removed every other key
+    ctl(b, "rejoin")
+    wait_state(b, "STANDBY")
 
     # 3. a's nvfenced stops; b removes a's key: a is reset within the bound.
     pid = a.run(f"systemctl show -p MainPID --value {UNIT}", timeout_s=30, check=True).out.strip()

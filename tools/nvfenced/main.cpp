@@ -103,7 +103,7 @@ const std::map<std::string, std::string>& key_help() {
         {"fence_on_view_loss", "a HOLDER that lost its view of the device fences itself (true, default) or only stops claiming HOLDER"},
         {"aen_wakeup", "check at once when the controller reports an asynchronous event (NVME_AEN uevent), e.g. a preemption (true, default); the interval stays the fallback"},
         {"hardware_watchdog", "hardware watchdog device (/dev/watchdogN) nvfenced arms and feeds after every check; a host whose nvfenced stops running, or whose fence action fails, is reset (default: none)"},
-        {"hardware_watchdog_timeout_s", "the hardware watchdog's timeout, above 2 x (interval_ms + device_timeout_ms), 1..3600 s (default 60)"},
+        {"hardware_watchdog_timeout_s", "the hardware watchdog's timeout, above 2 x (interval_ms + device_timeout_ms), at most 3600 s (default 60)"},
         {"elector", "who decides who holds: none (default: takeover on request) or etcd"},
         {"etcd_endpoints", "etcd endpoints http(s)://host:port, separated by , or space (required with elector = etcd)"},
         {"etcd_ca_file", "PEM CA bundle for https endpoints (default: system CAs)"},
@@ -385,10 +385,10 @@ std::chrono::microseconds check_watchdog(const nvfence::AgentSettings& s, spdlog
     return wd;
 }
 
-// The hardware watchdog, opened and armed (none when not configured);
-// 0 or an exit code.
+// The hardware watchdog, opened, armed and fed by @p hooks (none when not
+// configured); 0 or an exit code.
 int arm_hardware_watchdog(const nvfence::AgentSettings& s, spdlog::logger& log,
-                          std::unique_ptr<nvfence::HardwareWatchdog>& hw) {
+                          std::unique_ptr<nvfence::HardwareWatchdog>& hw, nvfence::ServiceHooks& hooks) {
     if (s.hardware_watchdog.empty()) return 0;
     auto dev = nvfence::open_watchdog_device(s.hardware_watchdog);
     if (!dev) {
@@ -405,6 +405,7 @@ int arm_hardware_watchdog(const nvfence::AgentSettings& s, spdlog::logger& log,
         hw.reset();
         return kExitConfig;
     }
+    hooks.set_hardware_watchdog(hw.get());
     return 0;
 }
 
@@ -569,13 +570,12 @@ int run(const nvfence::AgentSettings& s, spdlog::logger& log, const nvfence::Set
                                       {"NVFENCE_NAME", d.name}});
     const auto wd = check_watchdog(s, log);
     std::unique_ptr<nvfence::HardwareWatchdog> hw;  // disarmed on every return, unless given up
-    if (int rc = arm_hardware_watchdog(s, log, hw)) return rc;
     SdNotifier notifier;
     nvfence::ServiceHooks hooks(
         actions, notifier, wd.count() > 0,
         [&](const nvfence::AgentEvent& e) { log.log(level_of(e.level), "{}", nvfence::format_event(e)); },
         [&](bool ok, const std::string& line) { log.log(ok ? spdlog::level::info : spdlog::level::err, "{}", line); });
-    hooks.set_hardware_watchdog(hw.get());
+    if (int rc = arm_hardware_watchdog(s, log, hw, hooks)) return rc;
     nvfence::SystemClock clock;
     auto opts = nvfence::agent_options(s, d.node);
     // Under an elector, failover after failover needs the fenced hosts back
