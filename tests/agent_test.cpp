@@ -1937,7 +1937,7 @@ TEST(AgentTransitionsTest, TheTableAllowsNoWayOutOfFencedButRejoinAndStop) {
 
 TEST(AgentSettingsTest, KeysAreDocumentedOnce) {
     const auto& keys = agent_setting_keys();
-    EXPECT_EQ(keys.size(), 25u);
+    EXPECT_EQ(keys.size(), 27u);  // + hardware_watchdog, hardware_watchdog_timeout_s
     std::set<std::string> unique(keys.begin(), keys.end());
     EXPECT_EQ(unique.size(), keys.size());
 }

@@ -124,8 +124,14 @@ const std::vector<std::string>& agent_setting_keys() {
         "socket_mode",      "state_dir",      "keep_registration", "name",      "log_level",
         "view_timeout_ms",  "fence_on_view_loss",
         "aen_wakeup",       "rejoin",         "ptpl",
+        "hardware_watchdog", "hardware_watchdog_timeout_s",
     };
     return keys;
+}
+
+uint32_t min_hardware_watchdog_timeout_s(uint32_t interval_ms, uint32_t device_timeout_ms) {
+    const uint64_t ms = 2 * (uint64_t{interval_ms} + device_timeout_ms);
+    return static_cast<uint32_t>(ms / 1000 + 1);
 }
 
 bool valid_instance_name(const std::string& s) {
@@ -332,6 +338,26 @@ bool read_behaviour(const SettingsReader& r, AgentSettings& s) {
                                  "must be debug, info, warning or error", s.log_level);
 }
 
+// The hardware watchdog: an absolute device path, and a timeout no
+// healthy check can outlast.
+bool read_hardware_watchdog(const SettingsReader& r, AgentSettings& s) {
+    if (const std::string* v = r.get("hardware_watchdog")) {
+        if (v->empty() || (*v)[0] != '/') return r.fail("hardware_watchdog", "must be an absolute path (/dev/watchdog0)");
+        s.hardware_watchdog = *v;
+    }
+    if (!r.number("hardware_watchdog_timeout_s", 1, 3600, s.hardware_watchdog_timeout_s)) return false;
+    if (r.get("hardware_watchdog_timeout_s") && s.hardware_watchdog.empty())
+        return r.fail("hardware_watchdog_timeout_s", "is set but hardware_watchdog is not");
+    const uint32_t least = min_hardware_watchdog_timeout_s(s.interval_ms, s.device_timeout_ms);
+    if (!s.hardware_watchdog.empty() && s.hardware_watchdog_timeout_s < least) {
+        const char* k = r.get("hardware_watchdog_timeout_s") ? "hardware_watchdog_timeout_s" : "hardware_watchdog";
+        return r.fail(k, "the timeout (" + std::to_string(s.hardware_watchdog_timeout_s) +
+                             " s) must be above 2 x (interval_ms + device_timeout_ms): at least " +
+                             std::to_string(least) + " s, or a slow check gets a healthy host reset");
+    }
+    return true;
+}
+
 // role = watch registers nothing: a key that only means something for an
 // agent that registers is a contradiction, refused with the key named.
 bool check_watch(const SettingsReader& r, const AgentSettings& s) {
@@ -355,7 +381,8 @@ Result<AgentSettings> parse_agent_settings(const SettingsMap& kv, std::string& w
     if (!check_keys(kv, why)) return bad;
     const SettingsReader r{kv, why};
     AgentSettings s;
-    if (!read_device(r, s) || !read_fence(r, s) || !read_files(r, s) || !read_behaviour(r, s) || !check_watch(r, s))
+    if (!read_device(r, s) || !read_fence(r, s) || !read_files(r, s) || !read_behaviour(r, s) || !check_watch(r, s) ||
+        !read_hardware_watchdog(r, s))
         return bad;
     // What the agent (its constructor's invariants) and FenceActions assume
     // of parsed settings, set or defaulted.

@@ -95,7 +95,14 @@ struct AgentSettings {
     uint32_t view_timeout_ms = 0;              ///< view_timeout_ms (0: automatic).
     bool fence_on_view_loss = true;            ///< fence_on_view_loss.
     bool aen_wakeup = true;                    ///< aen_wakeup (see uevent.hpp).
+    std::string hardware_watchdog;             ///< hardware_watchdog ("": none; see hardware_watchdog.hpp).
+    uint32_t hardware_watchdog_timeout_s = 60; ///< hardware_watchdog_timeout_s.
 };
+
+/// The least hardware_watchdog_timeout_s for @p interval_ms and
+/// @p device_timeout_ms: above 2 x (interval_ms + device_timeout_ms), the
+/// rule WatchdogSec follows, so a slow check never gets a healthy host reset.
+uint32_t min_hardware_watchdog_timeout_s(uint32_t interval_ms, uint32_t device_timeout_ms);
 
 /// Raw configuration: key -> value as written (writer_units: names
 /// separated by spaces or commas).

@@ -16,7 +16,7 @@ ServiceHooks::ServiceHooks(FenceActions& actions, ServiceNotifier& notifier, boo
     : actions_(actions), notifier_(notifier), watchdog_(watchdog), on_event_(std::move(on_event)),
       on_line_(std::move(on_line)) {
     if (!on_line_) on_line_ = [](bool, const std::string&) {};
-    if (watchdog_) actions_.set_tick([this] { notifier_.notify("WATCHDOG=1"); });
+    if (watchdog_) actions_.set_tick([this] { keepalive(); });
     actions_.set_before_run([this](const std::string&, uint32_t timeout_ms) {
         const uint64_t usec = (uint64_t{timeout_ms} + kExtendMarginMs) * 1000;
         notifier_.notify("EXTEND_TIMEOUT_USEC=" + std::to_string(usec));
@@ -40,11 +40,19 @@ Status ServiceHooks::stop_writers(const std::string& reason) {
 }
 
 Status ServiceHooks::fence_action(const std::string& reason) {
-    return actions_.fence_action(reason, on_line_);
+    auto s = actions_.fence_action(reason, on_line_);
+    if (!s && hw_) hw_->give_up("the fence action failed: " + s.error().message());
+    return s;
 }
 
 void ServiceHooks::keepalive() {
     if (watchdog_) notifier_.notify("WATCHDOG=1");
+    if (hw_) hw_->feed();
+}
+
+void ServiceHooks::set_hardware_watchdog(HardwareWatchdog* hw) {
+    hw_ = hw;
+    if (watchdog_ || hw_) actions_.set_tick([this] { keepalive(); });
 }
 
 void ServiceHooks::ready(const std::string& status) {

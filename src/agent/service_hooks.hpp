@@ -11,6 +11,7 @@
 
 #include "agent/agent.hpp"
 #include "agent/fence_actions.hpp"
+#include "agent/hardware_watchdog.hpp"
 
 namespace nvfence {
 
@@ -63,11 +64,17 @@ public:
     void ready(const std::string& status);
     /// STOPPING=1.
     void stopping();
+    /// Feeds @p hw (borrowed; nullptr: none) wherever WATCHDOG=1 would go
+    /// (after every check, about once a second while a child runs), and
+    /// gives it up when the fence action fails: a host that could not run
+    /// its fence action is reset by the hardware.
+    void set_hardware_watchdog(HardwareWatchdog* hw);
 
 private:
     FenceActions& actions_;
     ServiceNotifier& notifier_;
     bool watchdog_;
+    HardwareWatchdog* hw_ = nullptr;
     EventLog on_event_;
     LineLog on_line_;
 };

@@ -93,6 +93,14 @@ const std::vector<ParamDoc> kParams = {
                   "(whose ids are not corosync's): the target when nothing else names one, otherwise it must be "
                   "the same node.",
      .stdin_only = true},
+    {.name = "watcher_interval_ms", .getopt = "--watcher-interval-ms=[ms]", .type = "integer", .def = "500",
+     .shortdesc = "interval_ms of every node's watcher (nvfenced, role = watch), 50-60000: what "
+                  "'fence_nvfence -o setup-watcher' writes and 'fence_nvfence -o check-config' checks. Not used "
+                  "by the fencing actions."},
+    {.name = "watcher_device_timeout_ms", .getopt = "--watcher-device-timeout-ms=[ms]", .type = "integer",
+     .def = "5000",
+     .shortdesc = "device_timeout_ms of every node's watcher, 100-120000, as watcher_interval_ms. Not used by the "
+                  "fencing actions."},
 };
 
 const std::vector<ActionDoc> kActions = {

@@ -17,6 +17,7 @@
 #include "nvfence/fence.hpp"
 #include "nvfence/key.hpp"
 #include "target.hpp"
+#include "watcher_setup.hpp"
 
 namespace nvfence::fence_agent {
 namespace {
@@ -884,6 +885,8 @@ int dispatch(const Ctx& c) {
     case Action::list: return action_list(c);
     case Action::list_status: return action_list_status(c);
     case Action::validate_all: return action_validate(c);
+    case Action::setup_watcher:   // run() handles these before the devices are found
+    case Action::check_config:
     case Action::metadata:
     case Action::manpage: break;
     }
@@ -953,6 +956,32 @@ void run_all_threads(std::vector<std::function<void()>>& jobs) {
     NVF_INVARIANT(next.load() >= jobs.size());
 }
 
+Result<uint8_t> this_node_id(const Options& o, Host& host, std::string& why) {
+    std::string out;
+    return local_node_id(Ctx{o, host, out, {}}, why);
+}
+
+Result<NodeMap> cluster_nodes(const Options& o, Host& host, std::string& why) {
+    std::string out;
+    return load_node_map(Ctx{o, host, out, {}}, why);
+}
+
+std::vector<std::string> stonith_devices(const Options& o, Host& host) {
+    std::string out;
+    return devices_of(Ctx{o, host, out, {}});
+}
+
+bool resolve_cluster_tag(Options& o, Host& host) {
+    if (o.tag_given) return true;
+    std::string sink;
+    const Ctx c{o, host, sink, {}};
+    auto name = corosync_cluster_name(c);
+    if (!name) return false;
+    o.tag = name->empty() ? 0 : cluster_tag_for_name(*name);
+    o.tag_from_name = !name->empty();
+    return true;
+}
+
 int run(const Parsed& parsed, Host& host, std::string& out) {
     const Options& o = parsed.opts;
     Ctx c{o, host, out, {}};
@@ -980,14 +1009,13 @@ int run(const Parsed& parsed, Host& host, std::string& out) {
     }
     c.debug(std::string("action ") + action_name(o.action) + ", reservation_type " + mode_name(o.mode));
     Options tagged = o;
-    if (o.action != Action::list && !o.tag_given) {
-        auto name = corosync_cluster_name(c);
-        if (!name) return kExitError;
-        tagged.tag = name->empty() ? 0 : cluster_tag_for_name(*name);
-        tagged.tag_from_name = !name->empty();
-        if (tagged.tag_from_name)
-            c.debug("cluster tag " + std::to_string(tagged.tag) + " (from corosync's cluster name '" + *name + "')");
-    }
+    if (o.action != Action::list && !resolve_cluster_tag(tagged, host)) return kExitError;
+    if (tagged.tag_from_name)
+        c.debug("cluster tag " + std::to_string(tagged.tag) + " (from corosync's cluster name)");
+    // The watcher's setup and check read the stonith resource's parameters
+    // themselves (the CIB), and resolve its tag the same way.
+    if (o.action == Action::setup_watcher) return action_setup_watcher(tagged, host, out);
+    if (o.action == Action::check_config) return action_check_config(host, out);
     Ctx ct{tagged, host, out, {}};
     if (o.action != Action::list) ct.devices = devices_of(ct);
     return dispatch(ct);

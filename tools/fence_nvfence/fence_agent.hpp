@@ -26,6 +26,7 @@
 #include "nvfence/reservation.hpp"
 #include "nvfence/state_file.hpp"
 #include "options.hpp"
+#include "target.hpp"
 
 namespace nvfence::fence_agent {
 
@@ -108,6 +109,19 @@ struct Host {
     /// system; the simulator gives each host its simulated disk (nothing of
     /// a simulated node touches a real file).
     const StateMedium* state_medium = nullptr;
+    /// Runs @p prog (looked up in PATH, /usr/sbin and /sbin) with @p args,
+    /// without a shell, bounded by @p timeout_ms; its stdout, or an error
+    /// when it cannot run or exits non-zero (setup-watcher, check-config).
+    std::function<Result<std::string>(const std::string& prog, const std::vector<std::string>& args,
+                                      uint32_t timeout_ms)>
+        run_program;
+    /// Reads a whole file (an error when absent or unreadable).
+    std::function<Result<std::string>(const std::string& path)> read_file;
+    /// Replaces a file atomically (a temporary file renamed over it), mode 0644.
+    std::function<Status(const std::string& path, const std::string& text)> write_file;
+    /// The directory of nvfenced's configuration files, as the installed
+    /// nvfenced@.service names it (its ConditionPathExists=).
+    std::function<std::string()> watcher_conf_dir;
 };
 
 /// How many devices 'off' fences at once (after the first, alone).
@@ -145,5 +159,23 @@ std::vector<std::string> discover_links(const std::string& dir);
 
 /// The NVMe reservation type of @p m.
 ResvType resv_type_for(Mode m);
+
+/// This node's id under @p o: node_ids by this node's name, else corosync's
+/// (the rule every action uses).
+/// The cluster tag of @p o: cluster_tag when given, else derived from
+/// corosync's cluster name (cluster_tag_for_name; 0 when corosync is not
+/// installed). False, logged, when corosync is there but its name cannot
+/// be read (no guess). Used by run() and by setup-watcher / check-config
+/// for the stonith resource's parameters.
+bool resolve_cluster_tag(Options& o, Host& host);
+
+Result<uint8_t> this_node_id(const Options& o, Host& host, std::string& why);
+
+/// The cluster's nodes under @p o: node_ids, else corosync's nodelist.
+Result<NodeMap> cluster_nodes(const Options& o, Host& host, std::string& why);
+
+/// The devices the actions use under @p o: its devices, else the links
+/// found under /dev/nvfence.
+std::vector<std::string> stonith_devices(const Options& o, Host& host);
 
 }  // namespace nvfence::fence_agent

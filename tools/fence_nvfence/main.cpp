@@ -2,6 +2,10 @@
 // fence_nvfence: the Pacemaker fence agent for NVMe reservations. The
 // actions live in fence_agent.cpp; this file connects them to the machine.
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <syslog.h>
 #include <unistd.h>
@@ -11,6 +15,8 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <iostream>
 #include <thread>
 
@@ -120,6 +126,52 @@ std::vector<std::string> dm_slaves(const std::string& dm_name) {
     return out;
 }
 
+// @p prog as a path: itself when it has a '/', else the first executable
+// of that name in PATH, /usr/sbin, /sbin, /usr/bin, /bin.
+std::string program_path(const std::string& prog) {
+    if (prog.find('/') != std::string::npos) return prog;
+    std::string dirs = std::getenv("PATH") ? std::getenv("PATH") : "";
+    dirs += ":/usr/sbin:/sbin:/usr/bin:/bin";
+    std::stringstream ss(dirs);
+    for (std::string d; std::getline(ss, d, ':');)
+        if (!d.empty() && ::access((d + "/" + prog).c_str(), X_OK) == 0) return d + "/" + prog;
+    return prog;
+}
+
+Result<std::string> read_whole_file(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) return errno_error(errno ? errno : ENOENT);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+}
+
+// A temporary file beside @p path, renamed over it: never half written.
+Status replace_file(const std::string& path, const std::string& text) {
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+    const std::string tmp = path + ".tmp";
+    {
+        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+        if (!(f << text) || !f.flush()) return errno_error(errno ? errno : EIO);
+    }
+    ::chmod(tmp.c_str(), 0644);
+    if (::rename(tmp.c_str(), path.c_str()) != 0) return errno_error(errno);
+    return Ok{};
+}
+
+// <dir> of the installed nvfenced@.service's ConditionPathExists=<dir>/%i.conf.
+std::string watcher_conf_dir() {
+    auto unit = run_bounded(program_path("systemctl"), {"cat", "nvfenced@.service"});
+    if (unit) {
+        const std::string key = "ConditionPathExists=";
+        const size_t p = unit->find(key);
+        const size_t e = p == std::string::npos ? p : unit->find("/%i.conf", p);
+        if (e != std::string::npos) return unit->substr(p + key.size(), e - p - key.size());
+    }
+    return "/etc/nvfence";
+}
+
 std::string local_node_name() {
     utsname u{};
     if (::uname(&u) != 0) return {};
@@ -178,6 +230,12 @@ int main(int argc, char** argv) {
         return control_request(sock, req, req.op == ControlOp::status ? kAgentStatusTimeoutMs : kAgentChangeTimeoutMs);
     };
     host.run_all = run_all_threads;
+    host.run_program = [](const std::string& prog, const std::vector<std::string>& args, uint32_t timeout_ms) {
+        return run_bounded(program_path(prog), args, static_cast<int>(timeout_ms));
+    };
+    host.read_file = read_whole_file;
+    host.write_file = replace_file;
+    host.watcher_conf_dir = watcher_conf_dir;
     host.sleep = [](uint32_t s) { std::this_thread::sleep_for(std::chrono::seconds(s)); };
     host.log = [&](Level l, const std::string& msg) {
         if (l == Level::debug && o.verbose == 0) return;

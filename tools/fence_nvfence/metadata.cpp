@@ -69,7 +69,12 @@ std::string usage_text() {
 Options:
    -o, --action=[action]          on, off, status, monitor, list, list-status,
                                   metadata, manpage, validate-all
-                                  (default off; no reboot)
+                                  (default off; no reboot); for administrators:
+                                  setup-watcher (this node's nvfenced watcher
+                                  from the stonith parameters), check-config
+                                  (every node's watcher against the stonith
+                                  resource; exit 0 agree, 1 cannot check,
+                                  2 differ)
    -d, --devices=[devices]        shared NVMe namespaces, comma or space separated
                                   (default: this cluster's links under /dev/nvfence)
    -n, --plug=[nodename]          node to act on: name or node id (default: nodename)
@@ -82,6 +87,8 @@ Options:
    --corosync-cmap-path=[path]    default /usr/sbin/corosync-cmapctl
    --delay=[seconds]              wait before 'off' (0-3600)
    -a, --aptpl                    'on': persist through power loss (CPTPL)
+   --watcher-interval-ms=[ms]     the watchers' interval_ms (default 500)
+   --watcher-device-timeout-ms=[ms] the watchers' device_timeout_ms (default 5000)
    -C, --separator=[char]         between the fields of list (default ,)
    -v, --verbose                  verbose (repeat for more)
    -q, --quiet                    nothing on stderr

@@ -46,6 +46,8 @@ constexpr Spec kSpecs[] = {
     {"state_dir", 0, "state-dir", Kind::value},
     {"agent_socket", 0, "agent-socket", Kind::value},
     {"separator", 'C', "separator", Kind::value},
+    {"watcher_interval_ms", 0, "watcher-interval-ms", Kind::value},
+    {"watcher_device_timeout_ms", 0, "watcher-device-timeout-ms", Kind::value},
     {"help", 'h', "help", Kind::flag},
     {"version", 'V', "version", Kind::flag},
 };
@@ -96,6 +98,8 @@ std::optional<Action> parse_action(const std::string& a) {
     if (s == "metadata" || s == "meta-data") return Action::metadata;
     if (s == "manpage") return Action::manpage;
     if (s == "validate-all") return Action::validate_all;
+    if (s == "setup-watcher") return Action::setup_watcher;
+    if (s == "check-config") return Action::check_config;
     return std::nullopt;
 }
 
@@ -109,7 +113,8 @@ void apply_action(Parsed& p, const std::string& value) {
             "rejoins");
     } else {
         p.errors.push_back("unrecognised action '" + value +
-                           "' (on, off, status, monitor, list, list-status, metadata, manpage, validate-all)");
+                           "' (on, off, status, monitor, list, list-status, metadata, manpage, validate-all, "
+                           "setup-watcher, check-config)");
     }
 }
 
@@ -187,6 +192,13 @@ void apply_value(Parsed& p, const Spec& s, const std::string& value) {
     } else if (n == "delay") {
         if (auto d = parse_uint(value, 0, 3600)) o.delay_s = static_cast<uint32_t>(*d);
         else p.errors.push_back("delay '" + value + "' is not a number of seconds from 0 to 3600");
+    } else if (n == "watcher_interval_ms") {
+        // nvfenced's interval_ms range.
+        if (auto v = parse_uint(value, 50, 60000)) o.watcher_interval_ms = static_cast<uint32_t>(*v);
+        else p.errors.push_back("watcher_interval_ms '" + value + "' is not a number from 50 to 60000");
+    } else if (n == "watcher_device_timeout_ms") {
+        if (auto v = parse_uint(value, 100, 120000)) o.watcher_device_timeout_ms = static_cast<uint32_t>(*v);
+        else p.errors.push_back("watcher_device_timeout_ms '" + value + "' is not a number from 100 to 120000");
     } else if (n == "separator") {
         if (value.empty() || value.find_first_of("\n\r") != std::string::npos)
             p.errors.push_back("separator must be one or more characters on one line");
@@ -217,6 +229,8 @@ const char* action_name(Action a) {
     case Action::metadata: return "metadata";
     case Action::manpage: return "manpage";
     case Action::validate_all: return "validate-all";
+    case Action::setup_watcher: return "setup-watcher";
+    case Action::check_config: return "check-config";
     }
     return "?";
 }

@@ -36,7 +36,9 @@
 namespace nvfence::fence_agent {
 
 /// The actions of the fence-agents API that fence_nvfence implements.
-enum class Action { on, off, status, monitor, list, list_status, metadata, manpage, validate_all };
+enum class Action { on, off, status, monitor, list, list_status, metadata, manpage, validate_all,
+                    setup_watcher,  ///< not in the metadata: an administrator's action (watcher_setup.hpp)
+                    check_config }; ///< not in the metadata: an administrator's action (watcher_setup.hpp)
 
 /// The action's name as fence-agents spells it ("validate-all", ...).
 const char* action_name(Action a);
@@ -72,6 +74,8 @@ struct Options {
     std::string state_dir = "/var/lib/nvfence";  ///< --state-dir: epoch files (shared with nvfence).
     std::string agent_socket;                ///< --agent-socket: nvfenced's socket ("" = search /run/nvfence).
     std::string separator = ",";             ///< -C/--separator: between the fields of list and list-status.
+    uint32_t watcher_interval_ms = 500;      ///< --watcher-interval-ms: the watchers' interval_ms.
+    uint32_t watcher_device_timeout_ms = 5000;  ///< --watcher-device-timeout-ms: the watchers' device_timeout_ms.
     bool help = false;                       ///< -h/--help.
     bool version = false;                    ///< -V/--version.
 

@@ -103,6 +103,8 @@ const std::map<std::string, std::string>& key_help() {
         {"view_timeout_ms", "no successful check for this long = lost view of the device (0, default: 3 x interval_ms + device_timeout_ms)"},
         {"fence_on_view_loss", "a HOLDER that lost its view of the device fences itself (true, default) or only stops claiming HOLDER"},
         {"aen_wakeup", "check at once when the controller reports an asynchronous event (NVME_AEN uevent), e.g. a preemption (true, default); the interval stays the fallback"},
+        {"hardware_watchdog", "hardware watchdog device (/dev/watchdogN) nvfenced arms and feeds after every check; a host whose nvfenced stops running, or whose fence action fails, is reset (default: none)"},
+        {"hardware_watchdog_timeout_s", "the hardware watchdog's timeout, above 2 x (interval_ms + device_timeout_ms), at most 3600 s (default 60)"},
         {"elector", "who decides who holds: none (default: takeover on request) or etcd"},
         {"etcd_endpoints", "etcd endpoints http(s)://host:port, separated by , or space (required with elector = etcd)"},
         {"etcd_ca_file", "PEM CA bundle for https endpoints (default: system CAs)"},
@@ -384,6 +386,30 @@ std::chrono::microseconds check_watchdog(const nvfence::AgentSettings& s, spdlog
     return wd;
 }
 
+// The hardware watchdog, opened, armed and fed by @p hooks (none when not
+// configured); 0 or an exit code.
+int arm_hardware_watchdog(const nvfence::AgentSettings& s, spdlog::logger& log,
+                          std::unique_ptr<nvfence::HardwareWatchdog>& hw, nvfence::ServiceHooks& hooks) {
+    if (s.hardware_watchdog.empty()) return 0;
+    auto dev = nvfence::open_watchdog_device(s.hardware_watchdog);
+    if (!dev) {
+        const bool busy = dev.error() == std::errc::device_or_resource_busy;
+        log.error("hardware_watchdog = \"{}\": cannot open: {}{}", s.hardware_watchdog, dev.error().message(),
+                  busy ? " (another process has it: a watchdog daemon, sbd, or another nvfenced; one per host)" : "");
+        return kExitConfig;
+    }
+    hw = std::make_unique<nvfence::HardwareWatchdog>(
+        std::move(*dev), s.hardware_watchdog,
+        [&log](bool ok, const std::string& line) { log.log(ok ? spdlog::level::info : spdlog::level::err, "{}", line); });
+    if (auto st = hw->arm(s.hardware_watchdog_timeout_s); !st) {
+        log.error("hardware_watchdog: {}", hw->why());
+        hw.reset();
+        return kExitConfig;
+    }
+    hooks.set_hardware_watchdog(hw.get());
+    return 0;
+}
+
 // SIGTERM, SIGINT and SIGHUP arrive on the returned signalfd; SIGPIPE is ignored.
 nvfence::Fd signal_fd() {
     sigset_t sigs;
@@ -544,11 +570,13 @@ int run(const nvfence::AgentSettings& s, spdlog::logger& log, const nvfence::Set
                                       {"NVFENCE_NODE", std::to_string(d.node)},
                                       {"NVFENCE_NAME", d.name}});
     const auto wd = check_watchdog(s, log);
+    std::unique_ptr<nvfence::HardwareWatchdog> hw;  // disarmed on every return, unless given up
     SdNotifier notifier;
     nvfence::ServiceHooks hooks(
         actions, notifier, wd.count() > 0,
         [&](const nvfence::AgentEvent& e) { log.log(level_of(e.level), "{}", nvfence::format_event(e)); },
         [&](bool ok, const std::string& line) { log.log(ok ? spdlog::level::info : spdlog::level::err, "{}", line); });
+    if (int rc = arm_hardware_watchdog(s, log, hw, hooks)) return rc;
     nvfence::SystemClock clock;
     auto opts = nvfence::agent_options(s, d.node);
     // Under an elector, failover after failover needs the fenced hosts back

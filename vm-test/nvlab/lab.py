@@ -571,7 +571,7 @@ class Lab:
                  extra_cmdline: str = "", answer_grace_s: float = 30,
                  hostids: dict | None = None, flavour: str = "busybox", packages=(),
                  cluster_net: bool | None = None, install_project: bool = True, volume_mib: int = VOLUME_SIZE >> 20,
-                 smp: int = 1):
+                 smp: int = 1, watchdog: bool = False):
         # install_project=False (systemd flavour): the per-run project disk
         # carries only the lab's own setup and agent, no `cmake --install` of
         # the build; for tests that install the project themselves (the .deb).
@@ -603,6 +603,12 @@ class Lab:
         if not 1 <= int(smp) <= (os.cpu_count() or 1):
             raise ValueError(f"smp must be 1..{os.cpu_count()} (this machine's CPUs), not {smp!r}")
         self.smp = int(smp)
+        # watchdog: each host VM gets an Intel 6300ESB watchdog (the guest
+        # kernel's i6300esb driver, /dev/watchdog0) whose expiry resets the
+        # guest; with -no-reboot the VM then exits (code 0).
+        if watchdog and topology != "fabric":
+            raise ValueError("watchdog=True needs topology='fabric' (one VM per host)")
+        self.watchdog = bool(watchdog)
         self.sd_image: sdimage.RootImage | None = None
         self.sd_initrd: Path | None = None
         self.project_disk: Path | None = None
@@ -745,6 +751,8 @@ class Lab:
                                         f"addr.path={self.hub.sock(i)}",
                              "-device", f"virtio-net-pci,netdev=c0,id=cnic,mac={_cluster_mac(i + 1)},romfile="]
                     extra = f"nvlab.cip={CLUSTER_PREFIX}{i + 1} nvlab.cidx={i + 1} nvlab.chosts={chosts}"
+                if self.watchdog:
+                    hdev += ["-device", "i6300esb", "-action", "watchdog=reset"]
                 role = "host"
                 if self.flavour == "systemd":
                     role = "sdhost"

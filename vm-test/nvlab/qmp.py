@@ -82,6 +82,20 @@ class QMP:
                     raise LabError(f"{self.name}: QMP {cmd} failed: {resp['error'].get('desc', resp['error'])}")
                 return resp.get("return")
 
+    def drain_events(self, timeout_s: float = 2.0) -> list:
+        """Reads what is left on the socket (e.g. after QEMU exited) until it
+        closes or @p timeout_s passes; returns every event seen so far."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while self._sock is not None:
+                try:
+                    resp = self._read_msg(deadline)
+                except LabError:
+                    break
+                if "event" in resp:
+                    self.events.append(resp)
+        return self.events
+
     def close(self) -> None:
         if self._sock:
             try:

@@ -15,6 +15,8 @@ node as its watcher (nvlab.clusters.pacemaker.Cluster.start_watchers; docs/PACEM
 6. pcmk_host_map (the fencer sends the node's alias as plug) and a second
    namespace: one `stonith_admin --fence` removes the node from both, its
    rejoin unfences it on both;
+7. `fence_nvfence -o setup-watcher` on every node and `-o check-config`
+   (docs/PACEMAKER.md, "Setting up the watchers");
 4. (last) only the writer node's cluster network cut, storage up: fenced at
    the device although it still reaches it.
 After every scenario each node's stack and fencing log are printed.
@@ -26,7 +28,7 @@ import time
 import pytest
 
 import nvlab
-from nvlab.steps import CONFLICT, OK, add_second_namespace, nvf, remove_second_namespace, reset
+from nvlab.steps import CONFLICT, OK, add_second_namespace, agent_conf_path, nvf, remove_second_namespace, reset
 from nvlab.clusters.pacemaker import (NO_ETCD, NODE_IDS, NODE_MAP, Cluster, bad_stonith_xml, fence_steps, fenced_ok,
                            freeze_writer, keys_by_node, unfenced_ok, wait)
 
@@ -264,6 +266,46 @@ def test_6_host_map_and_two_namespaces(cl):
         # The resource's monitor runs with the new parameters before the namespace goes.
         time.sleep(15)
         remove_second_namespace(cl.lab)
+
+
+def test_7_setup_watcher_and_check_config(cl):
+    """docs/PACEMAKER.md "Setting up the watchers": check-config names every
+    node whose watcher recorded nothing (the watchers of start_watchers()
+    were written by hand); `fence_nvfence -o setup-watcher` on every node,
+    from the stonith resource in the CIB, replaces them (the hand-written
+    file moved aside) and records them; check-config then agrees (exit 0),
+    and names a node whose record differs (exit 2)."""
+    a = cl.any()
+    r = a.run("fence_nvfence -o check-config", timeout_s=120)
+    assert r.rc == 2 and "no watcher recorded" in r.out, r
+    vol = cl.watchers
+    for h in cl.live():
+        path = agent_conf_path(h, vol)
+        h.run(f"mv {shlex.quote(path)} {shlex.quote(path)}.by-hand", timeout_s=30, check=True)
+        r = h.run("fence_nvfence -o setup-watcher", timeout_s=240)
+        assert r.rc == 0 and "written" in r.out and f"nvfence-watcher of {h.name}" in r.out, r
+        conf = h.run(f"cat {shlex.quote(path)}", timeout_s=30, check=True).out
+        assert f"\nnode_id = {NODE_IDS[h.name]}\n" in conf and "\nrole = watch\n" in conf, conf
+        w = h.wait_for(f"nvfence status {vol} --json | grep -q '\"state\":\"WATCHING\"'", timeout_s=120)
+        assert w.rc == 0, (h.name, h.journal(f"nvfenced@{vol}.service", lines=30))
+        r = h.run("fence_nvfence -o setup-watcher", timeout_s=240)
+        assert r.rc == 0 and "unchanged" in r.out, r
+    r = a.run("fence_nvfence -o check-config", timeout_s=120)
+    assert r.rc == 0 and "every node agrees" in r.out, r
+    print(r.out, flush=True)
+    b = next(h for h in cl.live() if h is not a)
+    wrong = f"node_id=9 cluster_tag=0 interval_ms=500 device_timeout_ms=5000 state_dir=/var/lib/nvfence devices={cl.dev}"
+    a.run(f"crm_attribute --type nodes --node {b.name} --name nvfence-watcher --update {shlex.quote(wrong)}",
+          timeout_s=60, check=True)
+    try:
+        r = a.run("fence_nvfence -o check-config", timeout_s=120)
+        assert r.rc == 2, r
+        assert f"{b.name} (node {NODE_IDS[b.name]}): differs: node_id 9, the stonith resource says " \
+               f"{NODE_IDS[b.name]}" in r.out, r
+        print(r.out, flush=True)
+    finally:
+        b.run("fence_nvfence -o setup-watcher", timeout_s=240)
+    assert a.run("fence_nvfence -o check-config", timeout_s=120).rc == 0
 
 
 # Scenario 4 runs last: after the heal, the cut node's stale partition meets
