@@ -43,7 +43,13 @@ grep -E '^dpkg-gensymbols: (warning|error)' "$work/build.log" && fail "dpkg-gens
 changes=("$work"/nvfence_*.changes)
 [ -e "${changes[0]}" ] || { echo "FAIL: no .changes"; exit 1; }
 declare -A deb
-for f in "$work"/*.deb; do p=$(dpkg-deb -f "$f" Package); deb[$p]=$f; echo "package: $(basename "$f")"; done
+# dh's automatic -dbgsym packages (detached debug info) are not counted:
+# cpack ships stripped binaries without them.
+for f in "$work"/*.deb; do
+    p=$(dpkg-deb -f "$f" Package); echo "package: $(basename "$f")"
+    case "$p" in *-dbgsym) continue ;; esac
+    deb[$p]=$f
+done
 for p in libnvfence0 libnvfence-dev nvfence; do [ -n "${deb[$p]:-}" ] || fail "no package $p"; done
 [ "${#deb[@]}" -eq 3 ] || fail "want 3 packages, got: ${!deb[*]}"
 
