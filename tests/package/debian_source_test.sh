@@ -76,7 +76,9 @@ if [ -e "$build/CPackConfig.cmake" ]; then
     for f in "$work"/cpack/*.deb; do
         p=$(dpkg-deb -f "$f" Package)
         [ -n "${deb[$p]:-}" ] || { fail "cpack's package $p is not built from debian/"; continue; }
-        list() { dpkg-deb -c "$1" | awk '$1 !~ /^d/ {print $6}' | sort; }
+        # The CMake package's per-configuration file is named after the
+        # build type (cpack: RelWithDebInfo, dh: None).
+        list() { dpkg-deb -c "$1" | awk '$1 !~ /^d/ {print $6}' | sed 's/nvfenceTargets-[a-z]*\.cmake$/nvfenceTargets-CONFIG.cmake/' | sort; }
         diff <(list "$f") <(list "${deb[$p]}") >"$work/diff.$p" \
             || { cat "$work/diff.$p"; fail "$p: files differ between cpack (<) and debian/ (>)"; }
     done
