@@ -24,7 +24,10 @@ if(EXISTS /etc/debian_version AND CMAKE_LIBRARY_ARCHITECTURE)
 endif()
 
 option(NVFENCE_MULTIARCH_LIBDIR "Debian: install libraries in lib/<multiarch triplet>" ${_nvf_debian})
-if(NVFENCE_MULTIARCH_LIBDIR AND CMAKE_LIBRARY_ARCHITECTURE)
+# Not when it already is (dh_auto_configure passes it untyped on the command
+# line: a forced PATH-typed set would turn it absolute, under the build dir).
+if(NVFENCE_MULTIARCH_LIBDIR AND CMAKE_LIBRARY_ARCHITECTURE
+   AND NOT CMAKE_INSTALL_LIBDIR STREQUAL "lib/${CMAKE_LIBRARY_ARCHITECTURE}")
   set(CMAKE_INSTALL_LIBDIR "lib/${CMAKE_LIBRARY_ARCHITECTURE}" CACHE PATH
       "Object code libraries (NVFENCE_MULTIARCH_LIBDIR: lib/<triplet>)" FORCE)
 endif()

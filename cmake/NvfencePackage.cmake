@@ -117,7 +117,19 @@ Conflict), whatever it believes.
 This package contains the nvfence command (the failover command
 nvfence preempt), the nvfenced host agent with its udev rules and
 systemd unit template, and fence_nvfence, a fence agent for Pacemaker.")
-set(CPACK_DEBIAN_NVFENCE_PACKAGE_CONTROL_EXTRA
-    ${PROJECT_SOURCE_DIR}/packaging/deb/postinst ${PROJECT_SOURCE_DIR}/packaging/deb/prerm
-    ${PROJECT_SOURCE_DIR}/packaging/deb/postrm)
+# The scripts are debian/'s too: their #DEBHELPER# line (dh's snippets) is
+# dropped from the copies cpack ships (lintian:
+# maintainer-script-has-unexpanded-debhelper-token).
+set(CPACK_DEBIAN_NVFENCE_PACKAGE_CONTROL_EXTRA "")
+foreach(script IN ITEMS postinst prerm postrm)
+  file(READ ${PROJECT_SOURCE_DIR}/packaging/deb/${script} _nvf_script)
+  string(REPLACE "#DEBHELPER#\n" "" _nvf_script "${_nvf_script}")
+  file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/deb-scripts/${script} "${_nvf_script}")
+  file(CHMOD ${CMAKE_CURRENT_BINARY_DIR}/deb-scripts/${script}
+       PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
+  list(APPEND CPACK_DEBIAN_NVFENCE_PACKAGE_CONTROL_EXTRA ${CMAKE_CURRENT_BINARY_DIR}/deb-scripts/${script})
+endforeach()
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
+             ${PROJECT_SOURCE_DIR}/packaging/deb/postinst ${PROJECT_SOURCE_DIR}/packaging/deb/prerm
+             ${PROJECT_SOURCE_DIR}/packaging/deb/postrm)
 include(CPack)

@@ -30,7 +30,7 @@ _nvfence() {
         report) opts+=" --initial-bytes" ;;
         register) opts+=" --node --epoch --replace --ptpl" ;;
         acquire) opts+=" --type" ;;
-        preempt) opts+=" --node --victim --victim-node --holder --no-abort --type" ;;
+        preempt) opts+=" --node --victim --victim-node --holder --foreign --no-abort --type" ;;
         clear) opts+=" --force" ;;
         write|read) opts+=" --lba --blocks --wait-s --passthrough" ;;
         notifications) opts+=" --max" ;;

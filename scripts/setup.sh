@@ -28,6 +28,8 @@ packages=(
   qemu-system-x86 busybox-static nvme-cli fio xz-utils cpio zstd
   # lab tests
   python3-pytest
+  # metrics: nvfenced's Prometheus text parsed by the Prometheus client
+  python3-prometheus-client
   # etcd elector: transport, JSON, and a real etcd for its tests
   libcurl4-openssl-dev nlohmann-json3-dev etcd-server etcd-client
   # fence_nvfence: its metadata is checked with xmllint against fence-agents' metadata.rng
@@ -35,6 +37,8 @@ packages=(
   # packaging tests: cpack's dpkg-shlibdeps, dpkg-deb, dpkg-buildflags (hardening); lintian
   # on the packages; man pages rendered by man(1)
   dpkg-dev lintian man-db groff-base bsdextrautils
+  # the debian/ source package (dh) and its autopkgtests
+  debhelper autopkgtest
   # style: function lengths measured by ctags (function_length)
   universal-ctags
   # libnvfence's ABI: abidw records the baseline (abi/), abidiff checks it (abi_check)

@@ -26,6 +26,13 @@ expect 2 preempt /dev/null --node 1 --victim 0x
 expect 2 preempt /dev/null --node 1 --victim -1
 expect 2 preempt /dev/null --node 1 --victim 0x10000000000000000
 expect 2 preempt /dev/null --node 1 --victim 12abc
+# A foreign key (fence_scsi's, LVM's, any tool's) as --victim needs --foreign:
+# refused before any device is opened. With --foreign it gets to the device.
+expect 2 preempt /dev/null --node 1 --victim 0x7a3d0001
+expect 2 preempt /dev/null --node 1 --victim 0x1000000000000001
+expect 4 preempt /dev/null --node 1 --victim 0x7a3d0001 --foreign
+expect 4 preempt /dev/null --node 1 --victim nf:0:2:3
+expect 2 preempt /dev/null --node 1 --victim-node 2 --foreign
 expect 2 preempt /dev/null --node 1 --victim nf:0:0:1
 expect 2 preempt /dev/null --node 1 --victim nf:256:1:1
 expect 2 preempt /dev/null --node 1 --victim 0x1 --holder
@@ -73,8 +80,8 @@ for t in write-exclusive exclusive-access write-exclusive-registrants-only exclu
 done
 expect 2 acquire /dev/null --type write-exclusive-bogus
 expect 2 acquire /dev/null --type 1
-expect 4 preempt /dev/null --node 1 --victim 17654223897458606089   # decimal, as nvme-cli
-expect 4 preempt /dev/null --node 1 --victim 1
+expect 4 preempt /dev/null --node 1 --victim 17654223897458606089 --foreign   # decimal, as nvme-cli (a foreign key)
+expect 4 preempt /dev/null --node 1 --victim 1 --foreign
 expect 2 preempt /dev/null --node 1 --victim 18446744073709551616  # 2^64
 expect 2 preempt /dev/null --node 1 --victim 0
 expect 2 preempt /dev/null --node 1 --victim +5

@@ -68,7 +68,9 @@ Result<uint32_t> TimedPassthru::submit(const Command& cmd, std::span<uint8_t> da
         c.timeout_ms = static_cast<uint32_t>(std::clamp<int64_t>(left, 1, c.timeout_ms));
     }
     auto r = inner_.submit(c, data);
-    slowest_ = std::max(slowest_, since(t0, clock_.now()));
+    const auto t1 = clock_.now();
+    slowest_ = std::max(slowest_, since(t0, t1));
+    latency_.observe(std::chrono::duration<double>(t1 - t0).count());
     return r;
 }
 
@@ -147,7 +149,10 @@ Status Agent::apply(const Transition& t, const ReservationStatus* st) {
     // agent that registers never waits for or watches a key it did not take.
     const bool watch_state = t.to == AgentState::waiting || t.to == AgentState::watching;
     NVF_INVARIANT(check_only() ? t.to != AgentState::standby && t.to != AgentState::holder : !watch_state);
-    if (t.fence == FenceEntry::fresh) stop_writers_at_fence(t.why);
+    if (t.fence == FenceEntry::fresh) {
+        ++fences_;
+        stop_writers_at_fence(t.why);
+    }
     if (t.to == AgentState::standby || t.to == AgentState::holder || t.to == AgentState::watching) {
         action_ = FenceActionState::none;
         fence_reason_.clear();
@@ -170,6 +175,21 @@ Status Agent::apply(const Transition& t, const ReservationStatus* st) {
     const Status saved = t.persist ? save(*t.persist) : Status(Ok{});
     if (t.fence == FenceEntry::fresh) run_fence_actions(false);
     return saved;
+}
+
+VolumeMetrics Agent::metrics() {
+    VolumeMetrics m;
+    m.volume = opts_.volume;
+    m.state = state_;
+    const auto k = key_ ? decode_key(key_) : std::nullopt;
+    m.epoch = k ? k->epoch : 0;
+    m.node = opts_.node;
+    if (last_ok_) m.last_ok_age_s = std::chrono::duration<double>(clock_.now() - *last_ok_).count();
+    m.fences = fences_;
+    m.checks = checks_;
+    m.check_failures = failures_;
+    m.latency = timed_.latency();
+    return m;
 }
 
 Status Agent::save(PersistedRole role) {

@@ -62,6 +62,7 @@
 #include "agent/agent_event.hpp"
 #include "agent/agent_state_file.hpp"
 #include "agent/agent_transition.hpp"
+#include "agent/metrics.hpp"
 #include "internal/clock.hpp"
 #include "nvfence/control.hpp"
 #include "agent/term.hpp"
@@ -174,6 +175,8 @@ public:
     Clock::Ms slowest() const { return slowest_; }
     /// Forgets the slowest duration.
     void reset_slowest() { slowest_ = Clock::Ms(0); }
+    /// Every command's duration since the agent started.
+    const LatencyHistogram& latency() const { return latency_; }
 
 private:
     Passthru& inner_;
@@ -181,6 +184,7 @@ private:
     uint32_t timeout_ms_;
     Clock::Ms slowest_{0};
     std::function<std::optional<Clock::TimePoint>()> deadline_;
+    LatencyHistogram latency_;
 };
 
 /// The host agent for one namespace. Single-threaded: call every member
@@ -262,6 +266,9 @@ public:
 
     /// The status snapshot a status request returns.
     ControlReply status();
+    /// The metrics sample of this volume (metrics.hpp); elector_term is
+    /// left for the caller, which runs the elector.
+    VolumeMetrics metrics();
     /// Updates the device path reported by status() (the daemon's device
     /// followed its volume to a new namespace node).
     void set_device(std::string path) { opts_.device = std::move(path); }
@@ -368,6 +375,7 @@ private:
     uint64_t notifications_ = 0;
     uint32_t failures_ = 0;
     uint64_t checks_ = 0;
+    uint64_t fences_ = 0;  ///< Fresh entries to FENCED since start (metrics).
     bool slow_ = false;
     std::string last_error_;
     std::string fence_reason_;

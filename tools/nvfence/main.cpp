@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // nvfence: the operator's and cluster manager's tool for NVMe reservation
 // fencing. See README.md for the reference.
+#include <syslog.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -22,6 +23,7 @@ extern "C" {
 }
 
 #include "agent_cmds.hpp"
+#include "foreign.hpp"
 #include "json.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/fence.hpp"
@@ -515,7 +517,69 @@ int cmd_simple(const Common& c, const std::string& verb, ResvType type) {
     return print_outcome(c, *x, *out, verb);
 }
 
-int cmd_preempt(const Common& c, unsigned node, ResvType type, std::optional<uint64_t> victim, bool abort) {
+// Why `nvfence preempt` (a takeover) failed, in its words.
+int fail_preempt(const Common& c, const FenceCtx& x, std::error_code ec, std::optional<uint64_t> victim) {
+    if (ec == Errc::own_key && victim)
+        return fail(c, "preempt: --victim " + format_key(*victim) + " is this host's own key", ec,
+                    "a host cannot preempt itself (nothing was changed)");
+    const auto& lr = x.fence->last_report();
+    const bool victim_absent =
+        victim && lr && std::none_of(lr->registrants.begin(), lr->registrants.end(),
+                                     [&](const Registrant& r) { return r.key == *victim; });
+    if (victim_absent && ec == Errc::lost_race) {
+        const Registrant* h = lr->holder();
+        return fail(c, "preempt: --victim " + describe_key(*victim) + " matches no registrant of " + c.dev +
+                           "; " + (h ? describe_key(h->key) : std::string("another host")) +
+                           " holds the reservation now",
+                    ec, "nothing was changed (see 'nvfence report')",
+                    h ? std::optional<uint64_t>(h->key) : std::nullopt);
+    }
+    if (victim_absent && ec == Errc::invalid_key)
+        return fail(c, "preempt: --victim " + describe_key(*victim) + " matches no registrant of " + c.dev +
+                           " and nobody holds the reservation",
+                    ec,
+                    "nothing was changed; see 'nvfence report', or take the free reservation with "
+                    "'nvfence preempt' without --victim");
+    if (ec == Errc::invalid_argument)
+        return fail(c, "preempt: this host has no key of cluster tag " + std::to_string(c.tag) + " to reuse its node id",
+                    ec, "pass --node N (or set NVFENCE_NODE)");
+    return fail_op(c, "preempt", ec, *x.fence);
+}
+
+// No --victim: a Report says whether the holder's key is foreign. Refused
+// (exit 3, naming it) without --foreign; with it, the preempt names exactly
+// that key. Returns the victim to name; rc set on failure.
+std::optional<uint64_t> foreign_holder_victim(const Common& c, FenceCtx& x, std::optional<uint64_t> victim,
+                                              bool foreign, int& rc) {
+    if (victim) return victim;
+    auto st = x.fence->verify();
+    if (!st) {
+        rc = fail_op(c, "preempt", st.error(), *x.fence);
+        return victim;
+    }
+    const std::string why = cli::foreign_refusal(victim, &*st, foreign);
+    if (!why.empty()) {
+        const Registrant* h = st->holder();
+        rc = fail(c, "preempt: " + why, make_error_code(Errc::held_by_other), "nothing was changed",
+                  h ? std::optional<uint64_t>(h->key) : std::nullopt);
+        return victim;
+    }
+    return cli::foreign_victim(victim, &*st, foreign);
+}
+
+// --foreign: the removal of a foreign key goes to syslog (the journal) and
+// stderr, whether or not the device took it.
+void log_foreign_eviction(const Common& c, std::optional<uint64_t> victim, bool removed) {
+    if (!victim || decode_key(*victim)) return;
+    const std::string line = cli::foreign_eviction_line(c.dev, *victim, static_cast<uint32_t>(getuid()), removed);
+    openlog("nvfence", LOG_PID, LOG_AUTH);
+    syslog(removed ? LOG_WARNING : LOG_ERR, "%s", line.c_str());
+    closelog();
+    std::cerr << "nvfence: " << line << "\n";
+}
+
+int cmd_preempt(const Common& c, unsigned node, ResvType type, std::optional<uint64_t> victim, bool abort,
+                bool foreign) {
     FenceOptions o;
     o.node = static_cast<uint8_t>(node);
     o.type = type;
@@ -523,36 +587,13 @@ int cmd_preempt(const Common& c, unsigned node, ResvType type, std::optional<uin
     int rc = 0;
     auto x = open_fence(c, o, rc);
     if (!x) return rc;
+    victim = foreign_holder_victim(c, *x, victim, foreign, rc);
+    if (rc) return rc;
     const auto t0 = std::chrono::steady_clock::now();
     auto out = x->fence->takeover(victim);
     const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
-    if (!out) {
-        if (out.error() == Errc::own_key && victim)
-            return fail(c, "preempt: --victim " + format_key(*victim) + " is this host's own key", out.error(),
-                        "a host cannot preempt itself (nothing was changed)");
-        const auto& lr = x->fence->last_report();
-        const bool victim_absent =
-            victim && lr && std::none_of(lr->registrants.begin(), lr->registrants.end(),
-                                         [&](const Registrant& r) { return r.key == *victim; });
-        if (victim_absent && out.error() == Errc::lost_race) {
-            const Registrant* h = lr->holder();
-            return fail(c, "preempt: --victim " + describe_key(*victim) + " matches no registrant of " + c.dev +
-                               "; " + (h ? describe_key(h->key) : std::string("another host")) +
-                               " holds the reservation now",
-                        out.error(), "nothing was changed (see 'nvfence report')",
-                        h ? std::optional<uint64_t>(h->key) : std::nullopt);
-        }
-        if (victim_absent && out.error() == Errc::invalid_key)
-            return fail(c, "preempt: --victim " + describe_key(*victim) + " matches no registrant of " + c.dev +
-                               " and nobody holds the reservation",
-                        out.error(),
-                        "nothing was changed; see 'nvfence report', or take the free reservation with "
-                        "'nvfence preempt' without --victim");
-        if (out.error() == Errc::invalid_argument)
-            return fail(c, "preempt: this host has no key of cluster tag " + std::to_string(c.tag) + " to reuse its node id",
-                        out.error(), "pass --node N (or set NVFENCE_NODE)");
-        return fail_op(c, "preempt", out.error(), *x->fence);
-    }
+    log_foreign_eviction(c, victim, out && std::find(out->removed.begin(), out->removed.end(), *victim) != out->removed.end());
+    if (!out) return fail_preempt(c, *x, out.error(), victim);
     if (c.json) {
         Json j;
         j.begin_object();
@@ -982,6 +1023,7 @@ struct Args {
     std::string epoch_s, victim_s, type_s = "exclusive";
     uint64_t lba = 0;
     bool replace = false, ptpl = false, holder_flag = false, no_abort = false, force = false, passthrough = false;
+    bool foreign = false;
     std::string initial_s;
     unsigned victim_node = 0;
     std::string probe_dev;
@@ -1036,6 +1078,9 @@ void add_takeover_commands(CLI::App& app, Args& a) {
     a.pre->add_option("--victim-node", a.victim_node, "evict node N: every key of it, whatever its epoch, with this host's registered key "
                       "(never registers this host) (1-255)")
         ->check(uint_in(1, 255))->excludes(vopt)->excludes(hopt);
+    a.pre->add_flag("--foreign", a.foreign, "allow the victim (--victim KEY, or the holder) to be a foreign key, one "
+                    "nvfence did not make (fence_scsi, LVM, another tool); its removal is logged to syslog")
+        ->excludes("--victim-node");
     a.pre->add_flag("--no-abort", a.no_abort, "plain preempt: do not abort the victim's queued commands");
     a.pre->add_option("--type", a.type_s, "type to take: exclusive (default), shared, we, ea, wero, earo, wear, eaar")->check(type_text());
     a.rel = add_device_command(app, a.c, "release", "release the reservation this host holds",
@@ -1144,7 +1189,9 @@ int dispatch(const Args& a) {
         std::optional<uint64_t> victim;
         if (!a.victim_s.empty()) victim = *parse_cli_key(a.victim_s);
         if (a.victim_node) return cmd_preempt_node(c, a.node, *type, a.victim_node, !a.no_abort);
-        return cmd_preempt(c, a.node, *type, victim, !a.no_abort);
+        if (const auto why = cli::foreign_refusal(victim, nullptr, a.foreign); !why.empty())
+            return fail(c, "preempt: " + why, make_error_code(Errc::invalid_argument), "nothing was sent");
+        return cmd_preempt(c, a.node, *type, victim, !a.no_abort, a.foreign);
     }
     if (a.wr->parsed()) return cmd_write(c, a.lba, a.blocks, a.passthrough, a.io_wait_s);
     if (a.rd->parsed()) return cmd_read(c, a.lba, a.blocks, a.passthrough, a.io_wait_s);
