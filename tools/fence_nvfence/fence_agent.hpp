@@ -108,6 +108,9 @@ struct Host {
     /// system; the simulator gives each host its simulated disk (nothing of
     /// a simulated node touches a real file).
     const StateMedium* state_medium = nullptr;
+    /// This boot's id (current_boot_id()), kept in the record of an
+    /// unfencing: a watcher takes only a record of its own boot.
+    std::string boot_id;
 };
 
 /// How many devices 'off' fences at once (after the first, alone).
