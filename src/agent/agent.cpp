@@ -1124,17 +1124,17 @@ ControlReply Agent::do_rejoin(const ControlRequest& req, const std::string& by) 
                               "rejoin refused: this host's writers did not stop (" + w.error().message() +
                                   "); still FENCED");
     (void)drain_notifications(false);
-    if (auto r = release_before_rejoin(); !r) {
-        const std::string msg = "rejoin failed: releasing the reservation this host still holds failed: " +
-                                r.error().message() + "; still FENCED";
-        emit(AgentEventKind::request, EventLevel::warning, by + ": " + msg);
-        return fail_reply(req, r.error(), msg);
-    }
     auto out = fence_.join(std::nullopt, true);
     if (!out) {
         const std::string msg = "rejoin failed: " + out.error().message() + "; still FENCED";
         emit(AgentEventKind::request, EventLevel::warning, by + ": " + msg);
         return fail_reply(req, out.error(), msg);
+    }
+    if (auto r = release_kept_hold(out->after); !r) {
+        const std::string msg = "rejoin failed: releasing the reservation this host still holds failed: " +
+                                r.error().message() + "; still FENCED";
+        emit(AgentEventKind::request, EventLevel::warning, by + ": " + msg);
+        return fail_reply(req, r.error(), msg);
     }
     const Registrant* me = out->after.find_host(self_);
     NVF_INVARIANT(me && me->key == out->key);
@@ -1158,22 +1158,23 @@ ControlReply Agent::do_rejoin(const ControlRequest& req, const std::string& by) 
     return r;
 }
 
-// A FENCED host that still holds the reservation (fenced by a lease loss or
-// a lost view that no takeover followed; its writers are stopped) gives it
-// up before it rejoins: a rejoin gives STANDBY and never a hold, which only
-// a takeover (under an elector: a won term) grants. Ok when it holds nothing.
-Status Agent::release_before_rejoin() {
-    auto st = fence_.verify();
-    if (!st) return st.error();
-    const Registrant* me = st->find_host(self_);
+// A FENCED host that still held the reservation (fenced by a lease loss or
+// a lost view that no takeover followed; its writers are stopped) holds it
+// with the key its rejoin just registered (@p after): it gives it up, as a
+// rejoin gives STANDBY and never a hold, which only a takeover (under an
+// elector: a won term) grants. Ok when it holds nothing; @p after becomes
+// the Report after the release.
+Status Agent::release_kept_hold(ReservationStatus& after) {
+    const Registrant* me = after.find_host(self_);
     if (!me || !me->holder) return Ok{};
+    const uint64_t k = me->key;
     auto out = fence_.release();
     if (!out) return out.error();
-    set_baseline(out->after);
+    after = out->after;
     emit(AgentEventKind::info, EventLevel::info,
-         "rejoin: released the reservation this host still held with " + key_text(me->key) +
-             " (a rejoin never keeps a hold: only a takeover grants one)",
-         &out->after);
+         "rejoin: released the reservation this host still held (re-keyed to " + key_text(k) +
+             "): a rejoin never keeps a hold, only a takeover grants one",
+         &after);
     return Ok{};
 }
 

@@ -333,7 +333,7 @@ private:
     ControlReply do_handoff(const ControlRequest& req, const std::string& who);
     ControlReply do_rejoin(const ControlRequest& req, const std::string& who);
     void rejoin_if_auto(const ReservationStatus& st);
-    Status release_before_rejoin();
+    Status release_kept_hold(ReservationStatus& after);
     ControlReply reply_for(const ControlRequest& req);
     ControlReply fail_reply(const ControlRequest& req, std::error_code ec, const std::string& msg);
 
