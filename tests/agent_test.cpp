@@ -209,6 +209,33 @@ TEST_F(WatcherTest, ARestartRemembersTheKeySeenAndTheFence) {
 
 // A key of the node found at the first start is watched at once; a newer
 // key of the node (unfenced again between two checks) replaces it.
+// An old record of an unfencing (of an earlier boot, or of a fence_nvfence
+// that did not say its boot) does not fence a watcher that starts without a
+// state file (a reinstall, a state file removed): a node the cluster
+// manager has not unfenced in this boot is not fenced. This boot's record
+// still counts.
+TEST_F(WatcherTest, AnOldUnfencedRecordDoesNotFenceAWatcherWithoutAStateFile) {
+    a->opts.boot_id = "boot-2";
+    a->boot();
+    ASSERT_TRUE(a->statefile.save_unfenced(key_of(1, 5), "boot-1").ok());
+    a->start_ok();
+    EXPECT_EQ(a->agent->state(), AgentState::waiting) << a->hooks->dump();
+    for (int i = 0; i < 3; ++i) check_after(kInterval);
+    EXPECT_EQ(a->agent->state(), AgentState::waiting) << a->hooks->dump();
+    EXPECT_EQ(a->hooks->fence_actions, 0);
+    std::ofstream(a->statefile.unfenced_path()) << "key=" << format_key_hex(key_of(1, 6)) << "\n";
+    a->boot();
+    a->start_ok();
+    check_after(kInterval);
+    EXPECT_EQ(a->agent->state(), AgentState::waiting) << a->hooks->dump();
+    EXPECT_EQ(a->hooks->fence_actions, 0);
+    // Unfenced in this boot, and fenced again before a check saw the key.
+    ASSERT_TRUE(a->statefile.save_unfenced(key_of(1, 7), "boot-2").ok());
+    check_after(kInterval);
+    EXPECT_EQ(a->agent->state(), AgentState::fenced) << a->hooks->dump();
+    EXPECT_EQ(a->hooks->fence_actions, 1);
+}
+
 TEST_F(WatcherTest, WatchesAKeyFoundAtStartAndFollowsANewerOne) {
     const uint64_t k = unfence(*a, 1);
     a->start_ok();
@@ -1147,6 +1174,57 @@ TEST_F(AgentTest, APendingFenceActionRunsAgainAfterARestart) {
     EXPECT_EQ(persisted(*a)->action, FenceActionState::done);
 }
 
+// fence_action = reboot: the reboot never returns, so the state file still
+// says pending when the host is back. That boot must not reboot again (it
+// would at every boot, for ever): the host comes back FENCED, and a rejoin
+// brings it back. A reboot that did not happen (the agent killed in the
+// same boot) runs again.
+TEST_F(AgentTest, APendingRebootIsNotRunAgainInTheNextBoot) {
+    AgentOptions o = options(1, StartRole::acquire);
+    o.fence_action_reboots = true;
+    o.boot_id = "boot-1";
+    a = std::make_unique<SimHost>(t, clock, 1, o, tmp.path());
+    a->start_ok();
+    b = host(2);
+    b->start_ok();
+    std::optional<PersistedState> at_reboot;
+    a->hooks->during = [&](const std::string& what) {
+        if (what == "action") at_reboot = persisted(*a);
+    };
+    ASSERT_EQ(b->request(ControlOp::takeover).exit_code, 0);
+    a->agent->check();
+    ASSERT_EQ(a->agent->state(), AgentState::fenced);
+    ASSERT_TRUE(at_reboot);
+    EXPECT_EQ(at_reboot->action, FenceActionState::pending);
+    EXPECT_EQ(at_reboot->boot_id, "boot-1");
+    // Killed in the same boot before the reboot happened: it runs again.
+    ASSERT_TRUE(a->statefile.save(*at_reboot));
+    a->boot();
+    a->start_ok();
+    EXPECT_EQ(a->hooks->fence_actions, 1) << "a reboot that did not happen runs again";
+    // The reboot happened: what the next boot finds is the file of that moment.
+    ASSERT_TRUE(a->statefile.save(*at_reboot));
+    a->opts.boot_id = "boot-2";
+    for (int boot = 0; boot < 3; ++boot) {
+        a->boot();
+        a->start_ok();
+        EXPECT_EQ(a->agent->state(), AgentState::fenced) << a->hooks->dump();
+        EXPECT_EQ(a->hooks->fence_actions, 0) << "rebooted again (start " << boot << ")\n" << a->hooks->dump();
+        EXPECT_GE(a->hooks->writers_stopped, 1) << "writers started at boot are stopped";
+        EXPECT_EQ(persisted(*a)->action, FenceActionState::done);
+    }
+    // A file of an older agent says no boot: not rebooted again either.
+    PersistedState old = *at_reboot;
+    old.boot_id.clear();
+    ASSERT_TRUE(a->statefile.save(old));
+    a->boot();
+    a->start_ok();
+    EXPECT_EQ(a->hooks->fence_actions, 0) << a->hooks->dump();
+    auto r = a->request(ControlOp::rejoin);
+    EXPECT_EQ(r.exit_code, 0) << r.message;
+    EXPECT_EQ(a->agent->state(), AgentState::standby) << a->hooks->dump();
+}
+
 // Issue 18 (the window): keys gone without a preemption (target state loss):
 // the writers stop before anything else.
 TEST_F(AgentTest, OnTargetStateLossTheWritersStopBeforeAnythingElse) {
@@ -1447,6 +1525,62 @@ TEST_F(AgentTest, RejoinManualOrASharedHostIdStaysFenced) {
     EXPECT_EQ(t.find(c->id)->key, key_of(9, 77)) << "nothing re-registered over it";
 }
 
+// rejoin = auto after a writer stop that failed: under Registrants Only the
+// writer that never stopped would write again beside the new holder once
+// the host registers again. The host stays FENCED (no automatic rejoin, no
+// candidacy) until its writers stop: a rejoin stops them first.
+TEST_F(AgentTest, AHostWhoseWritersDidNotStopDoesNotRejoinByItself) {
+    AgentOptions o = options(1, StartRole::acquire, ResvType::write_exclusive_reg_only);
+    o.rejoin_auto = true;
+    a = std::make_unique<SimHost>(t, clock, 1, o, tmp.path());
+    a->start_ok();
+    b = host(2, StartRole::standby, ResvType::write_exclusive_reg_only);
+    b->start_ok();
+    a->hooks->writer_result = make_error_code(Errc::timeout);
+    ASSERT_EQ(b->request(ControlOp::takeover).exit_code, 0);
+    a->agent->check();
+    ASSERT_EQ(a->agent->state(), AgentState::fenced) << a->hooks->dump();
+    EXPECT_EQ(a->hooks->fence_actions, 1);
+    run_schedule(*a->agent, clock, 5 * kInterval);
+    EXPECT_EQ(a->agent->state(), AgentState::fenced) << "rejoined with writers running:\n" << a->hooks->dump();
+    EXPECT_EQ(a->device_key(), 0u) << "registered again: its unstopped writer could write";
+    EXPECT_FALSE(a->agent->candidate());
+    EXPECT_STREQ(fence_action_state_name(persisted(*a)->action), "writers_running");
+    // A restart whose writer stop fails again stays out too.
+    a->boot();
+    a->hooks->writer_result = make_error_code(Errc::timeout);
+    a->start_ok();
+    a->agent->check();
+    EXPECT_EQ(a->agent->state(), AgentState::fenced) << a->hooks->dump();
+    EXPECT_EQ(a->hooks->fence_actions, 0) << "a done action is not repeated";
+    // The operator's rejoin stops them first: refused while they do not stop.
+    auto r = a->request(ControlOp::rejoin);
+    EXPECT_NE(r.exit_code, 0) << r.message;
+    EXPECT_NE(r.message.find("writers did not stop"), std::string::npos) << r.message;
+    EXPECT_EQ(a->device_key(), 0u);
+    a->hooks->writer_result = Ok{};
+    r = a->request(ControlOp::rejoin);
+    EXPECT_EQ(r.exit_code, 0) << r.message;
+    EXPECT_EQ(a->agent->state(), AgentState::standby) << a->hooks->dump();
+}
+
+// A rejoin of a host that still holds the reservation (fenced by a lost view
+// that no takeover followed) gives STANDBY: it releases, never keeps a hold.
+TEST_F(AgentTest, ARejoinOfAFencedHostThatStillHoldsGivesAStandby) {
+    holder_and_standby();
+    ASSERT_TRUE(a->agent->lose_lease("test: fenced while holding").ok());
+    ASSERT_EQ(a->agent->state(), AgentState::fenced);
+    ASSERT_TRUE(t.is_holder(a->id));
+    auto r = a->request(ControlOp::rejoin);
+    EXPECT_EQ(r.exit_code, 0) << r.message;
+    EXPECT_EQ(a->agent->state(), AgentState::standby) << a->hooks->dump();
+    EXPECT_FALSE(t.is_holder(a->id)) << "the rejoin kept the hold";
+    EXPECT_EQ(r.message.find("took the reservation"), std::string::npos) << r.message;
+    run_schedule(*a->agent, clock, 3 * kInterval);
+    EXPECT_EQ(a->agent->state(), AgentState::standby) << a->hooks->dump();
+    EXPECT_EQ(a->hooks->fence_actions, 1);
+}
+
 TEST_F(AgentTest, RejoinWhenNotFencedChangesNothing) {
     holder_and_standby();
     const auto gen = t.generation;
@@ -1612,6 +1746,36 @@ TEST(PersistedStateTest, RoundTrips) {
     auto q = parse_persisted_state(encode_persisted_state(none));
     ASSERT_TRUE(q.ok());
     EXPECT_EQ(*q, none);
+    // The boot that entered FENCED, and writers that did not stop.
+    s.boot_id = "0f3c5a8e-2b7d-4c1e-9a6f-1d2e3f4a5b6c";
+    s.action = FenceActionState::writers_running;
+    const std::string text = encode_persisted_state(s);
+    EXPECT_NE(text.find("\nboot_id=" + s.boot_id + "\n"), std::string::npos) << text;
+    EXPECT_NE(text.find("\naction=writers_running\n"), std::string::npos) << text;
+    auto r = parse_persisted_state(text);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(*r, s);
+}
+
+// fence_nvfence's record of an unfencing says its boot; a record of an older
+// fence_nvfence (its key alone) reads with an unknown boot.
+TEST(PersistedStateTest, TheUnfencedRecordKeepsItsBoot) {
+    TempDir d;
+    AgentStateFile f(d.path(), "vol-test");
+    EXPECT_EQ(f.unfenced_record().key, 0u) << "no record";
+    ASSERT_TRUE(f.save_unfenced(key_of(1, 5), "b00t-1d").ok());
+    EXPECT_EQ(f.unfenced_record().key, key_of(1, 5));
+    EXPECT_EQ(f.unfenced_record().boot_id, "b00t-1d");
+    ASSERT_TRUE(f.save_unfenced(key_of(1, 6), "").ok());
+    EXPECT_EQ(f.unfenced_record().key, key_of(1, 6));
+    EXPECT_EQ(f.unfenced_record().boot_id, "");
+    for (const std::string& bad : {"key=" + format_key_hex(key_of(1, 7)) + "\nboot_id=a/b\n",
+                                  "key=" + format_key_hex(key_of(1, 7)) + "\nboot=x\n", std::string("key=zz\n")}) {
+        std::ofstream(f.unfenced_path()) << bad;
+        EXPECT_EQ(f.unfenced_record().key, 0u) << bad;
+    }
+    const std::string id = current_boot_id();
+    EXPECT_EQ(id.size(), 36u) << "this machine's boot id: '" << id << "'";
 }
 
 TEST(PersistedStateTest, SanitisesTheReason) {
@@ -1651,6 +1815,13 @@ TEST(PersistedStateTest, RejectsAnythingOff) {
     EXPECT_FALSE(parse_persisted_state(good + "node=1\n").ok()) << "duplicate key";
     EXPECT_FALSE(parse_persisted_state(good + "extra=1\n").ok());
     EXPECT_FALSE(parse_persisted_state(replaced("tag=0\n", "")).ok()) << "missing key";
+    EXPECT_FALSE(parse_persisted_state(good + "boot_id=abc\n").ok()) << "a boot outside FENCED";
+    const std::string fenced = replaced("role=holder", "role=fenced");
+    EXPECT_TRUE(parse_persisted_state(fenced + "boot_id=abc-1\n").ok());
+    EXPECT_FALSE(parse_persisted_state(fenced + "boot_id=a/b\n").ok());
+    EXPECT_FALSE(parse_persisted_state(fenced + "boot_id=\n").ok());
+    EXPECT_FALSE(parse_persisted_state(fenced + "boot_id=a\nboot_id=a\n").ok()) << "duplicate boot";
+    EXPECT_FALSE(parse_persisted_state(fenced + "action=rebooting\n").ok());
 }
 
 TEST(PersistedStateTest, FileIsWrittenAtomicallyWithPrivateMode) {
@@ -1689,7 +1860,7 @@ TEST(PersistedStateDeathTest, SavingAStateTheNextStartWouldRefuseAborts) {
     pending_standby.key = key_of(3, 7);
     pending_standby.action = FenceActionState::pending;
     EXPECT_DEATH((void)f.save(pending_standby), "broken invariant");
-    EXPECT_DEATH((void)f.save_unfenced(0), "broken invariant");
+    EXPECT_DEATH((void)f.save_unfenced(0, ""), "broken invariant");
 }
 
 // ---- events -------------------------------------------------------------------------

@@ -155,6 +155,7 @@ Status Agent::apply(const Transition& t, const ReservationStatus* st) {
     }
     if (t.to == AgentState::standby || t.to == AgentState::holder || t.to == AgentState::watching) {
         action_ = FenceActionState::none;
+        fenced_boot_id_.clear();
         fence_reason_.clear();
         fenced_at_.reset();
         fenced_unix_ms_ = 0;
@@ -203,6 +204,7 @@ Status Agent::save(PersistedRole role) {
         s.reason = fence_reason_;
         s.fenced_unix_ms = fenced_unix_ms_;
         s.action = action_;
+        s.boot_id = fenced_boot_id_;
     }
     auto r = statefile_->save(s);
     if (!r) {
@@ -320,22 +322,27 @@ void Agent::report_epochs() {
 void Agent::stop_writers_at_fence(const std::string& reason) {
     // Unknown is not owned: the writers stop before anything else, even
     // before the state change is written down.
-    if (auto s = hooks_.stop_writers(clean_text(reason, kMaxReasonBytes)); !s)
+    auto s = hooks_.stop_writers(clean_text(reason, kMaxReasonBytes));
+    if (!s)
         emit(AgentEventKind::action_failed, EventLevel::error,
              "stopping the writers failed: " + s.error().message());
+    writers_stopped_ = s.ok();
     hooks_.keepalive();
     fence_reason_ = clean_text(reason, kMaxReasonBytes);
     fenced_at_ = clock_.now();
     fenced_unix_ms_ = unix_ms(clock_.wall_now());
+    fenced_boot_id_ = opts_.boot_id;
     action_ = FenceActionState::pending;
 }
 
 void Agent::run_fence_actions(bool stop_writers_first) {
     hooks_.keepalive();
     if (stop_writers_first) {
-        if (auto s = hooks_.stop_writers(fence_reason_); !s)
+        auto s = hooks_.stop_writers(fence_reason_);
+        if (!s)
             emit(AgentEventKind::action_failed, EventLevel::error,
                  "stopping the writers failed: " + s.error().message());
+        writers_stopped_ = s.ok();
         hooks_.keepalive();
     }
     if (auto s = hooks_.fence_action(fence_reason_); !s)
@@ -343,8 +350,41 @@ void Agent::run_fence_actions(bool stop_writers_first) {
              "the fence action failed: " + s.error().message() +
                  "; the device still refuses this host's writes");
     hooks_.keepalive();
-    action_ = FenceActionState::done;
+    // Writers that did not stop keep this host out: no automatic rejoin,
+    // no candidacy, until a restart or a rejoin stops them.
+    action_ = writers_stopped_ ? FenceActionState::done : FenceActionState::writers_running;
+    if (!writers_stopped_)
+        emit(AgentEventKind::action_failed, EventLevel::error,
+             "the writers did not stop: this host stays FENCED (no automatic rejoin) until they are stopped "
+             "('nvfence rejoin' stops them first, as does a restart)");
     (void)persist();
+}
+
+// A FENCED host's writers stop again (a restart: they may have been started
+// at boot; a rejoin after they did not stop); the action's state records
+// whether they did, persisted when it changed.
+Status Agent::stop_writers_again() {
+    hooks_.keepalive();
+    auto s = hooks_.stop_writers(fence_reason_);
+    hooks_.keepalive();
+    if (!s)
+        emit(AgentEventKind::action_failed, EventLevel::error,
+             "stopping the writers failed: " + s.error().message() + "; this host stays FENCED");
+    const FenceActionState now = s ? FenceActionState::done : FenceActionState::writers_running;
+    if (now != action_) {
+        action_ = now;
+        (void)persist();
+    }
+    return s;
+}
+
+// A pending reboot action found at start in another boot than the one that
+// set it pending happened (it never returns, so nothing marked it done);
+// where either boot is unknown (a file of an older agent) it is taken as
+// happened too: running it again could reboot at every boot, for ever.
+bool Agent::reboot_happened(const PersistedState& saved) const {
+    if (saved.action != FenceActionState::pending || !opts_.fence_action_reboots) return false;
+    return saved.boot_id.empty() || opts_.boot_id.empty() || saved.boot_id != opts_.boot_id;
 }
 
 Status Agent::stop_writers_before_release(const char* why) {
@@ -595,11 +635,17 @@ Status Agent::acquire_for_start_role() {
 }
 
 // fence_nvfence's record of this node's unfencing (check-only watchers):
-// its key when it is one of this node's, else 0.
+// its key when it is one of this node's and the record is of this boot,
+// else 0. A record of an earlier boot (or of a fence_nvfence that did not
+// say its boot) is not an unfencing of this boot: a node the cluster
+// manager has not unfenced since it booted is not fenced (a reinstall, a
+// state file removed, would otherwise fence it at once).
 uint64_t Agent::read_unfenced_key() const {
-    const uint64_t k = statefile_ ? statefile_->unfenced_key() : 0;
-    const auto f = decode_key(k);
-    return f && f->tag == opts_.tag && f->node == opts_.node ? k : 0;
+    if (!statefile_) return 0;
+    const UnfencedRecord r = statefile_->unfenced_record();
+    const auto f = decode_key(r.key);
+    if (!f || f->tag != opts_.tag || f->node != opts_.node) return 0;
+    return r.boot_id == opts_.boot_id ? r.key : 0;
 }
 
 Status Agent::load_start_state(std::optional<PersistedState>& saved) {
@@ -660,7 +706,10 @@ Status Agent::start() {
 Status Agent::resume_fenced(const PersistedState& saved, const ReservationStatus& st) {
     fence_reason_ = saved.reason;
     fenced_unix_ms_ = saved.fenced_unix_ms;
+    fenced_boot_id_ = saved.boot_id;
     action_ = saved.action;
+    const bool rebooted = reboot_happened(saved);
+    if (rebooted) action_ = FenceActionState::done;
     const int64_t age = std::max<int64_t>(0, unix_ms(clock_.wall_now()) - fenced_unix_ms_);
     fenced_at_ = clock_.now() - Clock::Ms(age);
     Observation o;
@@ -677,11 +726,18 @@ Status Agent::resume_fenced(const PersistedState& saved, const ReservationStatus
         run_fence_actions(true);
         return Ok{};
     }
+    if (rebooted) {
+        emit(AgentEventKind::info, EventLevel::warning,
+             "the reboot fence action was pending when the agent stopped, and this is " +
+                 std::string(saved.boot_id.empty() || opts_.boot_id.empty() ? "a boot that cannot be told from it"
+                                                                           : "a later boot") +
+                 ": the reboot happened; not rebooting again. FENCED until 'nvfence rejoin' (or fence_nvfence "
+                 "'on') brings this host back");
+        (void)persist();
+    }
     // The writers may have been started again at boot; a done action is
     // not repeated, or a reboot action would loop.
-    if (auto s = hooks_.stop_writers(fence_reason_); !s)
-        emit(AgentEventKind::action_failed, EventLevel::error,
-             "stopping the writers failed: " + s.error().message());
+    (void)stop_writers_again();
     return Ok{};
 }
 
@@ -1085,20 +1141,32 @@ ControlReply Agent::do_handoff(const ControlRequest& req, const std::string& by)
 
 ControlReply Agent::do_rejoin(const ControlRequest& req, const std::string& by) {
     if (state_ != AgentState::fenced) {
+        const AgentState before = state_;
         if (state_ == AgentState::standby)
             if (auto st = fence_.verify()) keep_reserved(*st);
         ControlReply r = reply_for(req);
-        r.changed = state_ == AgentState::holder;
+        r.changed = before != AgentState::holder && state_ == AgentState::holder;
         r.message = std::string("not fenced (") + agent_state_name(state_) + ")" +
                     (r.changed ? "; took the reservation nobody held" : ": nothing to do");
         return r;
     }
+    if (action_ == FenceActionState::writers_running)
+        if (auto w = stop_writers_again(); !w)
+            return fail_reply(req, w.error(),
+                              "rejoin refused: this host's writers did not stop (" + w.error().message() +
+                                  "); still FENCED");
     (void)drain_notifications(false);
     auto out = fence_.join(std::nullopt, true);
     if (!out) {
         const std::string msg = "rejoin failed: " + out.error().message() + "; still FENCED";
         emit(AgentEventKind::request, EventLevel::warning, by + ": " + msg);
         return fail_reply(req, out.error(), msg);
+    }
+    if (auto r = release_kept_hold(out->after); !r) {
+        const std::string msg = "rejoin failed: releasing the reservation this host still holds failed: " +
+                                r.error().message() + "; still FENCED";
+        emit(AgentEventKind::request, EventLevel::warning, by + ": " + msg);
+        return fail_reply(req, r.error(), msg);
     }
     const Registrant* me = out->after.find_host(self_);
     NVF_INVARIANT(me && me->key == out->key);
@@ -1120,6 +1188,26 @@ ControlReply Agent::do_rejoin(const ControlRequest& req, const std::string& by) 
     r.changed = true;
     r.message = state_ == AgentState::holder ? msg + "; took the reservation nobody held" : msg;
     return r;
+}
+
+// A FENCED host that still held the reservation (fenced by a lease loss or
+// a lost view that no takeover followed; its writers are stopped) holds it
+// with the key its rejoin just registered (@p after): it gives it up, as a
+// rejoin gives STANDBY and never a hold, which only a takeover (under an
+// elector: a won term) grants. Ok when it holds nothing; @p after becomes
+// the Report after the release.
+Status Agent::release_kept_hold(ReservationStatus& after) {
+    const Registrant* me = after.find_host(self_);
+    if (!me || !me->holder) return Ok{};
+    const uint64_t k = me->key;
+    auto out = fence_.release();
+    if (!out) return out.error();
+    after = out->after;
+    emit(AgentEventKind::info, EventLevel::info,
+         "rejoin: released the reservation this host still held (re-keyed to " + key_text(k) +
+             "): a rejoin never keeps a hold, only a takeover grants one",
+         &after);
+    return Ok{};
 }
 
 // rejoin = auto: the takeover of the next leader removed this host's key;

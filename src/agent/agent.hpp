@@ -126,6 +126,15 @@ struct AgentOptions {
     /// A HOLDER that lost its view fences itself (as sbd does when it loses
     /// its disk); off: it only stops claiming HOLDER (STANDBY).
     bool fence_on_view_loss = true;
+    /// The fence action reboots this host (fence_action = reboot). One
+    /// found pending at start in another boot than the one that set it
+    /// pending (boot_id), or where the boot cannot be told, has happened:
+    /// it is done, not run again (a reboot would loop).
+    bool fence_action_reboots = false;
+    /// This boot's id (current_boot_id(); "" unknown): persisted with
+    /// FENCED, and compared with the boot of fence_nvfence's record of an
+    /// unfencing (a record of another boot is not this boot's unfencing).
+    std::string boot_id;
     std::string volume;                            ///< Volume name (status only).
     std::string device;                            ///< Device path (status only).
 };
@@ -313,6 +322,8 @@ private:
     void report_epochs();
     void run_fence_actions(bool stop_writers_first);
     void stop_writers_at_fence(const std::string& reason);
+    Status stop_writers_again();
+    bool reboot_happened(const PersistedState& saved) const;
     void check_view();
     void check_timing(Clock::TimePoint t0, Clock::TimePoint t1);
     Status stop_writers_before_release(const char* why);
@@ -343,6 +354,7 @@ private:
     ControlReply do_handoff(const ControlRequest& req, const std::string& who);
     ControlReply do_rejoin(const ControlRequest& req, const std::string& who);
     void rejoin_if_auto(const ReservationStatus& st);
+    Status release_kept_hold(ReservationStatus& after);
     ControlReply reply_for(const ControlRequest& req);
     ControlReply fail_reply(const ControlRequest& req, std::error_code ec, const std::string& msg);
 
@@ -369,6 +381,8 @@ private:
     bool view_lost_ = false;
     uint32_t start_floor_ = 0;  // epoch floor before this run's first Report
     FenceActionState action_ = FenceActionState::none;
+    bool writers_stopped_ = true;   ///< The last writer stop of the fence worked.
+    std::string fenced_boot_id_;    ///< The boot that entered FENCED ("" unknown).
     std::vector<uint64_t> implausible_seen_;
     bool notifications_supported_ = true;
     uint64_t last_notice_count_ = 0;

@@ -408,6 +408,7 @@ AgentOptions agent_options(const AgentSettings& s, uint8_t node) {
     o.rejoin_auto = s.rejoin_auto.value_or(false);
     o.view_timeout_ms = s.view_timeout_ms;
     o.fence_on_view_loss = s.fence_on_view_loss;
+    o.fence_action_reboots = s.fence_action == FenceActionKind::reboot;
     return o;
 }
 

@@ -25,6 +25,7 @@ const char* fence_action_state_name(FenceActionState a) {
     case FenceActionState::none: return "none";
     case FenceActionState::pending: return "pending";
     case FenceActionState::done: return "done";
+    case FenceActionState::writers_running: return "writers_running";
     }
     return "unknown";
 }
@@ -49,12 +50,24 @@ std::string encode_persisted_state(const PersistedState& s) {
     t += "fenced_unix_ms=" + std::to_string(s.fenced_unix_ms < 0 ? 0 : s.fenced_unix_ms) + "\n";
     t += "reason=" + clean_text(s.reason, kMaxReasonBytes) + "\n";
     t += std::string("action=") + fence_action_state_name(s.action) + "\n";
+    if (!s.boot_id.empty()) t += "boot_id=" + s.boot_id + "\n";
     return t;
 }
 
 namespace {
 
-enum : unsigned { kVersion = 1, kNode = 2, kTag = 4, kRole = 8, kKey = 16, kFenced = 32, kReason = 64, kAction = 128 };
+enum : unsigned {
+    kVersion = 1, kNode = 2, kTag = 4, kRole = 8, kKey = 16, kFenced = 32, kReason = 64, kAction = 128, kBoot = 256,
+    kEvery = 511
+};
+
+// A boot id as the kernel writes it (a UUID; 64 bytes at most here).
+bool valid_boot_id(std::string_view v) {
+    if (v.empty() || v.size() > 64) return false;
+    for (char c : v)
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-')) return false;
+    return true;
+}
 
 // The enum value named @p v among @p names (in enum order), if any.
 template <typename E, size_t N>
@@ -109,8 +122,13 @@ bool parse_state_line(std::string_view k, std::string_view v, PersistedState& s,
         s.reason = std::string(v);
         return true;
     }
+    if (k == "boot_id") {
+        if (!once(kBoot) || !valid_boot_id(v)) return false;
+        s.boot_id = std::string(v);
+        return true;
+    }
     if (k != "action") return false;
-    auto a = named<FenceActionState>(v, std::array{"none", "pending", "done"});
+    auto a = named<FenceActionState>(v, std::array{"none", "pending", "done", "writers_running"});
     if (!once(kAction) || !a) return false;
     s.action = *a;
     return true;
@@ -119,6 +137,7 @@ bool parse_state_line(std::string_view k, std::string_view v, PersistedState& s,
 // Role, key, node and fence progress agree with each other.
 bool consistent(const PersistedState& s) {
     if (s.action != FenceActionState::none && s.role != PersistedRole::fenced) return false;
+    if (!s.boot_id.empty() && (s.role != PersistedRole::fenced || !valid_boot_id(s.boot_id))) return false;
     const bool registered = s.role == PersistedRole::standby || s.role == PersistedRole::holder;
     if (registered && (s.key == 0 || s.node == 0)) return false;
     if (s.role == PersistedRole::none && s.key != 0) return false;
@@ -144,7 +163,7 @@ Result<PersistedState> parse_persisted_state(std::string_view text) {
     }
     // An older agent wrote no action line: it ran the action at entry.
     if (!(seen & kAction)) s.action = s.role == PersistedRole::fenced ? FenceActionState::done : FenceActionState::none;
-    if ((seen | kAction) != 255 || !consistent(s)) return bad;
+    if ((seen | kAction | kBoot) != kEvery || !consistent(s)) return bad;
     return s;
 }
 
@@ -157,19 +176,40 @@ AgentStateFile::AgentStateFile(std::string dir, const std::string& volume, const
     unfenced_path_ = dir_ + "/" + volume_file_stem(volume) + ".unfenced";
 }
 
-Status AgentStateFile::save_unfenced(uint64_t key) const {
-    NVF_INVARIANT(key != 0);  // the key joined with; unfenced_key() reads 0 as "no record"
-    return medium_->write_atomic(dir_, unfenced_path_, "key=" + format_key_hex(key) + "\n");
+std::string current_boot_id() {
+    bool absent = false;
+    auto text = file_state_medium().read("/proc/sys/kernel/random/boot_id", 128, absent);
+    if (!text || absent) return {};
+    std::string id = *text;
+    while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
+    return valid_boot_id(id) ? id : std::string();
 }
 
-uint64_t AgentStateFile::unfenced_key() const {
+Status AgentStateFile::save_unfenced(uint64_t key, const std::string& boot_id) const {
+    NVF_INVARIANT(key != 0);  // the key joined with; unfenced_record() reads 0 as "no record"
+    NVF_INVARIANT(boot_id.empty() || valid_boot_id(boot_id));
+    std::string text = "key=" + format_key_hex(key) + "\n";
+    if (!boot_id.empty()) text += "boot_id=" + boot_id + "\n";
+    return medium_->write_atomic(dir_, unfenced_path_, text);
+}
+
+// `key=<key>\n`, then (fence_nvfence since boot ids) `boot_id=<id>\n`.
+UnfencedRecord AgentStateFile::unfenced_record() const {
     bool absent = false;
-    auto text = medium_->read(unfenced_path_, 64, absent);
-    if (!text || absent) return 0;
+    auto text = medium_->read(unfenced_path_, 160, absent);
+    if (!text || absent) return {};
     std::string_view t = *text;
-    if (t.substr(0, 4) != "key=" || t.empty() || t.back() != '\n') return 0;
-    auto key = parse_key(t.substr(4, t.size() - 5));
-    return key ? *key : 0;
+    const size_t nl = t.find('\n');
+    if (t.substr(0, 4) != "key=" || nl == std::string_view::npos) return {};
+    auto key = parse_key(t.substr(4, nl - 4));
+    if (!key) return {};
+    UnfencedRecord r;
+    r.key = *key;
+    t.remove_prefix(nl + 1);
+    if (t.empty()) return r;
+    if (t.substr(0, 8) != "boot_id=" || t.back() != '\n' || !valid_boot_id(t.substr(8, t.size() - 9))) return {};
+    r.boot_id = std::string(t.substr(8, t.size() - 9));
+    return r;
 }
 
 Result<std::optional<PersistedState>> AgentStateFile::load() const {

@@ -31,9 +31,13 @@ enum class FenceActionState : uint8_t {
     none,     ///< Not fenced, or nothing to run.
     pending,  ///< FENCED was entered; stopping writers and the action not yet done.
     done,     ///< Both ran (successfully or not) to their bounded end.
+    /// Both ran to their bounded end, but stopping the writers failed:
+    /// not a candidate, no automatic rejoin; a restart or `nvfence rejoin`
+    /// stops them again first (done once that works).
+    writers_running,
 };
 
-/// Words for a fence action state: "none", "pending", "done".
+/// Words for a fence action state: "none", "pending", "done", "writers_running".
 const char* fence_action_state_name(FenceActionState a);
 
 /// What the agent persists across restarts (besides the epoch, which
@@ -46,17 +50,29 @@ struct PersistedState {
     int64_t fenced_unix_ms = 0;                ///< When FENCED began (0: not fenced).
     std::string reason;                        ///< Why FENCED ("" otherwise).
     FenceActionState action = FenceActionState::none;  ///< Self-fence action progress.
+    std::string boot_id;                       ///< The boot that entered FENCED ("" unknown; fenced only).
     friend bool operator==(const PersistedState&, const PersistedState&) = default;
 };
 
 /// The state file's text: `key=value` lines (version, node, tag, role, key,
-/// fenced_unix_ms, reason, action; a file without `action`, from an older
-/// agent, reads as action done). The reason is truncated to 512 bytes and control
+/// fenced_unix_ms, reason, action, and boot_id when known; a file without
+/// `action`, from an older agent, reads as action done; one without
+/// `boot_id` as an unknown boot). The reason is truncated to 512 bytes and control
 /// characters replaced.
 std::string encode_persisted_state(const PersistedState& s);
 /// Parses encode_persisted_state()'s text strictly (every key exactly once,
 /// values in range, role and key consistent); Errc::state_io otherwise.
 Result<PersistedState> parse_persisted_state(std::string_view text);
+
+/// fence_nvfence's record of an unfencing (AgentStateFile::save_unfenced).
+struct UnfencedRecord {
+    uint64_t key = 0;     ///< The key `on` registered (0: no record).
+    std::string boot_id;  ///< The boot it was written in ("" unknown: an older fence_nvfence).
+};
+
+/// This boot's id (/proc/sys/kernel/random/boot_id, a UUID); "" when it
+/// cannot be read.
+std::string current_boot_id();
 
 /// The agent's state file `<dir>/<volume>.agent`, written atomically
 /// (temporary file, fsync, rename, fsync of the directory).
@@ -74,13 +90,14 @@ public:
     Status save(const PersistedState& s) const;
     /// The file's path.
     const std::string& path() const { return path_; }
-    /// Records that fence_nvfence's `on` unfenced this node with @p key
-    /// (`<volume>.unfenced` beside the state file, as fence_scsi's `on`
-    /// records its key for fence_scsi_check): a check-only watcher that
-    /// never saw the key registered still knows the node was unfenced.
-    Status save_unfenced(uint64_t key) const;
-    /// The key of that record; 0 when there is none or it does not parse.
-    uint64_t unfenced_key() const;
+    /// Records that fence_nvfence's `on` unfenced this node with @p key in
+    /// boot @p boot_id ("" unknown) (`<volume>.unfenced` beside the state
+    /// file, as fence_scsi's `on` records its key for fence_scsi_check): a
+    /// check-only watcher that never saw the key registered still knows
+    /// the node was unfenced in this boot.
+    Status save_unfenced(uint64_t key, const std::string& boot_id) const;
+    /// That record; key 0 when there is none or it does not parse.
+    UnfencedRecord unfenced_record() const;
     /// The record's path.
     const std::string& unfenced_path() const { return unfenced_path_; }
 

@@ -16,7 +16,8 @@ Result<uint32_t> floor_of(const EpochStore* store) {
 }  // namespace
 
 Result<WinResult> carry_out_win(Elector& elector, Fence& fence, const EpochStore* store, const HostId& self,
-                                uint8_t tag, std::chrono::milliseconds timeout) {
+                                uint8_t tag, std::chrono::milliseconds timeout,
+                                const std::function<bool()>& may_act) {
     auto st = fence.verify();
     if (!st) return st.error();
     uint32_t floor = max_epoch_of_tag(*st, tag);
@@ -49,6 +50,9 @@ Result<WinResult> carry_out_win(Elector& elector, Fence& fence, const EpochStore
         case WinAction::acquire:
         case WinAction::takeover: break;
         }
+        // Asked after the token and the Report: the lease may have run out
+        // while they took their round trips.
+        if (may_act && !may_act()) return make_error_code(ElectorErrc::lease_expired);
         auto o = fence.takeover_with_token(*st, w.term.epoch);
         if (!o) return o.error();
         w.outcome = *o;

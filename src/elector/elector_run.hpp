@@ -20,6 +20,7 @@
 /// Agent::take_term() is the same rule for nvfenced.
 
 #include <chrono>
+#include <functional>
 #include <optional>
 
 #include "elector/elector.hpp"
@@ -48,8 +49,12 @@ struct WinResult {
 /// successful result with decision.action == WinAction::stale (the caller
 /// resigns). Errors: the elector's (not_leader: leadership gone before the
 /// token), the device's, Errc::lost_race (the holder changed under us, or
-/// the token kept falling behind the device).
+/// the token kept falling behind the device), ElectorErrc::lease_expired
+/// when @p may_act (if set) says no after a token came back, before any
+/// command for it is sent: the token call took a round trip, and a lease
+/// that may have run out meanwhile backs no takeover (the caller resigns).
 Result<WinResult> carry_out_win(Elector& elector, Fence& fence, const EpochStore* store, const HostId& self,
-                                uint8_t tag, std::chrono::milliseconds timeout);
+                                uint8_t tag, std::chrono::milliseconds timeout,
+                                const std::function<bool()>& may_act = {});
 
 }  // namespace nvfence

@@ -1099,4 +1099,28 @@ TEST_F(AgentElectorTest, ALeaderWhoseAgentIsFencedResignsAndCampaignsAgainOnceAC
     EXPECT_EQ(b->agent->state(), AgentState::holder);
 }
 
+// `nvfence rejoin` after a lease loss: STANDBY, never HOLDER with a key no
+// term gave (the lease watchdog would then fence it again, and the fence
+// action run a second time).
+TEST_F(AgentElectorTest, ARejoinAfterALeaseLossGivesAStandbyNeverAHolderWithoutATerm) {
+    setup_as_nvfenced();
+    win();
+    ASSERT_TRUE(b->agent->lose_lease("test: the lease ended").ok());
+    ASSERT_EQ(b->agent->state(), AgentState::fenced);
+    ASSERT_TRUE(t.is_holder(b->id));
+    const int actions = b->hooks->fence_actions;
+    auto r = b->request(ControlOp::rejoin);
+    EXPECT_EQ(r.exit_code, 0) << r.message;
+    EXPECT_EQ(b->agent->state(), AgentState::standby) << b->hooks->dump();
+    EXPECT_FALSE(t.is_holder(b->id)) << "holding with " << format_key(b->agent->key()) << " while etcd's counter is "
+                                     << elector.counter;
+    EXPECT_EQ(r.message.find("took the reservation"), std::string::npos) << r.message;
+    for (int i = 0; i < 5; ++i) {
+        clock.advance(std::chrono::milliseconds(200));
+        b->agent->check();
+    }
+    EXPECT_EQ(b->agent->state(), AgentState::standby) << b->hooks->dump();
+    EXPECT_EQ(b->hooks->fence_actions, actions) << "fenced again";
+}
+
 }  // namespace nvfence::test

@@ -101,6 +101,37 @@ TEST_F(ElectorRun, PreemptsTheOldHolderWithTheTokenAsEpoch) {
     EXPECT_EQ(*b->store.load(), 7u);
 }
 
+// The token call takes a round trip: a lease that may have run out
+// meanwhile backs no takeover. Asked after the token and the Report, before
+// any command for the token is sent.
+TEST_F(ElectorRun, ALeaseThatMayHaveRunOutDuringTheTokenCallBacksNoTakeover) {
+    auto a = node(1);
+    auto b = node(2);
+    ASSERT_TRUE(a->fence.join(5, false));
+    ASSERT_TRUE(a->fence.acquire());
+    ASSERT_TRUE(b->fence.join(std::nullopt, false));
+    const uint64_t b_key = target.find(b->id)->key;
+    FakeElector e;
+    bool lease_alive = true;
+    int asked = 0;
+    e.after_term = [&](uint32_t) { lease_alive = false; };  // the call outlived the lease
+    auto w = carry_out_win(e, b->fence, &b->store, b->id, kTag, 1000ms, [&] {
+        ++asked;
+        return lease_alive;
+    });
+    ASSERT_FALSE(w);
+    EXPECT_EQ(w.error(), make_error_code(ElectorErrc::lease_expired)) << w.error().message();
+    EXPECT_EQ(asked, 1);
+    EXPECT_EQ(*target.holder, a->id) << "acted on a token no live lease backs";
+    EXPECT_EQ(target.find(b->id)->key, b_key);
+    // With the lease alive the same win is carried out.
+    e.after_term = {};
+    lease_alive = true;
+    auto w2 = carry_out_win(e, b->fence, &b->store, b->id, kTag, 1000ms, [&] { return lease_alive; });
+    ASSERT_TRUE(w2) << w2.error().message();
+    EXPECT_EQ(*target.holder, b->id);
+}
+
 TEST_F(ElectorRun, NobodyHoldingAcquiresWithTheToken) {
     auto b = node(2);
     FakeElector e;

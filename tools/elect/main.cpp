@@ -161,11 +161,17 @@ std::optional<WinResult> act_on_win(Run& r, const LeaderInfo& won, int& rc) {
         return std::nullopt;
     }
     say("elected: leader key " + won.key + " rev " + std::to_string(won.revision));
-    auto w = carry_out_win(r.e, r.fence, &r.store, r.self, static_cast<uint8_t>(r.a.tag), r.call);
+    const auto may_act = [&r] {
+        const GuardVerdict v = r.guard->verdict(Steady::now());
+        return v == GuardVerdict::hold || v == GuardVerdict::renew;
+    };
+    auto w = carry_out_win(r.e, r.fence, &r.store, r.self, static_cast<uint8_t>(r.a.tag), r.call, may_act);
     if (!w) {
-        say("carrying out the win failed: " + w.error().message());
+        const bool expired = w.error() == make_error_code(ElectorErrc::lease_expired);
+        say(expired ? std::string("the lease may have expired while the token was asked for: not acting on this term")
+                    : "carrying out the win failed: " + w.error().message());
         (void)r.e.resign(r.call);
-        rc = code(w.error());
+        rc = expired ? 6 : code(w.error());
         return std::nullopt;
     }
     say("token " + std::to_string(w->term.epoch) + (w->term.rollback_seen ? " (etcd counter was behind)" : "") +

@@ -375,7 +375,7 @@ EpochStore epoch_store(const Ctx& c, const Device& d) {
 void record_unfenced(const Ctx& c, const Device& d, uint64_t key) {
     const AgentStateFile f = c.host.state_medium ? AgentStateFile(c.o.state_dir, d.volume(), *c.host.state_medium)
                                                  : AgentStateFile(c.o.state_dir, d.volume());
-    if (auto s = f.save_unfenced(key); !s)
+    if (auto s = f.save_unfenced(key, c.host.boot_id); !s)
         c.log(Level::warning, d.path() + ": cannot record the unfencing in " + f.unfenced_path() + ": " +
                                   s.error().message() + " (a check-only watcher that has not seen " +
                                   key_words(key) + " yet would miss a fence that removes it before it does)");

@@ -122,6 +122,9 @@ struct Host {
     /// The directory of nvfenced's configuration files, as the installed
     /// nvfenced@.service names it (its ConditionPathExists=).
     std::function<std::string()> watcher_conf_dir;
+    /// This boot's id (current_boot_id()), kept in the record of an
+    /// unfencing: a watcher takes only a record of its own boot.
+    std::string boot_id;
 };
 
 /// How many devices 'off' fences at once (after the first, alone).

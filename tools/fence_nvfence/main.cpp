@@ -23,6 +23,7 @@
 #include "fence_agent.hpp"
 #include "host_io.hpp"
 #include "agent/agent_config.hpp"
+#include "agent/agent_state_file.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/namespace.hpp"
 
@@ -220,6 +221,7 @@ int main(int argc, char** argv) {
     Host host;
     host.requester_alive = [ppid = ::getppid()] { return ::getppid() == ppid; };
     host.local_name = local_node_name();
+    host.boot_id = current_boot_id();
     host.resolve = canonical_path;
     host.dm_slaves = dm_slaves;
     host.open = open_real;

@@ -587,6 +587,7 @@ int run(const nvfence::AgentSettings& s, spdlog::logger& log, const nvfence::Set
     opts.holder_needs_lease = elector && elector->settings().lease_loss == nvfence::LeaseLossAction::fence;
     opts.volume = d.volume;
     opts.device = d.info.paths.block;
+    opts.boot_id = nvfence::current_boot_id();
     nvfence::Fd sigfd = signal_fd();
     if (!sigfd) {
         log.error("signalfd: {}", std::strerror(errno));

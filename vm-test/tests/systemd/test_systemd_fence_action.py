@@ -24,6 +24,10 @@ test lets it finish (a file appears; bounded at 25 s).
    sysrq under the unit's sandbox: when b takes over, a's agent writes 'b'
    to /proc/sysrq-trigger (or, refused, runs reboot -ff) and the machine
    reboots; QEMU runs with -no-reboot, so a's VM exits (code 0).
+5. (after it) a's VM boots again (same disks): nvfenced starts at boot,
+   finds the reboot still pending in its state file from the earlier boot,
+   and does not reboot again: a is FENCED and stays up (same boot id 10 s
+   later), and `nvfence rejoin` brings it back to STANDBY.
 """
 import re
 import time
@@ -284,4 +288,39 @@ def test_systemd_reboot_action_reboots_the_host(lab):
     sysrq = text.count("sysrq: Resetting") > before
     print(f"\nMEASURED takeover -> a's VM gone (reboot): {took:.1f}s; console 'sysrq: Resetting': {sysrq}")
     assert a.vm.proc.returncode == 0, f"QEMU exit code {a.vm.proc.returncode}: not a guest reboot\n{text[-3000:]}"
+    wait_state(b, "HOLDER")
+
+
+# How long the host must stay up after it answers FENCED: a pending reboot
+# run again would reboot it during nvfenced's start, before it answers at
+# all; this is a margin.
+STAYS_UP_S = 10
+
+
+def test_systemd_after_a_reboot_action_the_host_comes_back_fenced_and_rejoins(lab):
+    """The boot after the reboot action (the test above ended a's VM): the
+    state file still says the action is pending (a reboot never returns),
+    from the boot that entered FENCED. nvfenced starts at boot (udev's
+    SYSTEMD_WANTS) and must not reboot again: a comes back FENCED and stays
+    up, and `nvfence rejoin` brings it back to STANDBY."""
+    a, b = lab.hosts
+    assert not a.alive, "the reboot test did not end a's VM"
+    t0 = time.monotonic()
+    a.restart()
+    wait_state(a, "FENCED", timeout_s=WAIT_S * 2)
+    state = a.run(f"cat {STATE}").out
+    boot1 = a.run("cat /proc/sys/kernel/random/boot_id", check=True).out.strip()
+    m = re.search(r"^boot_id=(\S+)$", state, re.M)
+    assert m and m.group(1) != boot1, f"the state file keeps no earlier boot: {state}"
+    print(f"\nMEASURED power-on -> FENCED again: {time.monotonic() - t0:.1f}s; state file:\n{state}")
+    time.sleep(STAYS_UP_S)
+    log = a.journal(UNIT)
+    assert a.alive, f"a rebooted again at its next boot:\n{log[-3000:]}"
+    boot2 = a.run("cat /proc/sys/kernel/random/boot_id", check=True).out.strip()
+    assert boot2 == boot1, "a rebooted again (its boot id changed)"
+    assert "the reboot happened; not rebooting again" in log, log[-3000:]
+    assert "action=done" in a.run(f"cat {STATE}").out
+    assert state_of(a) == "FENCED"
+    ctl(a, "rejoin")
+    wait_state(a, "STANDBY")
     wait_state(b, "HOLDER")
