@@ -80,7 +80,7 @@ on_exit() {
   local rc=$? id
   if [ -n "$cur" ]; then names+=("$cur"); secs+=($(( $(date +%s) - cur_t0 ))); states+=(FAILED); cur=""; fi
   for id in "${!bg_pid[@]}"; do kill_tree "${bg_pid[$id]}"; done
-  for id in images builds; do add_rows "$logs/$id.row"; done
+  for id in images builds debsrc; do add_rows "$logs/$id.row"; done
   [ -f "$logs/vm.xml" ] && add_rows <(lab_rows "$logs/vm.xml")
   table "$rc"
   exit "$rc"
@@ -109,8 +109,9 @@ cmake -S . -B build -G Ninja -DNVFENCE_WERROR=ON >/dev/null
 cmake --build build -j "$jobs"
 
 phase "unit tests"
-# SQLite's own tests need testfixture, built beside the lab (below): they run after it.
-ctest --test-dir build -L unit --output-on-failure -j "$jobs" -E '^sqlite_testfixture_'
+# SQLite's own tests need testfixture, built beside the lab (below): they run
+# after it; the Debian source package (a whole build of its own) runs beside it.
+ctest --test-dir build -L unit --output-on-failure -j "$jobs" -E '^(sqlite_testfixture_.*|debian_source_package)$'
 
 # The other builds run beside the lab tests at the lowest CPU priority: they
 # take only the CPU the guests leave idle (a lab waits on timeouts, TTLs and
@@ -130,6 +131,11 @@ other_builds() {
   tests/sqlite/build_testfixture.sh || return
 }
 bg_start builds "other builds: ASan, no-etcd, fuzz, testfixture (beside the lab)" other_builds
+# dpkg-buildpackage of debian/, lintian, the split against cpack, the symbols
+# file: a unit test that is a whole build of its own, so it runs beside the
+# lab at the lowest priority too (tests/package/debian_source_test.sh).
+bg_start debsrc "Debian source package test (beside the lab)" \
+  nice -n 19 ctest --test-dir build -R '^debian_source_package$' --output-on-failure
 
 phase "lab images (waiting for the job beside the build)"
 bg_wait images
@@ -141,6 +147,9 @@ NVFENCE_LAB_PREBUILT=1 NVFENCE_BUILD_DIR="$root/build" ctest --test-dir build -L
 phase "other builds (waiting for the job beside the lab)"
 bg_wait builds
 
+phase "Debian source package test (waiting for the job beside the lab)"
+bg_wait debsrc
+
 phase "SQLite's own tests through the nvfence VFS (testfixture)"
 ctest --test-dir build -R '^sqlite_testfixture_' --output-on-failure
 
@@ -151,7 +160,7 @@ phase "unit tests under ASan+UBSan"
 # its code runs under ASan in sqlite_vfs_tests.
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan -L unit --output-on-failure -j "$jobs" \
-  -E '^(install_consumers|deb_package|sqlite_load_extension|sqlite_testfixture_.*)$'
+  -E '^(install_consumers|deb_package|debian_source_package|sqlite_load_extension|sqlite_testfixture_.*)$'
 
 phase "build without the etcd elector: checks"
 tests/build/no_etcd.sh build-noetcd
