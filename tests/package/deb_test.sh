@@ -30,7 +30,7 @@ case "$debver" in "$version"-[0-9]*) ;; *) fail "changelog version $debver is no
 soname_major=${version%%.*}
 lib=libnvfence$soname_major
 
-(cd "$build" && cpack -G DEB -B "$tmp/out") >"$tmp/cpack.log" 2>&1 \
+(cd "$build" && flock -w 900 .cpack.lock cpack -G DEB -B "$tmp/out") >"$tmp/cpack.log" 2>&1 \
     || { cat "$tmp/cpack.log"; echo "FAIL: cpack -G DEB"; exit 1; }
 ls "$tmp"/out/*.deb >/dev/null 2>&1 || { cat "$tmp/cpack.log"; echo "FAIL: no .deb"; exit 1; }
 declare -A deb

@@ -71,7 +71,7 @@ dpkg-deb -f "${deb[nvfence]}" Depends | grep -q 'libnvfence0 (= ' || fail "nvfen
 
 # The same split as `cpack -G DEB` of this build tree: each package's files.
 if [ -e "$build/CPackConfig.cmake" ]; then
-    (cd "$build" && cpack -G DEB -B "$work/cpack") >"$work/cpack.log" 2>&1 \
+    (cd "$build" && flock -w 900 .cpack.lock cpack -G DEB -B "$work/cpack") >"$work/cpack.log" 2>&1 \
         || { cat "$work/cpack.log"; fail "cpack -G DEB"; }
     for f in "$work"/cpack/*.deb; do
         p=$(dpkg-deb -f "$f" Package)

@@ -8,7 +8,7 @@ set -u
 build=${1:?build dir}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 command -v lintian >/dev/null || { echo "FAIL: lintian not installed (scripts/setup.sh installs it)"; exit 1; }
-(cd "$build" && cpack -G DEB -B "$tmp/out") >"$tmp/cpack.log" 2>&1 \
+(cd "$build" && flock -w 900 .cpack.lock cpack -G DEB -B "$tmp/out") >"$tmp/cpack.log" 2>&1 \
     || { cat "$tmp/cpack.log"; echo "FAIL: cpack -G DEB"; exit 1; }
 debs=("$tmp"/out/*.deb)
 [ -e "${debs[0]}" ] || { cat "$tmp/cpack.log"; echo "FAIL: no .deb"; exit 1; }
