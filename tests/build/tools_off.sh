@@ -42,7 +42,7 @@ run 'cmake -S /src -B /b -G Ninja -DNVFENCE_TOOLS=OFF -DNVFENCE_WERROR=ON >/b.lo
 step "build"
 run 'cmake --build /b -j2 >>/b.log 2>&1 || { tail -n 50 /b.log; exit 1; }'
 step "unit tests"
-run 'ctest --test-dir /b -L unit --output-on-failure -j2 | tail -n 5'
+run 'ctest --test-dir /b -L unit --output-on-failure -j2 >/t.log 2>&1 || { tail -n 40 /t.log; exit 1; }; tail -n 3 /t.log'
 step "install"
 run 'DESTDIR=/inst cmake --install /b >/dev/null && ls /inst/usr/local/include/nvfence/testing.hpp /inst/usr/local/lib/*/libnvfence_testing.a /inst/usr/local/lib/*/libnvfence.so.0 >/dev/null'
 run '/b/bin/nvfence-kit-failover'
