@@ -424,6 +424,45 @@ NVFENCE_API int nvf_writer_submit(nvf_writer *w);
  *  -NVF_ERRC_INVALID_ARGUMENT when @p min_complete exceeds min(n, 64). */
 NVFENCE_API int nvf_writer_reap(nvf_writer *w, nvf_completion *out, size_t n, uint32_t min_complete);
 
+/** 1 once nvf_writer_fenced() and every I/O handed to the kernel before
+ *  the latch has completed and been reaped: from then on no write of this
+ *  writer can land on the media; 0 before (a write admitted before the
+ *  preempt may still complete ok) and while not fenced. Reap until it is 1
+ *  before acting on "nothing more of mine will land" (FencedWriter::settled). */
+NVFENCE_API int nvf_writer_settled(const nvf_writer *w);
+/** One memory region of nvf_writer_register_buffers(). */
+typedef struct nvf_region {
+    void *base;  /**< Start of the region. */
+    size_t len;  /**< Bytes, 1 .. 1 GiB. */
+} nvf_region;
+/** Registers @p n regions as the ring's fixed buffers, replacing any
+ *  earlier registration; @p n 0 only unregisters. A read or write whose
+ *  buffer lies wholly inside one region is then sent as a fixed-buffer I/O
+ *  (the kernel does not pin its pages per I/O). Requires
+ *  nvf_writer_in_flight() 0, at most 1024 regions
+ *  (-NVF_ERRC_INVALID_ARGUMENT, nothing changed); a kernel refusal is its
+ *  errno (nvf_err_errno()), with no region registered. The regions must
+ *  stay allocated until unregistered or the writer is closed. */
+NVFENCE_API int nvf_writer_register_buffers(nvf_writer *w, const nvf_region *regions, size_t n);
+/** How many regions are registered (0: none). */
+NVFENCE_API uint32_t nvf_writer_fixed_buffers(const nvf_writer *w);
+/** nvf_writer_submit() then nvf_writer_reap(), in one system call where
+ *  possible; returns how many completions (>= 0) or an error code. A
+ *  submission error is returned only when no completion was collected;
+ *  otherwise the unsent I/Os stay queued for the next call. Same limits as
+ *  nvf_writer_reap(). */
+NVFENCE_API int nvf_writer_submit_and_reap(nvf_writer *w, nvf_completion *out, size_t n, uint32_t min_complete);
+/** The outcome of a raw io_uring completion result @p res of an I/O of
+ *  @p kind that should have moved @p expected_bytes, as a writer in
+ *  @p mode reports it, into @p out (user_data 0): block mode: -EBADE is
+ *  fenced, another negative value an error with that errno, a count other
+ *  than @p expected_bytes an error (EIO); passthrough: 0 ok, a positive
+ *  NVMe status fenced when it is Reservation Conflict (0x83), an error
+ *  otherwise, -EBADE fenced. Returns NVF_OK, or -NVF_ERRC_INVALID_ARGUMENT
+ *  for a NULL @p out, NVF_WRITER_AUTO or an unknown @p kind. */
+NVFENCE_API int nvf_classify_completion(nvf_writer_mode mode, nvf_io_kind kind, int32_t res, uint32_t expected_bytes,
+                                        nvf_completion *out);
+
 /* ------------------------------------------------------------ agent */
 /* A request to the host agent nvfenced over its control socket, as
  * `nvfence status|takeover|handoff|rejoin` sends it: an engine can read its

@@ -14,9 +14,12 @@
 #include <memory>
 #include <new>
 #include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "capi/codes.hpp"
+#include "capi/writer_handle.hpp"
 #include "internal/invariant.hpp"
 #include "nvfence/control.hpp"
 #include "nvfence/epoch_store.hpp"
@@ -46,9 +49,6 @@ struct nvf_fence {
           fence(resv, self, fo, store ? &*store : nullptr) {}
 };
 
-struct nvf_writer {
-    std::unique_ptr<FencedWriter> w;
-};
 
 static_assert(static_cast<int>(Errc::not_found) == NVF_ERRC_NOT_FOUND);
 static_assert(static_cast<int>(Errc::fenced) == NVF_ERRC_FENCED);
@@ -199,6 +199,17 @@ bool volume_name_ok(const std::string& v) noexcept {
     return !v.empty() && v != "." && v != ".." && v.find('/') == std::string::npos && v.size() <= 100;
 }
 
+}  // namespace
+
+// One nvf_completion from a Completion (nvf_writer_reap and the calls after it).
+namespace {
+void completion_to_c(const Completion& c, nvf_completion& out) {
+    out.user_data = c.user_data;
+    out.kind = static_cast<nvf_io_kind>(c.kind);
+    out.status = static_cast<nvf_io_status>(c.status);
+    out.error = to_code(c.error);
+    out.bytes = c.bytes;
+}
 }  // namespace
 
 extern "C" {
@@ -511,14 +522,47 @@ int nvf_writer_reap(nvf_writer* w, nvf_completion* out, size_t n, uint32_t min_c
         if (!r) return to_code(r.error());
         // reap() fills at most the span it was given: the caller's array holds n >= take.
         NVF_INVARIANT(*r <= take);
-        for (size_t i = 0; i < *r; ++i) {
-            out[i].user_data = tmp[i].user_data;
-            out[i].kind = static_cast<nvf_io_kind>(tmp[i].kind);
-            out[i].status = static_cast<nvf_io_status>(tmp[i].status);
-            out[i].error = to_code(tmp[i].error);
-            out[i].bytes = tmp[i].bytes;
-        }
+        for (size_t i = 0; i < *r; ++i) completion_to_c(tmp[i], out[i]);
         return static_cast<int>(*r);
+    });
+}
+
+int nvf_writer_settled(const nvf_writer* w) { return w && w->w->settled() ? 1 : 0; }
+uint32_t nvf_writer_fixed_buffers(const nvf_writer* w) { return w ? w->w->fixed_buffers() : 0; }
+
+int nvf_writer_register_buffers(nvf_writer* w, const nvf_region* regions, size_t n) {
+    if (!w || (!regions && n) || n > 1024) return -NVF_ERRC_INVALID_ARGUMENT;
+    return guarded([&] {
+        std::vector<std::span<uint8_t>> v;
+        v.reserve(n);
+        for (size_t i = 0; i < n; ++i) v.emplace_back(static_cast<uint8_t*>(regions[i].base), regions[i].len);
+        return to_code(w->w->register_buffers(v).error());
+    });
+}
+
+int nvf_writer_submit_and_reap(nvf_writer* w, nvf_completion* out, size_t n, uint32_t min_complete) {
+    if (!w || (!out && n)) return -NVF_ERRC_INVALID_ARGUMENT;
+    return guarded([&] {
+        Completion tmp[64];
+        const size_t take = std::min<size_t>(n, 64);
+        if (min_complete > take) return -NVF_ERRC_INVALID_ARGUMENT;
+        auto r = w->w->submit_and_reap({tmp, take}, min_complete);
+        if (!r) return to_code(r.error());
+        NVF_INVARIANT(*r <= take);
+        for (size_t i = 0; i < *r; ++i) completion_to_c(tmp[i], out[i]);
+        return static_cast<int>(*r);
+    });
+}
+
+int nvf_classify_completion(nvf_writer_mode mode, nvf_io_kind kind, int32_t res, uint32_t expected_bytes,
+                            nvf_completion* out) {
+    if (!out || (mode != NVF_WRITER_BLOCK && mode != NVF_WRITER_PASSTHROUGH)) return -NVF_ERRC_INVALID_ARGUMENT;
+    if (kind != NVF_IO_WRITE && kind != NVF_IO_READ && kind != NVF_IO_FLUSH) return -NVF_ERRC_INVALID_ARGUMENT;
+    return guarded([&] {
+        completion_to_c(classify_completion(static_cast<WriterMode>(mode), static_cast<IoKind>(kind), res,
+                                            expected_bytes),
+                        *out);
+        return NVF_OK;
     });
 }
 

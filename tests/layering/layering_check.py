@@ -4,7 +4,7 @@
 Layers, lowest first; a file may include its own layer and the ones below,
 never one above (docs/LAYOUT.md):
 
-    internal < device < fence < writer < client < capi < agent < elector < tools
+    internal < device < fence < writer < client < capi < testing < agent < elector < tools
 
  - src/<layer>/ holds each layer's sources and internal headers, included as
    "<layer>/name.hpp" (the include root is src/);
@@ -28,7 +28,7 @@ import re
 import subprocess
 import sys
 
-LAYERS = ["internal", "device", "fence", "writer", "client", "capi", "sqlite", "agent", "elector", "tools"]
+LAYERS = ["internal", "device", "fence", "writer", "client", "capi", "testing", "sqlite", "agent", "elector", "tools"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
 
 # Layers that may use only some of the layers below them. The client of the
@@ -47,6 +47,7 @@ PUBLIC = {
     "control.hpp": "client",
     "nvfence.h": "capi",
     "sqlite.h": "sqlite",
+    "testing.hpp": "testing", "testing_model.hpp": "testing",
     "export.h": "device",
 }
 

@@ -97,7 +97,8 @@ so="$tmp/root-$lib$L/libnvfence.so.$version"
 c="$tmp/libnvfence-dev.contents"
 for f in "$prefix/include/nvfence/nvfence.h" "$prefix/include/nvfence/fence.hpp" "$L/libnvfence.so" \
          "$L/pkgconfig/nvfence.pc" "$L/cmake/nvfence/nvfenceConfig.cmake" \
-         "$L/cmake/nvfence/nvfenceConfigVersion.cmake" "$L/cmake/nvfence/nvfenceTargets.cmake"; do
+         "$L/cmake/nvfence/nvfenceConfigVersion.cmake" "$L/cmake/nvfence/nvfenceTargets.cmake" \
+         "$prefix/include/nvfence/testing.hpp" "$L/libnvfence_testing.a"; do
     grep -qx "$f" "$c" || fail "libnvfence-dev: $f not in the package"
 done
 grep -Eq '/libnvfence\.so\.|/bin/|/sbin/|/man/' "$c" && fail "libnvfence-dev: carries files of another package"

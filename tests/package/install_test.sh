@@ -22,6 +22,7 @@ libdir=$(cd "$root" && ls -d lib lib64 lib/*-linux-gnu 2>/dev/null | while read 
 L="$root/$libdir"
 
 for f in bin/nvfence sbin/nvfenced include/nvfence/nvfence.h include/nvfence/fence.hpp \
+         include/nvfence/testing.hpp include/nvfence/testing_model.hpp "$libdir/libnvfence_testing.a" \
          include/nvfence/writer.hpp "$libdir/cmake/nvfence/nvfenceConfig.cmake" \
          "$libdir/cmake/nvfence/nvfenceConfigVersion.cmake" "$libdir/pkgconfig/nvfence.pc" \
          share/man/man8/nvfence.8.gz share/man/man8/nvfenced.8.gz share/man/man5/nvfenced.conf.5.gz \
@@ -94,6 +95,9 @@ if cmake -S "$src/examples/cmake-consumer" -B "$tmp/consumer" "${gen[@]}" -DCMAK
     grep -rqs "$src/include" "$tmp/consumer/build.ninja" "$tmp/consumer/CMakeFiles" && fail "consumer used the source tree's headers"
     out=$(LD_LIBRARY_PATH="$L" "$tmp/consumer/nvfence-consumer" /dev/null) || fail "nvfence-consumer: $out"
     echo "cmake consumer: $out"
+    # The testing kit: an engine's failover unit test, run out of tree.
+    out=$(LD_LIBRARY_PATH="$L" "$tmp/consumer/nvfence-kit-failover" 2>&1) || fail "kit failover test: $out"
+    echo "kit failover test: $out"
 else
     cat "$tmp/consumer.log"; fail "out-of-tree find_package(nvfence) project did not build"
 fi
