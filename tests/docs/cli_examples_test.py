@@ -204,6 +204,15 @@ def fence_metadata():
         for part in mixed.split(", "):
             opts[part.split("=")[0]] = "=" in mixed
     actions = {a.get("name") for a in root.iter("action")}
+    # Actions for administrators (setup-watcher, check-config) are not in the
+    # metadata (Pacemaker never runs them): --help names them after "for
+    # administrators:", each followed by its explanation in parentheses.
+    help_text = subprocess.run([os.environ["FENCE_NVFENCE"], "--help"], capture_output=True, text=True,
+                               timeout=30).stdout
+    m = re.search(r"-o, --action=.*?\n(?=   -[a-z], )", help_text, re.S)
+    if m and "for administrators:" in m.group(0):
+        admin = m.group(0).split("for administrators:", 1)[1]
+        actions |= set(re.findall(r"([a-z][a-z-]+) \(", " ".join(admin.split())))
     return opts, actions
 
 

@@ -18,6 +18,7 @@
 #include <fstream>
 #include <sstream>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "fence_agent.hpp"
@@ -191,24 +192,30 @@ const char* level_word(Level l) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-    Parsed parsed;
+// The options from argv, or (no arguments) from stdin as fence-agents
+// give them; nullopt, said on stderr, when stdin holds more than it may.
+std::optional<Parsed> read_options(int argc, char** argv) {
     if (argc > 1) {
         std::vector<std::string> args(argv + 1, argv + argc);
-        parsed = parse_argv(args);
-    } else {
-        std::string text;
-        char buf[4096];
-        size_t n;
-        while ((n = std::fread(buf, 1, sizeof buf, stdin)) > 0) {
-            text.append(buf, n);
-            if (text.size() > kMaxStdinBytes) {
-                std::fprintf(stderr, "ERROR: Failed: more than %zu bytes of options on stdin\n", kMaxStdinBytes);
-                return kExitError;
-            }
-        }
-        parsed = parse_stdin(text);
+        return parse_argv(args);
     }
+    std::string text;
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, stdin)) > 0) {
+        text.append(buf, n);
+        if (text.size() > kMaxStdinBytes) {
+            std::fprintf(stderr, "ERROR: Failed: more than %zu bytes of options on stdin\n", kMaxStdinBytes);
+            return std::nullopt;
+        }
+    }
+    return parse_stdin(text);
+}
+
+int main(int argc, char** argv) {
+    auto read = read_options(argc, argv);
+    if (!read) return kExitError;
+    const Parsed parsed = std::move(*read);
     const Options& o = parsed.opts;
     Fd debug_file;
     std::error_code debug_error;

@@ -558,6 +558,22 @@ int prepare(const nvfence::AgentSettings& s, spdlog::logger& log, Setup& d) {
     return socket_gid(s, log, d.gid);
 }
 
+// The agent's options for this run: the settings', and what the elector
+// and the device decide.
+nvfence::AgentOptions run_options(const nvfence::AgentSettings& s, const Setup& d, const ElectorLink* elector) {
+    auto opts = nvfence::agent_options(s, d.node);
+    // Under an elector, failover after failover needs the fenced hosts back
+    // as candidates; without one, the operator's rejoin stays the way back.
+    opts.rejoin_auto = s.rejoin_auto.value_or(elector != nullptr);
+    // HOLDER only under a live lease: a restart finds no lease (it ended
+    // with the process), so a holding host resumes FENCED.
+    opts.holder_needs_lease = elector && elector->settings().lease_loss == nvfence::LeaseLossAction::fence;
+    opts.volume = d.volume;
+    opts.device = d.info.paths.block;
+    opts.boot_id = nvfence::current_boot_id();
+    return opts;
+}
+
 int run(const nvfence::AgentSettings& s, spdlog::logger& log, const nvfence::SettingsMap& elector_kv) {
     Setup d;
     if (int rc = prepare(s, log, d)) return rc;
@@ -578,16 +594,7 @@ int run(const nvfence::AgentSettings& s, spdlog::logger& log, const nvfence::Set
         [&](bool ok, const std::string& line) { log.log(ok ? spdlog::level::info : spdlog::level::err, "{}", line); });
     if (int rc = arm_hardware_watchdog(s, log, hw, hooks)) return rc;
     nvfence::SystemClock clock;
-    auto opts = nvfence::agent_options(s, d.node);
-    // Under an elector, failover after failover needs the fenced hosts back
-    // as candidates; without one, the operator's rejoin stays the way back.
-    opts.rejoin_auto = s.rejoin_auto.value_or(elector != nullptr);
-    // HOLDER only under a live lease: a restart finds no lease (it ended
-    // with the process), so a holding host resumes FENCED (issue 24).
-    opts.holder_needs_lease = elector && elector->settings().lease_loss == nvfence::LeaseLossAction::fence;
-    opts.volume = d.volume;
-    opts.device = d.info.paths.block;
-    opts.boot_id = nvfence::current_boot_id();
+    const auto opts = run_options(s, d, elector.get());
     nvfence::Fd sigfd = signal_fd();
     if (!sigfd) {
         log.error("signalfd: {}", std::strerror(errno));

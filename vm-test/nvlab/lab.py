@@ -562,6 +562,42 @@ class Target(Host):
         self.ns_enable(wait_hosts=wait_hosts)
 
 
+
+def _check_lab_args(hosts, topology, flavour, packages, cluster_net, install_project, volume_mib, smp,
+                    watchdog, hostids):
+    """Lab()'s arguments checked together (ValueError naming the wrong one);
+    returns cluster_net resolved (default: on for systemd hosts)."""
+    if topology not in TOPOLOGIES:
+        raise ValueError(f"topology must be one of {TOPOLOGIES}, not {topology!r}")
+    if flavour not in FLAVOURS:
+        raise ValueError(f"flavour must be one of {FLAVOURS}, not {flavour!r}")
+    if flavour == "systemd" and topology != "fabric":
+        raise ValueError("flavour='systemd' needs topology='fabric' (one VM per host)")
+    if packages and flavour != "systemd":
+        raise ValueError("packages= is for flavour='systemd' (the busybox guests have none)")
+    if cluster_net is None:
+        cluster_net = flavour == "systemd"
+    if cluster_net and topology != "fabric":
+        raise ValueError("cluster_net needs topology='fabric' (one VM per host)")
+    if not install_project and flavour != "systemd":
+        raise ValueError("install_project=False is for flavour='systemd' (busybox guests run <build>/bin)")
+    if not 16 <= int(volume_mib) <= 65536:
+        raise ValueError(f"volume_mib must be 16..65536, not {volume_mib!r}")
+    if not 1 <= int(smp) <= (os.cpu_count() or 1):
+        raise ValueError(f"smp must be 1..{os.cpu_count()} (this machine's CPUs), not {smp!r}")
+    if watchdog and topology != "fabric":
+        raise ValueError("watchdog=True needs topology='fabric' (one VM per host)")
+    max_hosts = len(HOST_NAMES) if topology == "loop" else FABRIC_MAX_HOSTS
+    if not 1 <= hosts <= max_hosts:
+        raise ValueError(f"hosts must be 1..{max_hosts} for topology '{topology}'"
+                         + (" (more host identities: topology='loop', up to 16)" if topology != "loop" else ""))
+    unknown = set(hostids or {}) - set(HOST_NAMES[:hosts])
+    if unknown:
+        raise ValueError(f"hostids for unknown hosts {sorted(unknown)}")
+    for hid in (hostids or {}).values():
+        uuid.UUID(hid)  # ValueError if not a UUID
+    return cluster_net
+
 class Lab:
     """N hosts sharing one NVMe namespace. Use as a context manager."""
 
@@ -579,45 +615,18 @@ class Lab:
         # smp: vCPUs of each VM (QEMU's multi-threaded TCG). 1 for every test:
         # this machine has 2 cores and runs two labs at once; more only for
         # figures where the guest's own parallelism is what is measured.
-        if topology not in TOPOLOGIES:
-            raise ValueError(f"topology must be one of {TOPOLOGIES}, not {topology!r}")
-        if flavour not in FLAVOURS:
-            raise ValueError(f"flavour must be one of {FLAVOURS}, not {flavour!r}")
-        if flavour == "systemd" and topology != "fabric":
-            raise ValueError("flavour='systemd' needs topology='fabric' (one VM per host)")
-        if packages and flavour != "systemd":
-            raise ValueError("packages= is for flavour='systemd' (the busybox guests have none)")
-        if cluster_net is None:
-            cluster_net = flavour == "systemd"
-        if cluster_net and topology != "fabric":
-            raise ValueError("cluster_net needs topology='fabric' (one VM per host)")
-        self.flavour = flavour
-        self.packages = sdimage.normalize_packages(packages) if flavour == "systemd" else ()
-        self.cluster_net = bool(cluster_net)
-        if not install_project and flavour != "systemd":
-            raise ValueError("install_project=False is for flavour='systemd' (busybox guests run <build>/bin)")
-        self.install_project = bool(install_project)
-        if not 16 <= int(volume_mib) <= 65536:
-            raise ValueError(f"volume_mib must be 16..65536, not {volume_mib!r}")
-        self.volume_bytes = int(volume_mib) << 20
-        if not 1 <= int(smp) <= (os.cpu_count() or 1):
-            raise ValueError(f"smp must be 1..{os.cpu_count()} (this machine's CPUs), not {smp!r}")
-        self.smp = int(smp)
         # watchdog: each host VM gets an Intel 6300ESB watchdog (the guest
         # kernel's i6300esb driver, /dev/watchdog0) whose expiry resets the
         # guest; with -no-reboot the VM then exits (code 0).
-        if watchdog and topology != "fabric":
-            raise ValueError("watchdog=True needs topology='fabric' (one VM per host)")
+        cluster_net = _check_lab_args(hosts, topology, flavour, packages, cluster_net, install_project,
+                                      volume_mib, smp, watchdog, hostids)
+        self.flavour = flavour
+        self.packages = sdimage.normalize_packages(packages) if flavour == "systemd" else ()
+        self.cluster_net = bool(cluster_net)
+        self.install_project = bool(install_project)
+        self.volume_bytes = int(volume_mib) << 20
+        self.smp = int(smp)
         self.watchdog = bool(watchdog)
-        self.sd_image: sdimage.RootImage | None = None
-        self.sd_initrd: Path | None = None
-        self.project_disk: Path | None = None
-        self.project_info: dict = {}
-        self.hub: ClusterHub | None = None
-        max_hosts = len(HOST_NAMES) if topology == "loop" else FABRIC_MAX_HOSTS
-        if not 1 <= hosts <= max_hosts:
-            raise ValueError(f"hosts must be 1..{max_hosts} for topology '{topology}'"
-                             + (" (more host identities: topology='loop', up to 16)" if topology != "loop" else ""))
         self.n_hosts = hosts
         self.topology = topology
         self.ebs = ebs
@@ -627,14 +636,18 @@ class Lab:
         self.extra_cmdline = extra_cmdline
         self.answer_grace_s = answer_grace_s
         self.hostids = dict(hostids or {})
-        unknown = set(self.hostids) - set(HOST_NAMES[:hosts])
-        if unknown:
-            raise ValueError(f"hostids for unknown hosts {sorted(unknown)}")
-        for n, hid in self.hostids.items():
-            uuid.UUID(hid)  # ValueError if not a UUID
         self._failures_at_start = failures_seen
         self._explicit_run_dir = run_dir is not None
         self._run_dir_arg = run_dir
+        self._init_run_state()
+
+    def _init_run_state(self) -> None:
+        """What start() fills in: nothing yet."""
+        self.sd_image: sdimage.RootImage | None = None
+        self.sd_initrd: Path | None = None
+        self.project_disk: Path | None = None
+        self.project_info: dict = {}
+        self.hub: ClusterHub | None = None
         self.run_dir: Path | None = None
         self.vms: list[VM] = []
         self.hosts: list[Host] = []
@@ -692,6 +705,39 @@ class Lab:
         t0 = time.monotonic()
         self.prepare()
         t_prep = time.monotonic()
+        self._make_run_dir()
+        vol = self.run_dir / "vol.img"
+        with open(vol, "wb") as f:
+            f.truncate(self.volume_bytes)
+        cache = "none" if _o_direct_ok(vol) else "writeback"
+        drive = f"file={vol},if=none,id=d0,format=raw,cache={cache}"
+        common = f"nvlab.nqn={NQN} nvlab.ebs={1 if self.ebs else 0} {self.extra_cmdline}"
+        names = HOST_NAMES[:self.n_hosts]
+        ids = {n: self.hostids.get(n) or str(uuid.uuid4()) for n in names}
+        (self.run_dir / "lab.txt").write_text(
+            f"topology={self.topology}\nhosts={self.n_hosts}\nebs={self.ebs}\n"
+            + "".join(f"hostid.{n}={ids[n]}\n" for n in names))
+        log(f"starting {self.topology} lab, {self.n_hosts} {self.flavour} host(s), run dir {self.run_dir}")
+        if self.flavour == "systemd":
+            self._systemd_disks(names)
+        if self.cluster_net:
+            self.hub = ClusterHub(self, self.n_hosts)
+            self.hub.start()
+        if self.topology == "fabric":
+            self._start_fabric(drive, common, names, ids)
+        elif self.topology == "loop":
+            self._start_loop(drive, common, names, ids)
+        else:
+            self._start_plain(drive, common, names)
+        deadline = time.monotonic() + self.boot_timeout_s
+        for vm in self.vms:
+            vm.wait_ready(deadline)
+        self.boot_s = time.monotonic() - t_prep
+        self._make_hosts(names)
+        log(f"{self.topology} lab ready in {self.boot_s:.1f}s (prepare {t_prep - t0:.1f}s): "
+            + ", ".join(f"{h.name}={h.dev}" for h in self.hosts))
+
+    def _make_run_dir(self) -> None:
         if self._explicit_run_dir:
             self.run_dir = Path(self._run_dir_arg).resolve()
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -700,91 +746,81 @@ class Lab:
             Path(base).mkdir(parents=True, exist_ok=True)
             self.run_dir = Path(tempfile.mkdtemp(prefix=f"nvlab-{self.topology}-", dir=base))
         _live_labs.add(self)
-        vol = self.run_dir / "vol.img"
-        with open(vol, "wb") as f:
-            f.truncate(self.volume_bytes)
-        cache = "none" if _o_direct_ok(vol) else "writeback"
-        drive = f"file={vol},if=none,id=d0,format=raw,cache={cache}"
-        nvme_dev = ["-device", f"nvme,serial={DISK_SERIAL},drive=d0"]
-        common = f"nvlab.nqn={NQN} nvlab.ebs={1 if self.ebs else 0} {self.extra_cmdline}"
-        copts = f"nvlab.copts={self.connect_opts.replace(',', ';')}" if self.connect_opts else ""
-        names = HOST_NAMES[:self.n_hosts]
-        ids = {n: self.hostids.get(n) or str(uuid.uuid4()) for n in names}
-        (self.run_dir / "lab.txt").write_text(
-            f"topology={self.topology}\nhosts={self.n_hosts}\nebs={self.ebs}\n"
-            + "".join(f"hostid.{n}={ids[n]}\n" for n in names))
-        log(f"starting {self.topology} lab, {self.n_hosts} {self.flavour} host(s), run dir {self.run_dir}")
-        if self.flavour == "systemd":
-            self.project_disk = self.run_dir / "project.tar"
-            self.project_info = sdimage.project_disk(self.project_disk, self.sd_image,
-                                                     install=self.install_project)
-            for n in names:
-                run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(self.sd_image.path), "-F", "raw",
-                     str(self.run_dir / f"{n}.root.qcow2")], what="qemu-img create (overlay)")
-        chosts = ",".join(f"{n}:{CLUSTER_PREFIX}{i + 1}" for i, n in enumerate(names))
-        if self.cluster_net:
-            self.hub = ClusterHub(self, self.n_hosts)
-            self.hub.start()
 
-        if self.topology == "fabric":
-            tdev = ["-drive", drive] + nvme_dev
-            for i in range(self.n_hosts):
-                tdev += ["-netdev", f"stream,id=n{i},server=on,addr.type=unix,"
-                                    f"addr.path={self.run_dir}/link{i}.sock",
-                         "-device", f"virtio-net-pci,netdev=n{i},id=nic{i},mac={_mac(i, 1)},romfile="]
-            target = VM(self, "target", "target",
-                        f"nvlab.role=target nvlab.name=target nvlab.links={self.n_hosts} {common}", tdev)
-            self.vms.append(target)
-            target.start()
-            # QMP answers only once every netdev is set up: the link sockets
-            # are listening before any host VM tries to connect to them.
-            target.connect(30)
-            for i in range(self.n_hosts):
-                if not (self.run_dir / f"link{i}.sock").exists():
-                    raise LabError(f"target: link socket link{i}.sock missing\n{target.diagnostics()}")
-            for i, n in enumerate(names):
-                hdev = ["-netdev", f"stream,id=n0,server=off,addr.type=unix,addr.path={self.run_dir}/link{i}.sock",
-                        "-device", f"virtio-net-pci,netdev=n0,id=nic0,mac={_mac(i, 2)},romfile="]
-                extra = ""
-                if self.cluster_net:
-                    hdev += ["-netdev", f"stream,id=c0,server=off,addr.type=unix,"
-                                        f"addr.path={self.hub.sock(i)}",
-                             "-device", f"virtio-net-pci,netdev=c0,id=cnic,mac={_cluster_mac(i + 1)},romfile="]
-                    extra = f"nvlab.cip={CLUSTER_PREFIX}{i + 1} nvlab.cidx={i + 1} nvlab.chosts={chosts}"
-                if self.watchdog:
-                    hdev += ["-device", "i6300esb", "-action", "watchdog=reset"]
-                role = "host"
-                if self.flavour == "systemd":
-                    role = "sdhost"
-                    extra += f" systemd.hostname={n} net.ifnames=0"
-                vm = VM(self, n, role, f"nvlab.role=host nvlab.name={n} nvlab.link={i} "
-                                       f"nvlab.hostid={ids[n]} {copts} {common} {extra}".strip(), hdev)
-                self.vms.append(vm)
-                vm.start()
-            for vm in self.vms[1:]:
-                vm.connect(30)
-        elif self.topology == "loop":
-            idlist = ",".join(f"{n}:{ids[n]}" for n in names)
-            vm = VM(self, "loop", "loop", f"nvlab.role=loop nvlab.name=loop nvlab.ids={idlist} {copts} {common}",
-                    ["-drive", drive] + nvme_dev)
+    def _systemd_disks(self, names) -> None:
+        """The project disk and one qcow2 overlay of the root image per host."""
+        self.project_disk = self.run_dir / "project.tar"
+        self.project_info = sdimage.project_disk(self.project_disk, self.sd_image,
+                                                 install=self.install_project)
+        for n in names:
+            run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(self.sd_image.path), "-F", "raw",
+                 str(self.run_dir / f"{n}.root.qcow2")], what="qemu-img create (overlay)")
+
+    def _copts(self) -> str:
+        return f"nvlab.copts={self.connect_opts.replace(',', ';')}" if self.connect_opts else ""
+
+    def _start_fabric(self, drive: str, common: str, names, ids: dict) -> None:
+        tdev = ["-drive", drive, "-device", f"nvme,serial={DISK_SERIAL},drive=d0"]
+        for i in range(self.n_hosts):
+            tdev += ["-netdev", f"stream,id=n{i},server=on,addr.type=unix,"
+                                f"addr.path={self.run_dir}/link{i}.sock",
+                     "-device", f"virtio-net-pci,netdev=n{i},id=nic{i},mac={_mac(i, 1)},romfile="]
+        target = VM(self, "target", "target",
+                    f"nvlab.role=target nvlab.name=target nvlab.links={self.n_hosts} {common}", tdev)
+        self.vms.append(target)
+        target.start()
+        # QMP answers only once every netdev is set up: the link sockets
+        # are listening before any host VM tries to connect to them.
+        target.connect(30)
+        for i in range(self.n_hosts):
+            if not (self.run_dir / f"link{i}.sock").exists():
+                raise LabError(f"target: link socket link{i}.sock missing\n{target.diagnostics()}")
+        for i, n in enumerate(names):
+            vm = self._fabric_host_vm(i, n, ids[n], common, names)
             self.vms.append(vm)
             vm.start()
+        for vm in self.vms[1:]:
             vm.connect(30)
-        else:  # plain: every host VM on the same image (no reservations anywhere)
-            for n in names:
-                vm = VM(self, n, "plain", f"nvlab.role=plain nvlab.name={n} {common}",
-                        ["-drive", drive + ",file.locking=off", "-device",
-                         f"nvme,serial={DISK_SERIAL},drive=d0,share-rw=on"])
-                self.vms.append(vm)
-                vm.start()
-            for vm in self.vms:
-                vm.connect(30)
 
-        deadline = time.monotonic() + self.boot_timeout_s
+    def _fabric_host_vm(self, i: int, n: str, hostid: str, common: str, names) -> "VM":
+        hdev = ["-netdev", f"stream,id=n0,server=off,addr.type=unix,addr.path={self.run_dir}/link{i}.sock",
+                "-device", f"virtio-net-pci,netdev=n0,id=nic0,mac={_mac(i, 2)},romfile="]
+        extra = ""
+        if self.cluster_net:
+            chosts = ",".join(f"{m}:{CLUSTER_PREFIX}{j + 1}" for j, m in enumerate(names))
+            hdev += ["-netdev", f"stream,id=c0,server=off,addr.type=unix,"
+                                f"addr.path={self.hub.sock(i)}",
+                     "-device", f"virtio-net-pci,netdev=c0,id=cnic,mac={_cluster_mac(i + 1)},romfile="]
+            extra = f"nvlab.cip={CLUSTER_PREFIX}{i + 1} nvlab.cidx={i + 1} nvlab.chosts={chosts}"
+        if self.watchdog:
+            hdev += ["-device", "i6300esb", "-action", "watchdog=reset"]
+        role = "host"
+        if self.flavour == "systemd":
+            role = "sdhost"
+            extra += f" systemd.hostname={n} net.ifnames=0"
+        return VM(self, n, role, f"nvlab.role=host nvlab.name={n} nvlab.link={i} "
+                                 f"nvlab.hostid={hostid} {self._copts()} {common} {extra}".strip(), hdev)
+
+    def _start_loop(self, drive: str, common: str, names, ids: dict) -> None:
+        idlist = ",".join(f"{n}:{ids[n]}" for n in names)
+        vm = VM(self, "loop", "loop", f"nvlab.role=loop nvlab.name=loop nvlab.ids={idlist} {self._copts()} {common}",
+                ["-drive", drive, "-device", f"nvme,serial={DISK_SERIAL},drive=d0"])
+        self.vms.append(vm)
+        vm.start()
+        vm.connect(30)
+
+    def _start_plain(self, drive: str, common: str, names) -> None:
+        """Every host VM on the same image (no reservations anywhere)."""
+        for n in names:
+            vm = VM(self, n, "plain", f"nvlab.role=plain nvlab.name={n} {common}",
+                    ["-drive", drive + ",file.locking=off", "-device",
+                     f"nvme,serial={DISK_SERIAL},drive=d0,share-rw=on"])
+            self.vms.append(vm)
+            vm.start()
         for vm in self.vms:
-            vm.wait_ready(deadline)
-        self.boot_s = time.monotonic() - t_prep
+            vm.connect(30)
 
+    def _make_hosts(self, names) -> None:
         if self.topology == "fabric":
             self._target = Target(self, "target", self.vms[0], {"NVFENCE_HOST": "target"},
                                   self.vms[0].ready, own_vm=True)
@@ -805,8 +841,6 @@ class Lab:
         for h in self.hosts:
             if not h.dev:
                 raise LabError(f"{h.name}: the guest reported no device ({h.info})\n{h.vm.diagnostics()}")
-        log(f"{self.topology} lab ready in {self.boot_s:.1f}s (prepare {t_prep - t0:.1f}s): "
-            + ", ".join(f"{h.name}={h.dev}" for h in self.hosts))
 
     def close(self) -> None:
         with self._lock:
