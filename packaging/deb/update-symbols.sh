@@ -22,6 +22,7 @@ dpkg-gensymbols -q -plibnvfence0 -v"$ver" -P"$tmp/pkg" -O"$tmp/raw" -e"$tmp/pkg/
     head -n1 "$tmp/raw"
     echo "* Build-Depends-Package: libnvfence-dev"
     tail -n +2 "$tmp/raw" | while read -r sym v; do
+        [ "$sym" = "*" ] && continue   # a header line dpkg-gensymbols carried over (written above)
         name=${sym%@*}; node=${sym#*@}
         case "$name" in
             _Z*) line="(c++)\"$(c++filt "$name")@$node\"" ;;
