@@ -122,7 +122,8 @@ other_builds() {
   cmake -S . -B build-asan -G Ninja -DNVFENCE_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null || return
   cmake --build build-asan -j "$jobs" --target unit_tests nvfence-cli nvfenced capi_test elector_unit_tests \
     etcd_live_tests nvfence-failover-bench nvfence-bench nvfence-elect fence_nvfence sim_unit_tests \
-    sim_known_defects nvfence-sim nvfence_config_keys sqlite_vfs_tests nvfence_sqlite_ext || return
+    sim_known_defects nvfence-sim nvfence_config_keys sqlite_vfs_tests nvfence_sqlite_ext nvfence-kit-failover \
+    nvfence-sqlite-example || return
   cmake -S . -B build-noetcd -G Ninja -DNVFENCE_ETCD=OFF -DNVFENCE_TESTS=OFF -DNVFENCE_WERROR=ON >/dev/null || return
   cmake --build build-noetcd -j "$jobs" --target nvfenced nvfence-cli fence_nvfence || return
   tests/fuzz/run.sh --build-only || return

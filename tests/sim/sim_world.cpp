@@ -1752,10 +1752,13 @@ Result<uint32_t> World::device_command(int h, const Command& cmd, std::span<uint
         ~InDevice() { flag = false; }
     } in_device(H.in_device[static_cast<size_t>(thr)]);
     int64_t delay = rng_.range(0, 3);
-    if (draw(Fault::device_delay)) delay = rng_.range(50, 2 * bound);
+    // A bound cut short by the lease can be below 50 ms: never draw from an
+    // empty range (Rng::range asserts lo <= hi).
+    if (draw(Fault::device_delay)) delay = rng_.range(50, std::max<int64_t>(50, 2 * bound));
     // A degraded link: retransmissions make every command slow, some past
     // its bound (drawn only under link_degraded, off by default).
-    if (now_ < H.link_slow_until) delay = std::max(delay, rng_.range(50, std::min<int64_t>(bound + bound / 4, 4000)));
+    if (now_ < H.link_slow_until)
+        delay = std::max(delay, rng_.range(50, std::max<int64_t>(50, std::min<int64_t>(bound + bound / 4, 4000))));
     if (now_ < H.dev_cut_until) {
         block(h, thr, sent + bound);
         return timed_out;
