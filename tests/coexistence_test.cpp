@@ -263,6 +263,23 @@ TEST_F(CoexistenceTest, PreemptRefusesAForeignHolderWithoutForeignAndNamesItWith
     expect_others_registered_but(kLvmKey);
 }
 
+TEST_F(CoexistenceTest, AForeignHolderWithKeyZeroIsNotToldToNameItWithVictim) {
+    // nvmet registers NRKEY 0 and lets it hold; the CLI refuses "--victim 0"
+    // as not a key, so the hint must offer the bare --foreign instead (the
+    // lab's key-zero test met a hint that could not be followed).
+    const HostId zero_host = make_host(35);
+    target.add(zero_host, 0);
+    target.hold(zero_host, ResvType::write_exclusive);
+    auto a = node(1);
+    auto st = a->fence.verify();
+    ASSERT_TRUE(st) << st.error().message();
+    const auto why = cli::foreign_refusal(std::nullopt, &*st, false);
+    EXPECT_NE(why.find("held by the foreign key 0x0000000000000000"), std::string::npos) << why;
+    EXPECT_NE(why.find("add --foreign"), std::string::npos) << why;
+    EXPECT_EQ(why.find("--victim"), std::string::npos) << why;
+    EXPECT_EQ(cli::foreign_victim(std::nullopt, &*st, true), 0u);
+}
+
 TEST_F(CoexistenceTest, PreemptOfAnNvfenceHolderOrAFreeNamespaceNeedsNoFlag) {
     auto b = node(2);
     auto st = b->fence.verify();

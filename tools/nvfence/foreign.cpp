@@ -19,9 +19,13 @@ std::string foreign_refusal(std::optional<uint64_t> victim, const ReservationSta
     }
     const Registrant* h = st ? st->holder() : nullptr;
     if (!h || !foreign(h->key)) return {};
+    // Key 0 is a valid NVMe key (nvmet registers it) but --victim refuses it
+    // as a usage error, so the hint for it must not name --victim.
+    const std::string how = h->key == 0 ? "add --foreign (it preempts exactly the key read here)"
+                                        : "name it with --victim " + format_key_hex(h->key) + " --foreign";
     return "the reservation is held by the foreign key " + format_key_hex(h->key) +
            " (not nvfence's: fence_scsi, LVM or another tool); nvfence preempts a foreign holder only when told "
-           "so: name it with --victim " + format_key_hex(h->key) + " --foreign";
+           "so: " + how;
 }
 
 std::optional<uint64_t> foreign_victim(std::optional<uint64_t> victim, const ReservationStatus* st,

@@ -518,14 +518,20 @@ int cmd_simple(const Common& c, const std::string& verb, ResvType type) {
 }
 
 // Why `nvfence preempt` (a takeover) failed, in its words.
+// The takeover read the registrants and the victim was not among them: it
+// sent nothing (a compare-and-swap that failed before the swap).
+bool cli_victim_absent(const Fence& f, std::optional<uint64_t> victim) {
+    const auto& lr = f.last_report();
+    return victim && lr && std::none_of(lr->registrants.begin(), lr->registrants.end(),
+                                        [&](const Registrant& r) { return r.key == *victim; });
+}
+
 int fail_preempt(const Common& c, const FenceCtx& x, std::error_code ec, std::optional<uint64_t> victim) {
     if (ec == Errc::own_key && victim)
         return fail(c, "preempt: --victim " + format_key(*victim) + " is this host's own key", ec,
                     "a host cannot preempt itself (nothing was changed)");
     const auto& lr = x.fence->last_report();
-    const bool victim_absent =
-        victim && lr && std::none_of(lr->registrants.begin(), lr->registrants.end(),
-                                     [&](const Registrant& r) { return r.key == *victim; });
+    const bool victim_absent = cli_victim_absent(*x.fence, victim);
     if (victim_absent && ec == Errc::lost_race) {
         const Registrant* h = lr->holder();
         return fail(c, "preempt: --victim " + describe_key(*victim) + " matches no registrant of " + c.dev +
@@ -568,7 +574,7 @@ std::optional<uint64_t> foreign_holder_victim(const Common& c, FenceCtx& x, std:
 }
 
 // --foreign: the removal of a foreign key goes to syslog (the journal) and
-// stderr, whether or not the device took it.
+// stderr, whether or not the device took it (never when nothing was sent).
 void log_foreign_eviction(const Common& c, std::optional<uint64_t> victim, bool removed) {
     if (!victim || decode_key(*victim)) return;
     const std::string line = cli::foreign_eviction_line(c.dev, *victim, static_cast<uint32_t>(getuid()), removed);
@@ -592,7 +598,10 @@ int cmd_preempt(const Common& c, unsigned node, ResvType type, std::optional<uin
     const auto t0 = std::chrono::steady_clock::now();
     auto out = x->fence->takeover(victim);
     const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
-    log_foreign_eviction(c, victim, out && std::find(out->removed.begin(), out->removed.end(), *victim) != out->removed.end());
+    // Logged only when a preempt naming the foreign key went to the device.
+    if (out || (out.error() != Errc::own_key && !cli_victim_absent(*x->fence, victim)))
+        log_foreign_eviction(c, victim,
+                             out && std::find(out->removed.begin(), out->removed.end(), *victim) != out->removed.end());
     if (!out) return fail_preempt(c, *x, out.error(), victim);
     if (c.json) {
         Json j;

@@ -192,10 +192,18 @@ def test_key_zero(clean):
     assert_runtime_error(r, CONFLICT, "0x0000000000000000 (foreign)", "--replace")
     assert_unchanged(before, a)
 
-    # A holder with key 0: the default preempt takes it over (PRKEY 0 equals
-    # the holder's key, which nvmet accepts) and reports key 0 as removed.
+    # A holder with key 0 is foreign: the default preempt refuses it (exit 3)
+    # and its hint is one that can be followed ("--victim 0" is a usage
+    # error, so the hint is the bare --foreign); nothing is sent.
     ok_raw(a, "resv-acquire --crkey=0 --rtype=1 --racqa=0")
+    before = snapshot(a)
     r = nvf(b, "preempt", "--node", "2")
+    assert_runtime_error(r, CONFLICT, "held by the foreign key 0x0000000000000000", "add --foreign")
+    assert "--victim" not in r.err, r
+    assert_unchanged(before, a)
+    # --foreign takes it over (PRKEY 0 equals the holder's key, which nvmet
+    # accepts) and reports key 0 as removed.
+    r = nvf(b, "preempt", "--node", "2", "--foreign")
     assert r.rc == OK, r
     kb = int(r.json["key"], 16)
     assert r.json["previous_holder"] == hexkey(0) and r.json["removed"] == [hexkey(0)], r.json
@@ -407,21 +415,25 @@ def test_victim_key_that_matches_no_registrant(clean):
     # (a) --victim is a compare-and-swap: the victim is not registered, so
     # nvfence sends nothing (it used to re-key this host first) and exits 6
     # naming who holds now, as when another manager won the race.
-    for victim in ("0x777", "nf:0:9:9"):
-        r = nvf(b, "preempt", "--victim", victim)
+    # A foreign victim without --foreign is refused before anything is sent.
+    r = nvf(b, "preempt", "--victim", "0x777")
+    assert_usage(r, "is a foreign key", "add --foreign")
+    assert_unchanged(before, a)
+    for victim in (("0x777", "--foreign"), ("nf:0:9:9",)):
+        r = nvf(b, "preempt", "--victim", *victim)
         assert_runtime_error(r, LOST_RACE, "matches no registrant", ka_text + " (node 1", "nothing was changed")
         assert r.json["holder"] == hexkey(ka), r.json
         assert_unchanged(before, a)
     # Not even registered: still nothing sent, not even a registration.
     assert nvf(b, "unregister").rc == OK
     before = snapshot(a)
-    r = nvf(b, "preempt", "--node", "2", "--victim", "0x777")
+    r = nvf(b, "preempt", "--node", "2", "--victim", "0x777", "--foreign")
     assert_runtime_error(r, LOST_RACE, "matches no registrant")
     assert_unchanged(before, a)
     # Nobody holds: no winner to name; the key is simply not there (exit 2).
     assert nvf(a, "release").rc == OK
     before = snapshot(a)
-    r = nvf(b, "preempt", "--node", "2", "--victim", "0x777")
+    r = nvf(b, "preempt", "--node", "2", "--victim", "0x777", "--foreign")
     assert_runtime_error(r, USAGE, "matches no registrant", "nobody holds", "nothing was changed")
     assert_unchanged(before, a)
 

@@ -112,7 +112,11 @@ def test_nvme_cli_keys_are_foreign_and_preemptable(clean):
     text = b.run('nvfence report "$NVFENCE_DEV"').out
     assert "foreign" in text and "0x0000000000001234" in text
 
+    # Foreign: refused without --foreign (exit 2, nothing sent), taken with it.
     r = nvf(b, "preempt", "--node", "2", "--victim", "0x1234")
+    assert r.rc == USAGE and "add --foreign" in r.err, r
+    assert nvme_keys(nvme_report(a)) == {0x1234: True}
+    r = nvf(b, "preempt", "--node", "2", "--victim", "0x1234", "--foreign")
     assert r.rc == OK, r
     assert r.json["removed"] == [hexkey(0x1234)]
     kb = int(r.json["key"], 16)
