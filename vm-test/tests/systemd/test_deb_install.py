@@ -151,12 +151,17 @@ def test_dev_packages_alone_build_consumers(lab, debs):
     assert re.search(r"libnvfence\.so\.0 => (/usr)?/lib/[a-z0-9_]+-linux-gnu/libnvfence\.so\.0", ldd), ldd
     # C++20 through find_package(nvfence): nvfence::nvfence from
     # /usr/lib/<triplet>/cmake, the standard carried by the target.
+    # The consumer also builds the testing kit's example (its source one
+    # directory up, as in the repository) against nvfence::testing.
     for f in ("CMakeLists.txt", "main.cpp"):
         a.put(REPO_DIR / "examples/cmake-consumer" / f, f"/root/cmake-consumer/{f}")
+    a.put(REPO_DIR / "examples/testing/failover_test.cpp", "/root/testing/failover_test.cpp")
     r = a.run("cd /root/cmake-consumer && cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >build.log 2>&1 "
               "&& cmake --build build >>build.log 2>&1 && grep -rq 'std=.*++20' build && build/nvfence-consumer /dev/null"
-              " || { cat build.log; exit 1; }", timeout_s=1500)
+              " || { tail -40 build.log; exit 1; }", timeout_s=1500)
     assert r.rc == 0, (r.out, r.err)
+    kit = a.run("/root/cmake-consumer/build/nvfence-kit-failover", timeout_s=300)
+    assert kit.rc == 0, (kit.out[-2000:], kit.err[-2000:])
     nvf_dir = a.run("sed -n 's/^nvfence_DIR:PATH=//p' /root/cmake-consumer/build/CMakeCache.txt", check=True).out.strip()
     assert re.fullmatch(r"/usr/lib/[a-z0-9_]+-linux-gnu/cmake/nvfence", nvf_dir), nvf_dir
     print(f"pkg-config: {flags}\nc example: {c_out}\ncmake consumer ({nvf_dir}): {r.out.strip()}")
