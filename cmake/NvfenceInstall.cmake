@@ -3,7 +3,8 @@
 #   <includedir>/nvfence/*.hpp and nvfence/nvfence.h (the C API)
 #   <libdir>/cmake/nvfence/  find_package(nvfence) -> nvfence::nvfence
 #   <libdir>/pkgconfig/nvfence.pc
-#   <docdir>/ (the unit's Documentation=), man pages (gzip), bash completion
+#   <docdir>/ (the unit's Documentation=), man pages (gzip; man3 in the dev
+#   component), bash completion
 #   <datadir>/doc/<package>/copyright and changelog.Debian.gz per package
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
@@ -50,7 +51,7 @@ set(_nvf_gz_dir ${CMAKE_CURRENT_BINARY_DIR}/gz)
 set(_nvf_gz_outputs "")
 function(_nvf_gzip src out)
   add_custom_command(OUTPUT ${out}
-    COMMAND ${CMAKE_COMMAND} -E make_directory ${_nvf_gz_dir}/man
+    COMMAND ${CMAKE_COMMAND} -E make_directory ${_nvf_gz_dir}/man/man3
     COMMAND sh -c "gzip -9n -c \"$1\" > \"$2\"" _ ${src} ${out}
     DEPENDS ${src} VERBATIM)
   set(_nvf_gz_outputs ${_nvf_gz_outputs} ${out} PARENT_SCOPE)
@@ -61,6 +62,14 @@ foreach(page IN ITEMS nvfence.8 nvfenced.8 nvfenced.conf.5 fence_nvfence.8)
     _nvf_gzip(${PROJECT_SOURCE_DIR}/man/${page} ${_nvf_gz_dir}/man/${page}.gz)
     install(FILES ${_nvf_gz_dir}/man/${page}.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man${section})
   endif()
+endforeach()
+# The API reference (man/man3: a page per C function or family, .so links
+# for the other names, a page per public C++ class, libnvfence(3)) is for
+# programmers: the -dev package ships it.
+file(GLOB _nvf_man3 RELATIVE ${PROJECT_SOURCE_DIR}/man/man3 CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/man/man3/*.3)
+foreach(page IN LISTS _nvf_man3)
+  _nvf_gzip(${PROJECT_SOURCE_DIR}/man/man3/${page} ${_nvf_gz_dir}/man/man3/${page}.gz)
+  install(FILES ${_nvf_gz_dir}/man/man3/${page}.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man3 COMPONENT dev)
 endforeach()
 install(FILES completion/nvfence.bash DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions
   RENAME nvfence)

@@ -98,10 +98,13 @@ c="$tmp/libnvfence-dev.contents"
 for f in "$prefix/include/nvfence/nvfence.h" "$prefix/include/nvfence/fence.hpp" "$L/libnvfence.so" \
          "$L/pkgconfig/nvfence.pc" "$L/cmake/nvfence/nvfenceConfig.cmake" \
          "$L/cmake/nvfence/nvfenceConfigVersion.cmake" "$L/cmake/nvfence/nvfenceTargets.cmake" \
-         "$prefix/include/nvfence/testing.hpp" "$L/libnvfence_testing.a"; do
+         "$prefix/include/nvfence/testing.hpp" "$L/libnvfence_testing.a" \
+         "$prefix/share/man/man3/libnvfence.3.gz" "$prefix/share/man/man3/nvf_ns_open.3.gz" \
+         "$prefix/share/man/man3/nvfence::Fence.3.gz"; do
     grep -qx "$f" "$c" || fail "libnvfence-dev: $f not in the package"
 done
-grep -Eq '/libnvfence\.so\.|/bin/|/sbin/|/man/' "$c" && fail "libnvfence-dev: carries files of another package"
+# The API reference (man3) is the one man section the -dev package ships.
+grep -Eq '/libnvfence\.so\.|/bin/|/sbin/|/man/man[^3]' "$c" && fail "libnvfence-dev: carries files of another package"
 [ "$(dpkg-deb -f "${deb[libnvfence-dev]}" Section)" = libdevel ] || fail "libnvfence-dev: Section is not libdevel"
 dpkg-deb -f "${deb[libnvfence-dev]}" Depends | tr ',' '\n' | sed 's/^ *//' | grep -qx "$lib (= $debver)" \
     || fail "libnvfence-dev: does not depend on $lib (= $debver)"
@@ -125,7 +128,7 @@ for f in "$prefix/bin/nvfence" "$prefix/sbin/nvfenced" "$prefix/sbin/fence_nvfen
          "$prefix/share/doc/nvfence/AGENT.md" "$prefix/share/bash-completion/completions/nvfence"; do
     grep -qx "$f" "$c" || fail "nvfence: $f not in the package"
 done
-grep -Eq '/libnvfence\.so|/include/|\.pc$|/cmake/' "$c" && fail "nvfence: carries library or -dev files"
+grep -Eq '/libnvfence\.so|/include/|\.pc$|/cmake/|/man/man3/' "$c" && fail "nvfence: carries library or -dev files"
 [ "$(dpkg-deb -f "${deb[nvfence]}" Section)" = admin ] || fail "nvfence: Section is not admin"
 dpkg-deb -f "${deb[nvfence]}" Depends | tr ',' '\n' | sed 's/^ *//' | grep -qx "$lib (= $debver)" \
     || fail "nvfence: does not depend on $lib (= $debver)"

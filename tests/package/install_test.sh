@@ -27,6 +27,7 @@ for f in bin/nvfence sbin/nvfenced include/nvfence/nvfence.h include/nvfence/fen
          "$libdir/cmake/nvfence/nvfenceConfigVersion.cmake" "$libdir/pkgconfig/nvfence.pc" \
          share/man/man8/nvfence.8.gz share/man/man8/nvfenced.8.gz share/man/man5/nvfenced.conf.5.gz \
          share/man/man8/fence_nvfence.8.gz sbin/fence_nvfence \
+         share/man/man3/libnvfence.3.gz share/man/man3/nvf_ns_open.3.gz share/man/man3/nvf_ns_close.3.gz \
          share/doc/nvfence/AGENT.md share/doc/nvfence/README.md \
          share/doc/nvfence/copyright share/doc/libnvfence0/copyright share/doc/libnvfence-dev/copyright \
          share/doc/nvfence/changelog.Debian.gz \
