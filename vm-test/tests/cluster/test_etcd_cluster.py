@@ -49,7 +49,7 @@ agent interval 500 ms, TTL 5 s by default (NVFENCE_ETCD_TTL_S), writers
 stopped before each media check, "new fence line"/"new step-down line"
 checks instead of "any line".
 Runs 7-11 (2026-12-01 21:56-22:45 UTC, quiet machine): docs/RELIABILITY.md
-"etcd lab: what the lab showed". Elector calls for a live lease may now run until
+"etcd lab: what the lab showed" (the dated runs: docs/LOG.md). Elector calls for a live lease may now run until
 the step-down deadline; TTL 10 s in the lab (etcd answers in 0.5-2.5 s in
 these guests); settle() waits for a holder that leads; the freeze catches
 the writer inside a write pass.
