@@ -130,6 +130,11 @@ private:
     };
     std::optional<SeenCounter> seen_counter_;
     uint64_t cluster_id_ = 0;
+    // observe(): whether etcd's observed key is a candidacy of this
+    // election; when it is not, the range scan decides (bounded by deadline).
+    bool candidacy(const LeaderInfo& l) const;
+    Result<LeaderInfo> observe_by_range(const std::optional<LeaderInfo>& known,
+                                        std::chrono::steady_clock::time_point deadline);
     // campaign(): a server's error reply (a lost lease forgets the candidacy).
     std::error_code server_error(const std::string& body, std::error_code ec);
     // campaign()'s steps: the lease, the candidate key on it, and one look

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <functional>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #include "elector/curl_api.hpp"
@@ -606,15 +607,47 @@ Result<LeaderInfo> EtcdElector::observe(const std::optional<LeaderInfo>& known, 
         seen = *l;
         return !known || !l->same_leadership(*known);
     };
+    const auto deadline = Clock::now() + timeout;
     auto r = http_->post("/v3/election/observe", etcd::name_request(opts_.election), timeout, &sink);
     if (bad) return bad;
+    if (seen && !candidacy(*seen)) return observe_by_range(known, deadline);
     if (seen && (!known || !seen->same_leadership(*known))) return *seen;
     if (!r && r.error() != make_error_code(Errc::timeout)) return r.error();
     if (r && !r->body.empty()) {
         // The stream ended with a line and no newline: an error, usually.
         auto l = etcd::parse_observe(r->body);
         if (!l) return l.error();
+        if (!candidacy(*l)) return observe_by_range(known, deadline);
         if (!known || !l->same_leadership(*known)) return *l;
+    }
+    if (known) return *known;
+    return make_error_code(ElectorErrc::no_leader);
+}
+
+bool EtcdElector::candidacy(const LeaderInfo& l) const {
+    etcd::Kv kv;
+    kv.key = l.key;
+    kv.lease = l.lease;
+    return etcd::is_candidacy(opts_.election + "/", kv);
+}
+
+// etcd's observe names the first key created under <election>/, which can
+// be no candidacy (another election <election>/x, a key without a lease):
+// then leader()'s range scan decides, polled every kObservePoll until it
+// differs from known or the deadline passes (a wait, as observe is, not a
+// spin). At most timeout / kObservePoll + 1 scans.
+Result<LeaderInfo> EtcdElector::observe_by_range(const std::optional<LeaderInfo>& known,
+                                                 Clock::time_point deadline) {
+    constexpr Ms kObservePoll{250};
+    for (;;) {
+        const auto left = std::chrono::duration_cast<Ms>(deadline - Clock::now());
+        if (left < kMinCallMs) break;
+        auto l = leader(left);
+        if (!l && l.error() != make_error_code(ElectorErrc::no_leader)) return l.error();
+        if (l && (!known || !l->same_leadership(*known))) return *l;
+        if (!l && known) return l.error();  // the known leadership ended
+        const auto rest = std::chrono::duration_cast<Ms>(deadline - Clock::now());
+        std::this_thread::sleep_for(std::min(kObservePoll, std::max(rest, Ms{0})));
     }
     if (known) return *known;
     return make_error_code(ElectorErrc::no_leader);

@@ -545,6 +545,18 @@ TEST_F(EtcdLive, KeysUnderTheElectionThatAreNotCandidaciesDoNotBlockIt) {
     auto l = b->leader(kCall);
     ASSERT_TRUE(l) << l.error().message() << " " << b->last_error();
     EXPECT_TRUE(l->same_leadership(*won)) << l->key;
+    // observe() agrees with leader(): etcd's own observe names the first key
+    // created under the prefix ("notes"), which is no candidacy.
+    auto ob = b->observe(std::nullopt, kCall);
+    ASSERT_TRUE(ob) << ob.error().message() << " " << b->last_error();
+    EXPECT_TRUE(ob->same_leadership(*won)) << ob->key;
+    // Knowing a's leadership, observe() waits for a change and, none
+    // coming, returns it unchanged within its timeout.
+    const auto t0 = std::chrono::steady_clock::now();
+    auto same = b->observe(*won, 700ms);
+    ASSERT_TRUE(same) << same.error().message();
+    EXPECT_TRUE(same->same_leadership(*won)) << same->key;
+    EXPECT_GE(std::chrono::steady_clock::now() - t0, 500ms) << "observe must wait, not spin";
     // b queues behind a, and wins once a resigns.
     ASSERT_EQ(b->campaign(300ms).error(), make_error_code(Errc::timeout));
     ASSERT_TRUE(a->resign(kCall));
