@@ -11,7 +11,7 @@ _nvfence() {
 
     case $prev in
         --type) COMPREPLY=($(compgen -W "$types" -- "$cur")); return ;;
-        --state-dir) COMPREPLY=($(compgen -d -- "$cur")); return ;;
+        --state-dir|--config-dir|--run-dir) COMPREPLY=($(compgen -d -- "$cur")); return ;;
         --socket) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         --tag|--node|--epoch|--victim|--victim-node|--lba|--blocks|--wait-s|--max|--initial-bytes|--timeout-ms) return ;;
     esac
@@ -36,6 +36,7 @@ _nvfence() {
         notifications) opts+=" --max" ;;
         status|takeover|handoff|rejoin) opts="--json --socket --timeout-ms --help"
             [[ $cmd == takeover ]] && opts+=" --victim"
+            [[ $cmd == status ]] && opts+=" --all --config-dir --run-dir"
             if [[ $cur != -* ]]; then
                 local vols=$(cd /run/nvfence 2>/dev/null && ls *.sock 2>/dev/null | sed 's/\.sock$//')
                 COMPREPLY=($(compgen -W "$vols" -- "$cur")); return

@@ -1919,6 +1919,7 @@ TEST(AgentSettingsTest, DefaultsAndFullConfiguration) {
     EXPECT_FALSE(d->node);
     EXPECT_EQ(d->socket_mode, 0600u);
     EXPECT_EQ(d->state_dir, "/var/lib/nvfence");
+    EXPECT_EQ(d->metrics_dir, "") << "no metrics file unless asked for";
     EXPECT_EQ(d->fence_action, FenceActionKind::none);
     EXPECT_FALSE(d->keep_registration);
     auto f = parse_agent_settings({{"device", "vol-0123456789abcdef0"},
@@ -1935,6 +1936,7 @@ TEST(AgentSettingsTest, DefaultsAndFullConfiguration) {
                                    {"control_socket", "/run/x.sock"},
                                    {"socket_group", "nvfence"},
                                    {"state_dir", "/srv/state"},
+                                   {"metrics_dir", "/var/lib/prometheus/node-exporter"},
                                    {"keep_registration", "yes"},
                                    {"ptpl", "on"},
                                    {"name", "db1"},
@@ -1951,6 +1953,7 @@ TEST(AgentSettingsTest, DefaultsAndFullConfiguration) {
     EXPECT_EQ(f->socket_mode, 0660u) << "a socket group opens the socket to the group";
     EXPECT_TRUE(f->keep_registration);
     EXPECT_EQ(f->log_level, "warning");
+    EXPECT_EQ(f->metrics_dir, "/var/lib/prometheus/node-exporter");
     auto o = agent_options(*f, 3);
     EXPECT_EQ(o.node, 3);
     EXPECT_EQ(o.type, ResvType::write_exclusive_reg_only);
@@ -1987,6 +1990,7 @@ TEST(AgentSettingsTest, EveryInvalidValueNamesItsKey) {
         {"socket_mode", "0777", "socket_mode"},
         {"socket_mode", "0660", "socket_mode = \"0660\": 0660 needs socket_group"},
         {"state_dir", "var/lib", "state_dir"},
+        {"metrics_dir", "prometheus", "metrics_dir = \"prometheus\": must be an absolute path"},
         {"keep_registration", "maybe", "keep_registration"},
         {"ptpl", "aptpl", "ptpl = \"aptpl\": must be true or false"},
         {"name", "../etc", "name"},
@@ -2108,7 +2112,7 @@ TEST(AgentTransitionsTest, TheTableAllowsNoWayOutOfFencedButRejoinAndStop) {
 
 TEST(AgentSettingsTest, KeysAreDocumentedOnce) {
     const auto& keys = agent_setting_keys();
-    EXPECT_EQ(keys.size(), 27u);  // + hardware_watchdog, hardware_watchdog_timeout_s
+    EXPECT_EQ(keys.size(), 28u);  // + hardware_watchdog, hardware_watchdog_timeout_s, metrics_dir
     std::set<std::string> unique(keys.begin(), keys.end());
     EXPECT_EQ(unique.size(), keys.size());
 }

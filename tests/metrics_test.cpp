@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <fstream>
 #include <sstream>
 
@@ -78,6 +80,85 @@ TEST(MetricsTest, FileIsReplacedAtomicallyAndNamesAreRefused) {
     EXPECT_FALSE(write_metrics_file(tmp.path(), "../x", "a 1\n"));
     EXPECT_FALSE(write_metrics_file(tmp.path(), "", "a 1\n"));
     EXPECT_FALSE(write_metrics_file(tmp.path() + "/missing", "vol-1", "a 1\n"));
+}
+
+TEST(MetricsTest, FileIsReadableByOthersWhateverTheUmask) {
+    test::TempDir tmp;
+    const mode_t old = ::umask(0077);  // nvfenced@.service's UMask
+    ASSERT_TRUE(write_metrics_file(tmp.path(), "vol-1", "a 1\n"));
+    ::umask(old);
+    struct stat st {};
+    ASSERT_EQ(::stat((tmp.path() + "/nvfence_vol-1.prom").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0644u);
+}
+
+// The publisher's clock, writes and log lines.
+struct PublisherRig {
+    Clock::TimePoint t0 = std::chrono::steady_clock::now();
+    std::vector<std::string> texts, lines;
+    Status next = Ok{};
+    MetricsPublisher pub{"/m/nvfence_v.prom", [this](const std::string& t) {
+                             texts.push_back(t);
+                             return next;
+                         },
+                         [this](bool ok, const std::string& l) { lines.push_back((ok ? "ok: " : "fail: ") + l); }};
+    VolumeMetrics sample(uint64_t checks) {
+        VolumeMetrics m;
+        m.volume = "v";
+        m.checks = checks;
+        return m;
+    }
+    void at(int64_t ms, uint64_t mark) {
+        pub.publish(t0 + std::chrono::milliseconds(ms), mark, [&] { return sample(mark); });
+    }
+};
+
+TEST(MetricsTest, PublisherWritesAfterAChangeAtMostOncePerSecond) {
+    PublisherRig r;
+    r.at(0, 1);
+    ASSERT_EQ(r.texts.size(), 1u) << "the first sample at once";
+    r.at(100, 1);
+    EXPECT_EQ(r.texts.size(), 1u) << "nothing new";
+    EXPECT_EQ(r.pub.until_due(r.t0 + std::chrono::milliseconds(100)), Clock::Ms::max());
+    r.at(200, 2);  // a check 200 ms later: held back
+    r.at(400, 3);
+    EXPECT_EQ(r.texts.size(), 1u);
+    EXPECT_EQ(r.pub.until_due(r.t0 + std::chrono::milliseconds(400)), Clock::Ms(600));
+    r.at(999, 3);
+    EXPECT_EQ(r.texts.size(), 1u);
+    r.at(1000, 3);  // due: the newest sample
+    ASSERT_EQ(r.texts.size(), 2u);
+    EXPECT_NE(r.texts[1].find("nvfence_checks_total{volume=\"v\"} 3\n"), std::string::npos) << r.texts[1];
+    r.at(5000, 4);  // long after: at once
+    EXPECT_EQ(r.texts.size(), 3u);
+    EXPECT_TRUE(r.lines.empty());
+}
+
+TEST(MetricsTest, PublisherLogsAFailingWriteOnceAndTheRecovery) {
+    PublisherRig r;
+    r.next = make_error_code(Errc::state_io);
+    for (int i = 0; i < 5; ++i) r.at(i * 1000, static_cast<uint64_t>(i + 1));
+    EXPECT_EQ(r.texts.size(), 5u) << "it keeps trying";
+    ASSERT_EQ(r.lines.size(), 1u) << "logged once";
+    EXPECT_EQ(r.lines[0].rfind("fail: metrics: cannot write /m/nvfence_v.prom: ", 0), 0u) << r.lines[0];
+    r.next = Ok{};
+    r.at(6000, 7);
+    r.at(7000, 8);
+    ASSERT_EQ(r.lines.size(), 2u);
+    EXPECT_EQ(r.lines[1], "ok: metrics: /m/nvfence_v.prom written again");
+    r.next = make_error_code(Errc::state_io);
+    r.at(8000, 9);
+    EXPECT_EQ(r.lines.size(), 3u) << "a new failure after a recovery is logged again";
+}
+
+TEST(MetricsTest, PublisherWritesTheLastSampleAtStopWhateverThePeriod) {
+    PublisherRig r;
+    r.at(0, 1);
+    VolumeMetrics m = r.sample(1);
+    m.state = AgentState::stopping;
+    r.pub.write_now(m);
+    ASSERT_EQ(r.texts.size(), 2u);
+    EXPECT_NE(r.texts[1].find("nvfence_state{volume=\"v\",state=\"STOPPING\"} 1\n"), std::string::npos);
 }
 
 }  // namespace

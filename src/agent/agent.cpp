@@ -114,6 +114,9 @@ void Agent::emit(AgentEventKind kind, EventLevel level, const std::string& text,
     e.text = text;
     if (st) e.report = *st;
     e.self = self_;
+    e.key = key_;
+    e.volume = opts_.volume;
+    e.node = opts_.node;
     hooks_.event(e);
 }
 
@@ -169,6 +172,9 @@ Status Agent::apply(const Transition& t, const ReservationStatus* st) {
     e.text = t.why;
     if (st) e.report = *st;
     e.self = self_;
+    e.key = key_;
+    e.volume = opts_.volume;
+    e.node = opts_.node;
     state_ = t.to;
     hooks_.event(e);
     // Persist before acting: the action may be a reboot, or the watchdog

@@ -125,6 +125,7 @@ const std::vector<std::string>& agent_setting_keys() {
         "view_timeout_ms",  "fence_on_view_loss",
         "aen_wakeup",       "rejoin",         "ptpl",
         "hardware_watchdog", "hardware_watchdog_timeout_s",
+        "metrics_dir",
     };
     return keys;
 }
@@ -312,6 +313,10 @@ bool read_files(const SettingsReader& r, AgentSettings& s) {
     if (const std::string* v = r.get("state_dir")) {
         if (v->empty() || (*v)[0] != '/') return r.fail("state_dir", "must be an absolute path");
         s.state_dir = *v;
+    }
+    if (const std::string* v = r.get("metrics_dir")) {
+        if (v->empty() || (*v)[0] != '/') return r.fail("metrics_dir", "must be an absolute path");
+        s.metrics_dir = *v;
     }
     return true;
 }

@@ -36,6 +36,9 @@
 /// | view_timeout_ms   | 0 (3 x interval + device timeout) or 1000..600000 | 0 |
 /// | fence_on_view_loss| true \| false (a HOLDER that lost its view fences itself) | true |
 /// | aen_wakeup        | true \| false (check at once on the controller's NVME_AEN uevent) | true |
+/// | hardware_watchdog | /dev/watchdogN                          | (none)  |
+/// | hardware_watchdog_timeout_s | above 2 x (interval + device timeout), at most 3600 | 60 |
+/// | metrics_dir       | absolute path: node_exporter's textfile directory | (none: no metrics) |
 
 #include <cstdint>
 #include <map>
@@ -97,6 +100,7 @@ struct AgentSettings {
     bool aen_wakeup = true;                    ///< aen_wakeup (see uevent.hpp).
     std::string hardware_watchdog;             ///< hardware_watchdog ("": none; see hardware_watchdog.hpp).
     uint32_t hardware_watchdog_timeout_s = 60; ///< hardware_watchdog_timeout_s.
+    std::string metrics_dir;                   ///< metrics_dir ("": no metrics file; see metrics.hpp).
 };
 
 /// The least hardware_watchdog_timeout_s for @p interval_ms and

@@ -42,6 +42,9 @@ struct AgentEvent {
     std::string text;                            ///< What happened, in words.
     std::optional<ReservationStatus> report;     ///< The observed report, if any.
     HostId self{};                               ///< This host (to mark it in the report).
+    uint64_t key = 0;                            ///< This host's key after the event (0: none).
+    std::string volume;                          ///< The agent's volume (AgentOptions::volume).
+    uint8_t node = 0;                            ///< This host's node id.
 };
 
 /// Words for an event kind, e.g. "state", "holder", "notification".

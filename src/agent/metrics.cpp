@@ -2,10 +2,12 @@
 #include "agent/metrics.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <utility>
 
 #include "nvfence/error.hpp"
 
@@ -101,23 +103,52 @@ Status write_metrics_file(const std::string& dir, const std::string& volume, con
         return make_error_code(Errc::invalid_argument);
     const std::string path = dir + "/nvfence_" + volume + ".prom";
     const std::string tmp = path + ".tmp";
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0) return make_error_code(Errc::state_io);
     size_t off = 0;
-    bool ok = true;
+    // nvfenced runs with UMask=0077; node_exporter is another user.
+    bool ok = ::fchmod(fd, 0644) == 0;
     while (ok && off < text.size()) {
         const ssize_t n = ::write(fd, text.data() + off, text.size() - off);
         if (n < 0 && errno == EINTR) continue;
         ok = n > 0;
         if (ok) off += static_cast<size_t>(n);
     }
-    ok = ok && ::fsync(fd) == 0;
     ok = (::close(fd) == 0) && ok;
     if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
         ::unlink(tmp.c_str());
         return make_error_code(Errc::state_io);
     }
     return Ok{};
+}
+
+MetricsPublisher::MetricsPublisher(std::string where, Writer write, Log log, Clock::Ms period)
+    : where_(std::move(where)), write_(std::move(write)), log_(std::move(log)), period_(period) {}
+
+void MetricsPublisher::publish(Clock::TimePoint now, uint64_t mark, const std::function<VolumeMetrics()>& sample) {
+    mark_ = mark;
+    if (written_mark_ == mark_ || until_due(now) > Clock::Ms(0)) return;
+    last_attempt_ = now;
+    written_mark_ = mark_;
+    write_now(sample());
+}
+
+void MetricsPublisher::write_now(const VolumeMetrics& m) {
+    ++writes_;
+    const Status st = write_(format_metrics({m}));
+    if (!st && !failing_)
+        log_(false, "metrics: cannot write " + where_ + ": " + st.error().message() +
+                        " (fencing goes on; logged once until a write works again)");
+    else if (st && failing_)
+        log_(true, "metrics: " + where_ + " written again");
+    failing_ = !st;
+}
+
+Clock::Ms MetricsPublisher::until_due(Clock::TimePoint now) const {
+    if (written_mark_ == mark_) return Clock::Ms::max();
+    if (!last_attempt_) return Clock::Ms(0);
+    const auto left = std::chrono::ceil<Clock::Ms>(*last_attempt_ + period_ - now);
+    return left > Clock::Ms(0) ? left : Clock::Ms(0);
 }
 
 }  // namespace nvfence

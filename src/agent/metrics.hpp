@@ -4,15 +4,18 @@
 /// nvfenced's metrics in the Prometheus text exposition format (version
 /// 0.0.4), for node_exporter's textfile collector: one file per volume,
 /// `<dir>/nvfence_<volume>.prom`, replaced atomically (written beside it,
-/// then renamed) so the collector never reads half a file. Not yet written
-/// by nvfenced: Agent::metrics() gives the sample, nvfenced does not call it.
+/// then renamed) so the collector never reads half a file. nvfenced writes
+/// it with `metrics_dir` set (nvfenced.conf(5)) through a MetricsPublisher:
+/// Agent::metrics() gives the sample, nvfenced adds the elector's term.
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "internal/clock.hpp"
 #include "nvfence/control.hpp"
 #include "nvfence/result.hpp"
 
@@ -44,7 +47,9 @@ struct VolumeMetrics {
     uint64_t checks = 0;                       ///< Checks completed.
     uint32_t check_failures = 0;               ///< Consecutive failed checks now.
     LatencyHistogram latency;                  ///< Device commands.
-    std::optional<uint32_t> elector_term;      ///< The elector's term this host holds or last saw (no elector: absent).
+    /// The term (token) of this host's leadership under an elector, 0 while
+    /// it does not lead (no elector: absent).
+    std::optional<uint32_t> elector_term;
 };
 
 /// The samples in the text format: every family once (HELP, TYPE), one
@@ -52,7 +57,52 @@ struct VolumeMetrics {
 std::string format_metrics(const std::vector<VolumeMetrics>& volumes);
 
 /// Writes @p text to `<dir>/nvfence_<volume>.prom` atomically (a
-/// temporary file in @p dir, fsync, rename). Errc::state_io on failure.
+/// temporary file in @p dir, mode 0644 whatever the umask so the collector's
+/// user reads it, then renamed over the file: a reader sees the old text or
+/// the new one). No fsync: nvfenced writes from its checking loop, which a
+/// local disk's flush must not hold up; after a crash the file may hold an
+/// older sample. Errc::state_io on failure.
 Status write_metrics_file(const std::string& dir, const std::string& volume, const std::string& text);
+
+/// Writes one volume's metrics after the checks, at most once per period:
+/// a sample is written when something changed since the last write (a
+/// check completed, the state changed: the caller's change mark moved) and
+/// the period has passed since the last attempt; a change inside the period
+/// is written once it has (until_due() tells the caller's loop when). A
+/// failed write is logged once, not per check, until a write works again
+/// (logged too); it never stops anything else.
+class MetricsPublisher {
+public:
+    /// Writes the text (write_metrics_file in nvfenced).
+    using Writer = std::function<Status(const std::string& text)>;
+    /// Logs one line (false: a failure).
+    using Log = std::function<void(bool ok, const std::string& line)>;
+    /// The least time between two writes.
+    static constexpr Clock::Ms kDefaultPeriod{1000};
+
+    /// @p where names the file in the log lines.
+    MetricsPublisher(std::string where, Writer write, Log log, Clock::Ms period = kDefaultPeriod);
+    /// After every check or state change: writes @p sample() when due.
+    /// @p mark: any number that changes whenever there is something new to
+    /// write (nvfenced: checks + state changes).
+    void publish(Clock::TimePoint now, uint64_t mark, const std::function<VolumeMetrics()>& sample);
+    /// Writes @p m now, whatever the period (the last sample, at stop).
+    void write_now(const VolumeMetrics& m);
+    /// Until a change held back by the period is due (0: now; max: none).
+    Clock::Ms until_due(Clock::TimePoint now) const;
+    /// Writes attempted.
+    uint64_t writes() const { return writes_; }
+
+private:
+    std::string where_;
+    Writer write_;
+    Log log_;
+    Clock::Ms period_;
+    std::optional<Clock::TimePoint> last_attempt_;
+    std::optional<uint64_t> written_mark_;
+    uint64_t mark_ = 0;
+    uint64_t writes_ = 0;
+    bool failing_ = false;
+};
 
 }  // namespace nvfence

@@ -10,7 +10,9 @@ socket does not exist, ...). Then, with no device and no agent touched:
   exits 0) or, for status/takeover/handoff/rejoin, to the socket (exit 1,
   "no nvfenced listening": an agent command without VOLUME or --socket is
   given --socket of a path where nothing listens, so it never reaches an
-  agent of this host). A span (inline text, not a pasted block) may leave
+  agent of this host; `status --all` is given --config-dir of a directory
+  configuring one volume whose socket does not exist, and an empty
+  --run-dir). A span (inline text, not a pasted block) may leave
   out what the command requires (`nvfence register --ptpl`), and so may a
   man page SYNOPSIS, whose [options] stand for each command's own: the
   parser's own "X is required" / "X: 1 required ... missing" (or the
@@ -86,6 +88,13 @@ class Env:
         self.config = os.path.join(tmp, "nvfenced.conf")
         with open(self.config, "w") as f:
             f.write("device = /dev/nvme0n1\n")
+        # status --all: one configured volume, no agent socket.
+        self.config_dir = os.path.join(tmp, "etc-nvfence")
+        self.run_dir = os.path.join(tmp, "run-nvfence")
+        os.makedirs(self.config_dir, exist_ok=True)
+        os.makedirs(self.run_dir, exist_ok=True)
+        with open(os.path.join(self.config_dir, "nothing-listens.conf"), "w") as f:
+            f.write("node_id = 1\n")
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("NVFENCE_")}
         self.env["NVFENCE_STATE_DIR"] = self.dir
 
@@ -131,6 +140,18 @@ def check_nvfence(kind, words, where, env):
     return "; ".join(problems) or None
 
 
+def all_dirs(words, env):
+    """status --all: this host's directories replaced by the test's."""
+    out, i = [], 0
+    while i < len(words):
+        if words[i] in ("--config-dir", "--run-dir"):
+            i += 2
+            continue
+        out.append(words[i])
+        i += 1
+    return out + ["--config-dir", env.config_dir, "--run-dir", env.run_dir]
+
+
 def check_nvfence_line(kind, words, where, env):
     words = env.fill(words)
     sub = next((w for w in words[1:] if not w.startswith("-")), None)
@@ -143,7 +164,7 @@ def check_nvfence_line(kind, words, where, env):
     if agent:
         after = words[words.index(sub) + 1:]
         volume = None
-        takes_value = {"--socket", "--timeout-ms", "--victim"}
+        takes_value = {"--socket", "--timeout-ms", "--victim", "--config-dir", "--run-dir"}
         i = 0
         while i < len(after):
             if after[i] in takes_value:
@@ -152,7 +173,9 @@ def check_nvfence_line(kind, words, where, env):
             if not after[i].startswith("-"):
                 volume = after[i]
             i += 1
-        if volume:
+        if "--all" in words:
+            words = all_dirs(words, env)
+        elif volume:
             sock = os.path.join(RUN_DIR, volume + ".sock")
             assert not os.path.exists(sock), f"{where}: {sock} exists: an agent runs here; not sending it {words}"
         elif "--socket" not in words:

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "json.hpp"
+#include "status_all.hpp"
 #include "agent/agent_config.hpp"
 #include "nvfence/control.hpp"
 #include "nvfence/error.hpp"
@@ -20,38 +21,8 @@ namespace {
 
 constexpr uint32_t kStatusTimeoutMs = 5000;
 constexpr uint32_t kChangeTimeoutMs = 60000;
-constexpr const char* kRunDir = "/run/nvfence";
 
 int code(ExitCode c) { return static_cast<int>(c); }
-
-std::string key_words(uint64_t key) {
-    if (key == 0) return "none";
-    if (auto f = decode_key(key))
-        return format_key(key) + " (node " + std::to_string(f->node) + ", epoch " + std::to_string(f->epoch) + ")";
-    return format_key_hex(key) + " (foreign)";
-}
-
-std::string duration_words(uint64_t ms) {
-    if (ms < 1000) return std::to_string(ms) + " ms";
-    uint64_t s = ms / 1000;
-    const uint64_t d = s / 86400, h = s / 3600 % 24, m = s / 60 % 60;
-    s %= 60;
-    std::string out;
-    if (d) out += std::to_string(d) + "d ";
-    if (d || h) out += std::to_string(h) + "h ";
-    if (d || h || m) out += std::to_string(m) + "m ";
-    out += std::to_string(s) + "s";
-    return out;
-}
-
-std::string utc(uint64_t unix_ms) {
-    const std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
-    std::tm tm{};
-    gmtime_r(&t, &tm);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return buf;
-}
 
 const char* verb(const AgentCli& st) {
     if (st.status && st.status->parsed()) return "status";
@@ -103,64 +74,8 @@ std::optional<std::string> socket_path(const AgentCli& st, int& rc) {
 }
 
 int fail_transport(const AgentCli& st, const std::string& path, std::error_code ec, uint32_t timeout_ms) {
-    if (ec == errno_error(ENOENT))
-        return fail(st, "no nvfenced listening at " + path, code(ExitCode::failure), ec,
-                    "is the agent running? (systemctl status 'nvfenced@*')");
-    if (ec == errno_error(ECONNREFUSED))
-        return fail(st, "nvfenced is not running (stale socket " + path + ")", code(ExitCode::failure), ec);
-    if (ec == errno_error(EACCES) || ec == errno_error(EPERM))
-        return fail(st, "permission denied on " + path, code(ExitCode::permission), ec,
-                    "run as root or as a member of the agent's socket_group");
-    if (ec == Errc::timeout)
-        return fail(st, "no answer from " + path + " within " + std::to_string(timeout_ms) + " ms",
-                    code(ExitCode::failure), ec, "the agent may be stuck on a slow device; see its journal");
-    if (ec == Errc::protocol)
-        return fail(st, "unexpected answer from " + path, code(ExitCode::failure), ec,
-                    "nvfence and nvfenced may be different versions (control protocol " +
-                        std::to_string(kControlVersion) + " here)");
-    return fail(st, path + ": " + ec.message(), code(exit_code_for(ec)), ec);
-}
-
-void json_reply(Json& j, const ControlReply& r) {
-    auto key_or_null = [&](const char* name, uint64_t k) {
-        j.key(name);
-        if (k) j.str(format_key_hex(k)); else j.null();
-        std::string text = std::string(name) + "_text";
-        j.key(text);
-        if (k) j.str(format_key(k)); else j.null();
-    };
-    auto ms_or_null = [&](const char* name, uint64_t v) {
-        j.key(name);
-        if (v == kControlNever) j.null(); else j.num(v);
-    };
-    j.key("state").str(agent_state_name(r.state));
-    j.key("check_only").boolean(r.check_only);
-    j.key("changed").boolean(r.changed);
-    j.key("message").str(r.message);
-    j.key("volume").str(r.volume).key("device").str(r.device);
-    key_or_null("key", r.key);
-    const auto f = r.key ? decode_key(r.key) : std::nullopt;
-    j.key("epoch");
-    if (f) j.num(f->epoch); else j.null();
-    j.key("node").num(r.node).key("tag").num(r.tag);
-    j.key("mode").str(resv_type_short(r.mode));
-    key_or_null("holder", r.holder);
-    j.key("holder_self").boolean(r.holder_self);
-    key_or_null("previous_holder", r.previous_holder);
-    j.key("generation").num(r.generation);
-    j.key("type").str(resv_type_short(r.resv_type));
-    j.key("registrants").num(r.registrants);
-    ms_or_null("last_check_age_ms", r.last_check_age_ms);
-    j.key("last_check");
-    if (r.last_check_unix_ms) j.str(utc(r.last_check_unix_ms)); else j.null();
-    ms_or_null("fenced_for_ms", r.fenced_for_ms);
-    j.key("fence_reason");
-    if (r.fence_reason.empty()) j.null(); else j.str(r.fence_reason);
-    j.key("check_failures").num(r.check_failures);
-    j.key("last_error");
-    if (r.last_error.empty()) j.null(); else j.str(r.last_error);
-    j.key("checks").num(r.checks).key("notifications").num(r.notifications);
-    j.key("pid").num(r.pid).key("uptime_ms").num(r.uptime_ms);
+    const auto f = transport_failure(path, ec, timeout_ms);
+    return fail(st, f.what, f.exit_code, ec, f.hint);
 }
 
 void print_status(const ControlReply& r) {
@@ -202,6 +117,37 @@ void print_status(const ControlReply& r) {
                 static_cast<unsigned long long>(r.notifications));
 }
 
+// status --all and its directories.
+void add_status_all(CLI::App* status, CLI::Option* vol, CLI::Option* sock, AgentCli& st) {
+    auto* all = status->add_flag("--all", st.all,
+                                 "every agent of this host, one line each: every volume configured in --config-dir "
+                                 "and every agent socket in --run-dir");
+    all->excludes(vol)->excludes(sock);
+    // Not needs(all): CLI11 would print "Needs: --all" into the option's
+    // column; run_agent_commands() refuses them without --all instead.
+    st.config_dir_opt = status->add_option(
+        "--config-dir", st.config_dir,
+        "with --all: where nvfenced@.service's configurations are, DIR/VOLUME.conf (default /etc/nvfence)");
+    st.run_dir_opt =
+        status->add_option("--run-dir", st.run_dir, "with --all: where the agents' sockets are (default /run/nvfence)");
+}
+
+// status --all: every agent of this host, one line each.
+int run_status_all(const AgentCli& st) {
+    auto volumes = find_volumes(st.config_dir, st.run_dir);
+    ask_all(volumes, st.timeout_ms ? st.timeout_ms : kStatusTimeoutMs);
+    const int rc = status_all_exit_code(volumes);
+    const std::string error = status_all_error(volumes, st.config_dir, st.run_dir);
+    for (const auto& v : volumes)
+        if (!v.answered() && !v.reply)
+            std::cerr << "nvfence: status: " << v.volume << ": " << v.failure.what
+                      << (v.failure.hint.empty() ? "" : ": " + v.failure.hint) << "\n";
+    if (!error.empty()) std::cerr << "nvfence: status: " << error << "\n";
+    if (st.json) std::cout << status_all_json(volumes, rc, error) << "\n";
+    else if (!volumes.empty()) std::cout << format_status_table(volumes);
+    return rc;
+}
+
 }  // namespace
 
 Result<uint64_t> parse_cli_key(std::string_view text) {
@@ -219,13 +165,15 @@ void add_agent_commands(CLI::App& app, AgentCli& st) {
                                     "the agent's volume (socket /run/nvfence/VOLUME.sock); default: the only agent here");
         auto* sock = sub->add_option("--socket", st.socket, "the agent's control socket");
         vol->excludes(sock);
+        if (sub == st.status) add_status_all(sub, vol, sock, st);
         sub->add_flag("--json", st.json, "machine-readable output (keys as hex strings)");
         sub->add_option("--timeout-ms", st.timeout_ms, "how long to wait for the agent (default 5000 for status, 60000 otherwise)")
             ->check(CLI::Range(1u, 600000u));
     };
-    st.status = app.add_subcommand("status", "the agent's state: key, epoch, holder, generation, last check, time fenced");
+    st.status = app.add_subcommand(
+        "status", "the agent's state: key, epoch, holder, generation, last check, time fenced; --all: every agent here");
     common(st.status);
-    st.status->footer("\nExample: nvfence status vol-0123456789abcdef0 --json");
+    st.status->footer("\nExample: nvfence status vol-0123456789abcdef0 --json\n         nvfence status --all --json");
     st.takeover = app.add_subcommand(
         "takeover", "ask the agent to take the reservation (verified preempt-and-abort, as 'nvfence preempt')");
     common(st.takeover);
@@ -256,6 +204,11 @@ std::optional<int> run_agent_commands(const AgentCli& st) {
                         "use nf:TAG:NODE:EPOCH, 0x followed by 1-16 hex digits, or a decimal number");
         req.victim = *k;
     }
+    if (req.op == ControlOp::status && st.all) return run_status_all(st);
+    for (const CLI::Option* o : {st.config_dir_opt, st.run_dir_opt})
+        if (o && o->count())
+            return fail(st, o->get_name() + " needs --all", code(ExitCode::usage),
+                        make_error_code(Errc::invalid_argument), "nvfence status --all " + o->get_name() + " DIR");
     int rc = 0;
     auto path = socket_path(st, rc);
     if (!path) return rc;

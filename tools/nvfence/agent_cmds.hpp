@@ -34,6 +34,11 @@ struct AgentCli {
     bool json = false;             ///< --json.
     uint32_t timeout_ms = 0;       ///< --timeout-ms (0: 5 s for status, 60 s otherwise).
     std::string victim;            ///< takeover --victim KEY (default: the holder).
+    bool all = false;              ///< status --all: every agent of this host.
+    std::string config_dir = "/etc/nvfence";  ///< status --config-dir: <dir>/<volume>.conf.
+    std::string run_dir = "/run/nvfence";     ///< status --run-dir: the agents' sockets.
+    CLI::Option* config_dir_opt = nullptr;    ///< --config-dir (given only with --all).
+    CLI::Option* run_dir_opt = nullptr;       ///< --run-dir (given only with --all).
 };
 
 /// Adds `status`, `takeover`, `handoff` and `rejoin` to @p app, each with

@@ -67,6 +67,8 @@ public:
     void decorate(nvfence::ControlReply& r) const;
     /// The elector's state in one line.
     std::string describe() const { return nvfence::describe_elector(bridge_.snapshot()); }
+    /// The term (token) of this host's leadership, 0 while it does not lead.
+    uint32_t term() const { return bridge_.snapshot().term; }
     /// The settings in force.
     const nvfence::ElectorSettings& settings() const { return es_; }
 

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "elector_link.hpp"
+#include "observe.hpp"
 #include "agent/agent.hpp"
 #include "agent/agent_config.hpp"
 #include "agent/cluster_tag.hpp"
@@ -102,6 +103,7 @@ const std::map<std::string, std::string>& key_help() {
         {"log_level", "debug, info (default), warning or error"},
         {"view_timeout_ms", "no successful check for this long = lost view of the device (0, default: 3 x interval_ms + device_timeout_ms)"},
         {"fence_on_view_loss", "a HOLDER that lost its view of the device fences itself (true, default) or only stops claiming HOLDER"},
+        {"metrics_dir", "write the metrics for node_exporter's textfile collector to <dir>/nvfence_<volume>.prom after the checks, at most once a second (e.g. /var/lib/prometheus/node-exporter; default: none)"},
         {"aen_wakeup", "check at once when the controller reports an asynchronous event (NVME_AEN uevent), e.g. a preemption (true, default); the interval stays the fallback"},
         {"hardware_watchdog", "hardware watchdog device (/dev/watchdogN) nvfenced arms and feeds after every check; a host whose nvfenced stops running, or whose fence action fails, is reset (default: none)"},
         {"hardware_watchdog_timeout_s", "the hardware watchdog's timeout, above 2 x (interval_ms + device_timeout_ms), at most 3600 s (default 60)"},
@@ -478,6 +480,7 @@ struct Served {
     ElectorLink* elector = nullptr;  // elector = etcd
     nvfence::AgentHooks* hooks = nullptr;
     nvfence::Clock* clock = nullptr;
+    Observer* observer = nullptr;
 };
 
 // The agent's loop: checks when due; between them waits for a signal, a
@@ -517,6 +520,9 @@ void serve(nvfence::Agent& agent, nvfence::FollowingDevice& device, const Served
         if (elector && sv.clock)
             timeout_ms = static_cast<int>(
                 std::min<int64_t>(timeout_ms, elector->until_lease_watch_ms(agent, *sv.clock)));
+        if (sv.observer && sv.clock)  // after each check: the metrics file, when due
+            timeout_ms = static_cast<int>(
+                std::min<int64_t>(timeout_ms, sv.observer->after_wake(agent, elector, *sv.clock)));
         const int rc = ::poll(fds.data(), fds.size(), timeout_ms);
         if (rc > 0 && (fds[1].revents & (POLLIN | POLLERR))) on_uevents(aen, agent, device, log);
         if (sv.elector) sv.elector->on_wake(agent, *sv.hooks, *sv.clock);
@@ -588,9 +594,13 @@ int run(const nvfence::AgentSettings& s, spdlog::logger& log, const nvfence::Set
     const auto wd = check_watchdog(s, log);
     std::unique_ptr<nvfence::HardwareWatchdog> hw;  // disarmed on every return, unless given up
     SdNotifier notifier;
+    Observer observer(s, d.volume, log);
     nvfence::ServiceHooks hooks(
         actions, notifier, wd.count() > 0,
-        [&](const nvfence::AgentEvent& e) { log.log(level_of(e.level), "{}", nvfence::format_event(e)); },
+        [&](const nvfence::AgentEvent& e) {
+            log.log(level_of(e.level), "{}", nvfence::format_event(e));
+            observer.on_event(e);
+        },
         [&](bool ok, const std::string& line) { log.log(ok ? spdlog::level::info : spdlog::level::err, "{}", line); });
     if (int rc = arm_hardware_watchdog(s, log, hw, hooks)) return rc;
     nvfence::SystemClock clock;
@@ -625,9 +635,10 @@ int run(const nvfence::AgentSettings& s, spdlog::logger& log, const nvfence::Set
     }
     hooks.ready(status_line(agent));
     if (elector) elector->start();
-    serve(agent, device, {sigfd.get(), listener->get(), s.aen_wakeup, elector.get(), &hooks, &clock}, log);
+    serve(agent, device, {sigfd.get(), listener->get(), s.aen_wakeup, elector.get(), &hooks, &clock, &observer}, log);
     hooks.stopping();
     auto stopped = agent.stop();
+    observer.at_stop(agent, elector.get());
     elector.reset();  // after the release: resign, so the next leader need not wait for the lease
     ::unlink(d.socket.c_str());
     if (!stopped) {

@@ -13,6 +13,11 @@ the fabric lab's nvmet target; the project is installed in the guests with
   again (separate test function).
 - socket_group: a member of the group asks the agent, another user is
   refused (exit 5).
+- Observability (issue 50): the metrics file under metrics_dir parses with
+  the Prometheus client (on the host) and has the agent's state and epoch;
+  journalctl -o json has the structured record (NVFENCE_VOLUME,
+  NVFENCE_STATE) of the HOLDER -> FENCED change; `nvfence status --all`
+  lists the volume.
 - `systemctl stop` stops the unit cleanly (Result=success, exit status 0).
 - The unit's Documentation= target exists in the installed system.
 """
@@ -29,6 +34,9 @@ from nvlab.steps import agent_conf_path, unit_show
 VOL = "vol-0123456789abcdef0"
 UNIT = f"nvfenced@{VOL}.service"
 WAIT_S = 90          # bound for udev/systemd to act on an event under a loaded TCG host
+# Debian's prometheus-node-exporter textfile directory (nvfenced.conf(5) metrics_dir).
+METRICS_DIR = "/var/lib/prometheus/node-exporter"
+METRICS_FILE = f"{METRICS_DIR}/nvfence_{VOL}.prom"
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +76,9 @@ def wait_state(host, state, timeout_s=WAIT_S):
 
 def configure(host, node, role):
     path = conf_path(host)
-    host.put(f"node_id = {node}\nrole = {role}\ninterval_ms = 500\n".encode(), path)
+    # The collector's directory is its package's; the image has none.
+    host.run(f"mkdir -p {METRICS_DIR}", timeout_s=30, check=True)
+    host.put(f"node_id = {node}\nrole = {role}\ninterval_ms = 500\nmetrics_dir = {METRICS_DIR}\n".encode(), path)
     return path
 
 
@@ -138,6 +148,57 @@ def test_takeover_fences_a(lab):
     assert r.rc == 0, (r.out, r.err)
     wait_state(b, "HOLDER")
     wait_state(a, "FENCED")
+
+
+def metric_families(host):
+    """The agent's metrics file, read in the guest, parsed here by the
+    Prometheus client (Debian's python3-prometheus-client): name -> family."""
+    from prometheus_client.parser import text_string_to_metric_families
+    text = host.run(f"cat {METRICS_FILE}", timeout_s=30, check=True).out
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def sample(fams, family, name, **labels):
+    for s in fams[family].samples:
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+            return s.value
+    return None
+
+
+def test_metrics_journal_fields_and_status_all(lab):
+    """After a's HOLDER -> FENCED (test_takeover_fences_a): the metrics file
+    says FENCED (written at most once a second: waited for), b's says
+    HOLDER with the epoch of its key; a's journal has the structured
+    record of the change; `nvfence status --all` lists the volume."""
+    a, b = lab.hosts
+    r = a.wait_for(f"grep -q 'nvfence_state{{volume=\"{VOL}\",state=\"FENCED\"}} 1' {METRICS_FILE}", timeout_s=30)
+    assert r.rc == 0, (a.run(f"ls -l {METRICS_DIR}; cat {METRICS_FILE}").out, a.journal(UNIT, lines=30))
+    assert a.run(f"stat -c %a {METRICS_FILE}", check=True).out.strip() == "644"
+    fams = metric_families(a)
+    assert sample(fams, "nvfence_state", "nvfence_state", volume=VOL, state="FENCED") == 1, fams
+    assert sample(fams, "nvfence_fences", "nvfence_fences_total", volume=VOL) >= 1
+    sb = status(b)
+    r = b.wait_for(f"grep -q 'nvfence_key_epoch{{volume=\"{VOL}\"}} {sb['epoch']}$' {METRICS_FILE}", timeout_s=30)
+    assert r.rc == 0, b.run(f"cat {METRICS_FILE}").out
+    fams = metric_families(b)
+    assert sample(fams, "nvfence_state", "nvfence_state", volume=VOL, state="HOLDER") == 1, fams
+    assert sample(fams, "nvfence_key_epoch", "nvfence_key_epoch", volume=VOL) == sb["epoch"]
+    assert fams["nvfence_device_command_seconds"].type == "histogram"
+    # The structured journal record of a's change.
+    out = a.journal(UNIT, args="-o json")
+    recs = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert any(r.get("NVFENCE_VOLUME") == VOL and r.get("NVFENCE_STATE") == "FENCED" and
+               r.get("NVFENCE_PREVIOUS_STATE") == "HOLDER" and r.get("NVFENCE_KEY", "").startswith("nf:")
+               for r in recs), out[-3000:]
+    # Every agent of the host, the unit's configuration directory named.
+    conf_dir = conf_path(a).rsplit("/", 1)[0]
+    for h, state in ((a, "FENCED"), (b, "HOLDER")):
+        r = h.run(f"nvfence status --all --config-dir {conf_dir} --json", timeout_s=30)
+        assert r.rc == 0, (r.out, r.err)
+        vols = json.loads(r.out.strip().splitlines()[-1])["volumes"]
+        assert [(v["name"], v["configured"], v["state"]) for v in vols] == [(VOL, True, state)], vols
+        r = h.run("nvfence status --all", timeout_s=30)  # the socket in /run/nvfence alone
+        assert r.rc == 0 and re.search(rf"^{VOL}\s+{state}\s", r.out, re.M), (r.out, r.err)
 
 
 def test_watchdog_kills_and_restarts_stopped_agent(lab):
