@@ -42,7 +42,11 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/nvfence.pc DESTINATION ${CMAKE_INSTALL
 
 # Documentation: nvfenced@.service names man:nvfenced(8) and AGENT.md here.
 install(FILES README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
-install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR} FILES_MATCHING PATTERN "*.md")
+# Not the pages about building and installing from source (INSTALL.md: lintian's
+# package-contains-upstream-installation-documentation) nor the project's
+# measurement log (LOG.md): they serve the source tree, not the installed system.
+install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR} FILES_MATCHING PATTERN "*.md"
+        PATTERN "INSTALL.md" EXCLUDE PATTERN "LOG.md" EXCLUDE)
 
 # Man pages and the Debian changelog are installed compressed as Debian
 # ships them (gzip -9n: no name, no timestamp, so the bytes are
