@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <string>
+#include <utility>
 
 #include "agent/journal.hpp"
 #include "agent_sim.hpp"
@@ -16,16 +18,24 @@
 namespace nvfence::test {
 namespace {
 
-AgentEvent fenced_event() {
+// A state change of volume @p volume's agent on node @p node.
+AgentEvent state_event(EventLevel level, AgentState from, AgentState to, std::string text, std::string volume,
+                       uint8_t node) {
     AgentEvent e;
     e.kind = AgentEventKind::state_changed;
-    e.level = EventLevel::error;
-    e.from = AgentState::holder;
-    e.to = AgentState::fenced;
-    e.text = "preempted: registration nf:7:1:41 was removed";
+    e.level = level;
+    e.from = from;
+    e.to = to;
+    e.text = std::move(text);
+    e.volume = std::move(volume);
+    e.node = node;
+    return e;
+}
+
+AgentEvent fenced_event() {
+    AgentEvent e = state_event(EventLevel::error, AgentState::holder, AgentState::fenced,
+                               "preempted: registration nf:7:1:41 was removed", "vol-0123456789abcdef0", 1);
     e.key = *make_key({7, 1, 41});
-    e.volume = "vol-0123456789abcdef0";
-    e.node = 1;
     ReservationStatus st;
     st.generation = 9;
     st.type = ResvType::write_exclusive;
@@ -55,14 +65,8 @@ TEST(JournalTest, StateChangeFieldsBitForBit) {
 }
 
 TEST(JournalTest, NoKeyNoReportAndAForeignKey) {
-    AgentEvent e;
-    e.kind = AgentEventKind::state_changed;
-    e.level = EventLevel::info;
-    e.from = AgentState::starting;
-    e.to = AgentState::waiting;
-    e.text = "node 3's key is not registered";
-    e.volume = "v";
-    e.node = 3;
+    AgentEvent e = state_event(EventLevel::info, AgentState::starting, AgentState::waiting,
+                               "node 3's key is not registered", "v", 3);
     const std::vector<JournalField> want = {
         {"MESSAGE", "STARTING -> WAITING (volume v, key none): node 3's key is not registered"},
         {"MESSAGE_ID", "141b46bd04fc49cbb86407733568ca59"},
