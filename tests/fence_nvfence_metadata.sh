@@ -3,28 +3,36 @@
 # fence-agents package ships (fetched here with apt-get download, cached, never
 # committed) and against the golden copy in tests/fence_nvfence/metadata.xml.
 # Usage: fence_nvfence_metadata.sh FENCE_NVFENCE GOLDEN
+# NVFENCE_METADATA_RNG=FILE: that schema instead (a machine without apt
+# lists or network: the lab's guest, given the host's cached copy).
 set -eu
 bin=$1
 golden=$2
 command -v xmllint >/dev/null || { echo "FAIL: xmllint missing (scripts/setup.sh installs libxml2-utils)"; exit 1; }
 
-ver=$(apt-cache policy fence-agents 2>/dev/null | awk '/Candidate:/ {print $2}')
-[ -n "$ver" ] && [ "$ver" != "(none)" ] || { echo "FAIL: apt knows no fence-agents package (run apt-get update)"; exit 1; }
-cache=${NVFENCE_LAB_CACHE:-/var/cache/nvfence-lab}/fence-agents/$ver
-if ! mkdir -p "$cache" 2>/dev/null || [ ! -w "$cache" ]; then
-  cache=${TMPDIR:-/tmp}/nvfence-fence-agents-$(id -u)/$ver
-  mkdir -p "$cache"
-fi
-rng=$cache/metadata.rng
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+if [ -n "${NVFENCE_METADATA_RNG:-}" ]; then
+  rng=$NVFENCE_METADATA_RNG
+  [ -s "$rng" ] || { echo "FAIL: NVFENCE_METADATA_RNG=$rng: no such schema file"; exit 1; }
+  ver="(NVFENCE_METADATA_RNG)"
+else
+  ver=$(apt-cache policy fence-agents 2>/dev/null | awk '/Candidate:/ {print $2}')
+  [ -n "$ver" ] && [ "$ver" != "(none)" ] || { echo "FAIL: apt knows no fence-agents package (run apt-get update)"; exit 1; }
+  cache=${NVFENCE_LAB_CACHE:-/var/cache/nvfence-lab}/fence-agents/$ver
+  if ! mkdir -p "$cache" 2>/dev/null || [ ! -w "$cache" ]; then
+    cache=${TMPDIR:-/tmp}/nvfence-fence-agents-$(id -u)/$ver
+    mkdir -p "$cache"
+  fi
+  rng=$cache/metadata.rng
+fi
 if [ ! -s "$rng" ]; then
   (cd "$work" && apt-get download -qq -o APT::Sandbox::User=root "fence-agents=$ver") \
     || { echo "FAIL: apt-get download fence-agents=$ver failed"; exit 1; }
   dpkg-deb -x "$work"/fence-agents_*.deb "$work/x"
   cp "$work/x/usr/share/cluster/relaxng/metadata.rng" "$rng.tmp" && mv "$rng.tmp" "$rng"
 fi
-echo "schema: fence-agents $ver metadata.rng"
+echo "schema: $rng (fence-agents $ver)"
 
 "$bin" -o metadata > "$work/argv.xml"
 printf 'action=metadata\n' | "$bin" > "$work/stdin.xml"

@@ -56,12 +56,14 @@ CLUSTER_PACKAGES = ("corosync", "pacemaker", "pacemaker-cli-utils", "etcd-server
 # base: systemd units and the watcher; cluster: etcd and Pacemaker;
 # postgres: the cluster's plus the database's (postgresql-15 with its
 # contrib, resource-agents' Filesystem agent, psmisc's fuser); deb-install:
-# the cluster's plus what a developer needs to build against libnvfence-dev.
+# the cluster's plus what a developer needs to build against libnvfence-dev
+# and the Depends of debian/tests (autopkgtest, run in that guest).
 IMAGE_SETS = {
     "base": (),
     "cluster": CLUSTER_PACKAGES,
     "postgres": CLUSTER_PACKAGES + ("resource-agents", "postgresql-15", "psmisc"),
-    "deb-install": CLUSTER_PACKAGES + ("g++", "make", "cmake", "pkg-config", "liburing-dev"),
+    "deb-install": CLUSTER_PACKAGES + ("g++", "make", "cmake", "pkg-config", "liburing-dev",
+                                       "build-essential", "ninja-build", "libxml2-utils", "man-db"),
 }
 
 

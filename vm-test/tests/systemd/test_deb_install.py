@@ -15,6 +15,12 @@ the packages.
   project with find_package(nvfence) (examples/c, examples/cmake-consumer),
   both run against the installed library (ld.so.cache, no
   LD_LIBRARY_PATH).
+- debian/tests (autopkgtest), run in the guest against the installed
+  packages by nvlab.workloads.autopkgtest (Depends must be installed,
+  Restrictions honoured): build-consumers with libnvfence0 and
+  libnvfence-dev alone, installed-tools once nvfence is installed (with
+  the host's cached copy of fence-agents' schema: the guest has no
+  network).
 - dpkg -i nvfence: the rule lands in /usr/lib/udev/rules.d and the unit in
   /usr/lib/systemd/system; the postinst reloads udev and triggers the NVMe
   block devices, so /dev/nvfence/<volume> appears without us; systemd
@@ -31,6 +37,7 @@ the packages.
   until libnvfence-dev and libnvfence0 are removed too.
 """
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -41,6 +48,7 @@ import pytest
 
 import nvlab
 from nvlab.util import REPO_DIR, build_dir
+from nvlab.workloads import autopkgtest
 
 VOL = "vol-0123456789abcdef0"
 UNIT = f"nvfenced@{VOL}.service"
@@ -54,8 +62,15 @@ assert set(DEB_DEPS) <= set(nvlab.CLUSTER_PACKAGES)
 # pkg-config, and liburing-dev (libnvfence-dev's Depends: nvfence.pc
 # requires liburing).
 DEV_PACKAGES = ["g++", "make", "cmake", "pkg-config", "liburing-dev"]
-assert set(nvlab.IMAGE_SETS["deb-install"]) == set(nvlab.CLUSTER_PACKAGES) | set(DEV_PACKAGES)
+# debian/tests' Depends beyond those (autopkgtest's runner would install
+# them with apt; the guest has no network, so the image carries them).
+ADT_PACKAGES = ["build-essential", "ninja-build", "libxml2-utils", "man-db"]
+assert set(nvlab.IMAGE_SETS["deb-install"]) == set(nvlab.CLUSTER_PACKAGES) | set(DEV_PACKAGES) | set(ADT_PACKAGES)
 PACKAGES = ("libnvfence0", "libnvfence-dev", "nvfence")
+# The source tree in the guest, as far as debian/tests use it.
+SRC = "/root/src"
+SRC_DIRS = ("debian/tests", "examples/c", "examples/cmake-consumer", "examples/testing")
+SRC_FILES = ("tests/fence_nvfence_metadata.sh", "tests/fence_nvfence/metadata.xml")
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +101,35 @@ def lab(debs):
         yield lab
 
 
+@pytest.fixture(scope="module")
+def adt():
+    """debian/tests/control's stanzas, by test name; every script in
+    debian/tests is named by exactly one."""
+    text = (REPO_DIR / "debian/tests/control").read_text()
+    by_name = {n: st for st in autopkgtest.parse_control(text, PACKAGES) for n in st.names}
+    scripts = {f.name for f in (REPO_DIR / "debian/tests").iterdir() if f.name != "control"}
+    assert set(by_name) == scripts, (sorted(by_name), sorted(scripts))
+    return by_name
+
+
+def put_source(host):
+    for d in SRC_DIRS:
+        for f in sorted((REPO_DIR / d).iterdir()):
+            if f.is_file():
+                host.put(f, f"{SRC}/{d}/{f.name}", mode=0o755 if os.access(f, os.X_OK) else 0o644)
+    for f in SRC_FILES:
+        host.put(REPO_DIR / f, f"{SRC}/{f}", mode=0o755 if os.access(REPO_DIR / f, os.X_OK) else 0o644)
+
+
+def adt_run(host, adt, name, env=None):
+    """One autopkgtest of debian/tests, as autopkgtest runs it; it must pass
+    and say so."""
+    out = autopkgtest.run_test(host, SRC, adt[name], name, env or {})
+    print(f"\nautopkgtest {name}: rc {out.rc}\n{out.out.strip()[-1500:]}\n{out.err.strip()[-1500:]}")
+    assert out.passed and f"{name}: ok" in out.out, (out.problems, out.rc, out.out[-3000:], out.err[-3000:])
+    return out
+
+
 def deb_field(deb, field):
     return subprocess.run(["dpkg-deb", "-f", str(deb), field], capture_output=True, text=True,
                           check=True).stdout.strip()
@@ -112,9 +156,10 @@ def installed_names(host):
     return have
 
 
-def test_dev_packages_alone_build_consumers(lab, debs):
-    """libnvfence0 + libnvfence-dev, without the nvfence package: pkg-config
-    and find_package(nvfence) consumers build and run."""
+def test_dev_packages_alone_build_consumers(lab, debs, adt):
+    """libnvfence0 + libnvfence-dev, without the nvfence package: the
+    autopkgtest build-consumers (pkg-config and find_package(nvfence)
+    consumers, the testing kit's example) builds and runs."""
     (a,) = lab.hosts
     assert lab.project_info["installed"] is False, lab.project_info
     # Nothing of the project in the guest before dpkg.
@@ -135,36 +180,31 @@ def test_dev_packages_alone_build_consumers(lab, debs):
     assert r.rc == 0, (r.out, r.err)
     print(f"\n{r.out.strip()}")
     assert a.run("dpkg-query -W -f='${Status}' nvfence").out.find("install ok installed") < 0
-    # C11 through pkg-config: flags from /usr, the library through ld.so.cache.
-    a.put(REPO_DIR / "examples/c/nvfence-c-example.c", "/root/c/nvfence-c-example.c")
-    r = a.run("pkg-config --cflags --libs nvfence", check=True)
-    flags = r.out.strip()
+    flags = a.run("pkg-config --cflags --libs nvfence", check=True).out.strip()
     assert "-lnvfence" in flags, flags
-    r = a.run(f"cd /root/c && cc -std=c11 -Wall -Wextra -pedantic -Werror -o c-example nvfence-c-example.c {flags} "
-              "&& ./c-example version", timeout_s=900)  # TCG on a loaded host: minutes
-    assert r.rc == 0, (r.out, r.err)
-    c_out = r.out.strip()
-    r = a.run("/root/c/c-example info /dev/null")
-    assert r.rc == 4 and "not an NVMe namespace" in r.err, (r.rc, r.out, r.err)
-    # (ld.so.cache names /lib/<triplet> on Debian 12's merged /usr.)
-    ldd = a.run("ldd /root/c/c-example", check=True).out
+    # The runner refuses a test whose Depends are not installed (the nvfence
+    # package is not, yet): it can fail.
+    refused = autopkgtest.run_test(a, SRC, adt["installed-tools"], "installed-tools", {})
+    assert not refused.passed and any("nvfence" in p for p in refused.problems), refused
+    put_source(a)
+    # TCG on a loaded host: the C++ builds take minutes. One compiler at a
+    # time: ninja's default (cores + 2) runs three in the guest's 512 MiB,
+    # which then thrashes (hung-task warnings, no progress in 15 minutes).
+    adt_run(a, adt, "build-consumers", {"CMAKE_BUILD_PARALLEL_LEVEL": "1"})
+    tmp = "/tmp/autopkgtest-build-consumers"
+    # The C example found the library through ld.so.cache (Debian 12's
+    # merged /usr names /lib/<triplet>), no LD_LIBRARY_PATH.
+    ldd = a.run(f"ldd {tmp}/c-example", check=True).out
     assert re.search(r"libnvfence\.so\.0 => (/usr)?/lib/[a-z0-9_]+-linux-gnu/libnvfence\.so\.0", ldd), ldd
-    # C++20 through find_package(nvfence): nvfence::nvfence from
-    # /usr/lib/<triplet>/cmake, the standard carried by the target.
-    # The consumer also builds the testing kit's example (its source one
-    # directory up, as in the repository) against nvfence::testing.
-    for f in ("CMakeLists.txt", "main.cpp"):
-        a.put(REPO_DIR / "examples/cmake-consumer" / f, f"/root/cmake-consumer/{f}")
-    a.put(REPO_DIR / "examples/testing/failover_test.cpp", "/root/testing/failover_test.cpp")
-    r = a.run("cd /root/cmake-consumer && cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >build.log 2>&1 "
-              "&& cmake --build build >>build.log 2>&1 && grep -rq 'std=.*++20' build && build/nvfence-consumer /dev/null"
-              " || { tail -40 build.log; exit 1; }", timeout_s=1500)
-    assert r.rc == 0, (r.out, r.err)
-    kit = a.run("/root/cmake-consumer/build/nvfence-kit-failover", timeout_s=300)
-    assert kit.rc == 0, (kit.out[-2000:], kit.err[-2000:])
-    nvf_dir = a.run("sed -n 's/^nvfence_DIR:PATH=//p' /root/cmake-consumer/build/CMakeCache.txt", check=True).out.strip()
+    # find_package(nvfence) from /usr/lib/<triplet>/cmake; C++20 carried by
+    # the target (the consumer sets no standard).
+    assert a.run(f"grep -rq 'std=.*++20' {tmp}/consumer").rc == 0
+    nvf_dir = a.run(f"sed -n 's/^nvfence_DIR:PATH=//p' {tmp}/consumer/CMakeCache.txt", check=True).out.strip()
     assert re.fullmatch(r"/usr/lib/[a-z0-9_]+-linux-gnu/cmake/nvfence", nvf_dir), nvf_dir
-    print(f"pkg-config: {flags}\nc example: {c_out}\ncmake consumer ({nvf_dir}): {r.out.strip()}")
+    # The testing kit's example, built by the same consumer against nvfence::testing.
+    kit = a.run(f"{tmp}/consumer/nvfence-kit-failover", timeout_s=300)
+    assert kit.rc == 0, (kit.out[-2000:], kit.err[-2000:])
+    print(f"pkg-config: {flags}\ncmake consumer: {nvf_dir}\nkit: {kit.out.strip()[-300:]}")
 
 
 def test_install_from_package(lab, debs):
@@ -217,6 +257,20 @@ def test_udev_starts_unit_from_package(lab):
     s = json.loads(a.run(f"nvfence status {VOL} --json", check=True).out.strip().splitlines()[-1])
     assert s["state"] == "HOLDER" and [int(s["key"], 16)] == holders(a), (s, holders(a))
     print(f"\nnvfence status: {s['state']} key {s['key']} (unit MainPID {st['MainPID']})")
+
+
+def test_autopkgtest_installed_tools(lab, adt):
+    """The autopkgtest installed-tools against the installed nvfence
+    package; its needs-internet (fence-agents' schema through apt) is met
+    by the host's cached copy of that schema."""
+    (a,) = lab.hosts
+    r = subprocess.run(["sh", str(REPO_DIR / "tests/fence_nvfence_metadata.sh"), str(build_dir() / "bin/fence_nvfence"),
+                        str(REPO_DIR / "tests/fence_nvfence/metadata.xml")],
+                       cwd=REPO_DIR, capture_output=True, text=True, timeout=600)
+    m = re.search(r"^schema: (\S+)", r.stdout, re.M)
+    assert r.returncode == 0 and m, (r.stdout[-2000:], r.stderr[-2000:])
+    a.put(m.group(1), "/root/fence-agents-metadata.rng")
+    adt_run(a, adt, "installed-tools", {"NVFENCE_METADATA_RNG": "/root/fence-agents-metadata.rng"})
 
 
 def test_remove_stops_agent_and_cleans_up(lab):
