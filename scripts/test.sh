@@ -99,7 +99,7 @@ on_exit() {
   local rc=$? id
   if [ -n "$cur" ]; then names+=("$cur"); secs+=($(( $(date +%s) - cur_t0 ))); states+=(FAILED); cur=""; fi
   for id in "${!bg_pid[@]}"; do kill_tree "${bg_pid[$id]}"; done
-  for id in images; do add_rows "$logs/$id.row"; done
+  for id in images debsrc; do add_rows "$logs/$id.row"; done
   [ -f "$logs/vm.xml" ] && add_rows <(lab_rows "$logs/vm.xml")
   table "$rc"
   exit "$rc"
@@ -149,13 +149,18 @@ other_builds() {
   # SQLite's TCL test harness from Debian's sqlite3 source (cached by version).
   tests/sqlite/build_testfixture.sh || return
 }
+# dpkg-buildpackage of debian/, lintian, the split against cpack, the symbols
+# file: a unit test that is a whole build of its own (tests/package/debian_source_test.sh),
+# beside the other builds: on a warm machine both are mostly ccache lookups,
+# links and lintian's one thread, so together they take less than one after
+# the other; on a cold one they share the cores as the builds' own jobs do.
+bg_start debsrc "Debian source package test (beside the other builds)" \
+  ctest --test-dir build -R '^debian_source_package$' --output-on-failure
 phase "other builds: ASan+UBSan, no-etcd, fuzz, SQLite's testfixture"
 other_builds
 
-# dpkg-buildpackage of debian/, lintian, the split against cpack, the symbols
-# file: a unit test that is a whole build of its own (tests/package/debian_source_test.sh).
-phase "Debian source package test"
-ctest --test-dir build -R '^debian_source_package$' --output-on-failure
+phase "Debian source package test (waiting for the job beside the other builds)"
+bg_wait debsrc
 
 phase "lab images (waiting for the job beside the build)"
 bg_wait images
