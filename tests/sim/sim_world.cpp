@@ -62,6 +62,7 @@ const char* fault_name(Fault f) {
     case Fault::fence_race: return "fence_race";
     case Fault::paused_win: return "paused_win";
     case Fault::paused_token: return "paused_token";
+    case Fault::late_timeout: return "late_timeout";
     }
     return "?";
 }
@@ -379,6 +380,7 @@ public:
 
     // for the per-process pieces
     Result<uint32_t> device_command(int h, const Command& cmd, std::span<uint8_t> data);
+    Result<uint32_t> timed_out_end(int h, int thr, int64_t sent, int64_t bound);
     template <class T, class F>
     Result<T> etcd_call(int h, Ms timeout, F&& effect);
     int64_t now() const { return now_; }
@@ -415,7 +417,7 @@ private:
     // Most per-opportunity rate (per mille) of each fault kind; each
     // schedule draws its own rate below it (0: that kind stays off).
     static constexpr std::array<uint32_t, kFaultCount> kMaxRate{10, 10, 6, 150, 10, 10, 10, 60, 20, 20,
-                                                                60, 2,  10, 10, 3,  0,  1000, 300, 300};
+                                                                60, 2,  10, 10, 3,  0,  1000, 300, 300, 1000};
 
     void setup();
     void setup_pacemaker();
@@ -829,6 +831,9 @@ void World::later_kinds() {
     // paused_token (later the same day) from its own.
     const auto pt = static_cast<size_t>(Fault::paused_token);
     rate_[pt] = static_cast<uint32_t>(Rng(mix(opts_.seed ^ 0x70ce2ull)).range(0, kMaxRate[pt]));
+    // late_timeout (2026-12-06) from its own.
+    const auto lt = static_cast<size_t>(Fault::late_timeout);
+    rate_[lt] = static_cast<uint32_t>(Rng(mix(opts_.seed ^ 0x1a7e7ull)).range(0, kMaxRate[lt]));
 }
 
 // Swarm testing (Groce et al., "Swarm testing", ISSTA 2012): one schedule
@@ -1735,12 +1740,23 @@ Result<uint32_t> World::execute(int h, const Command& cmd, std::span<uint8_t> da
     return r;
 }
 
+// A command of @p h's thread @p thr sent at @p sent timed out at its bound:
+// the kernel ends it then, or (late_timeout) later, as Linux does: the
+// block layer rounds the timer up to the next whole second and NVMe/TCP
+// or RDMA recover the queue before the command completes.
+Result<uint32_t> World::timed_out_end(int h, int thr, int64_t sent, int64_t bound) {
+    int64_t late = 0;
+    if (draw(Fault::late_timeout)) late = rng_.range(1, 1000) + (rng_.chance(100) ? rng_.range(0, 3000) : 0);
+    call_started(h, thr, sent + bound + late);
+    block(h, thr, sent + bound + late);
+    return std::error_code(ETIMEDOUT, std::system_category());
+}
+
 Result<uint32_t> World::device_command(int h, const Command& cmd, std::span<uint8_t> data) {
     Host& H = host(h);
     assert(H.proc && !H.dying);
     const int64_t sent = now_;
     const int64_t bound = cmd.timeout_ms ? cmd.timeout_ms : 30000;
-    const std::error_code timed_out(ETIMEDOUT, std::system_category());
     // The agent's loop, or (Pacemaker) fence_nvfence on the cluster stack's fiber.
     const int thr = calling_thread(H);
     call_started(h, thr, sent + bound);
@@ -1759,10 +1775,7 @@ Result<uint32_t> World::device_command(int h, const Command& cmd, std::span<uint
     // its bound (drawn only under link_degraded, off by default).
     if (now_ < H.link_slow_until)
         delay = std::max(delay, rng_.range(50, std::max<int64_t>(50, std::min<int64_t>(bound + bound / 4, 4000))));
-    if (now_ < H.dev_cut_until) {
-        block(h, thr, sent + bound);
-        return timed_out;
-    }
+    if (now_ < H.dev_cut_until) return timed_out_end(h, thr, sent, bound);
     if (delay / 2 >= bound) {
         // Reaches the device after the host gave up on it: runs late.
         if (cmd.opcode != opcode::kResvReport && cmd.queue == Queue::io && data.size() <= 16) {
@@ -1775,8 +1788,7 @@ Result<uint32_t> World::device_command(int h, const Command& cmd, std::span<uint
             std::copy(data.begin(), data.end(), op.data.begin());
             ops_.push_back(op);
         }
-        block(h, thr, sent + bound);
-        return timed_out;
+        return timed_out_end(h, thr, sent, bound);
     }
     block(h, thr, sent + delay / 2);
     if (draw(Fault::crash_in_command)) {
@@ -1790,8 +1802,8 @@ Result<uint32_t> World::device_command(int h, const Command& cmd, std::span<uint
     if (!lost_not) r = execute(h, cmd, data, sent);
     const bool lost = lost_not || draw(Fault::lost_done);
     if (thr == kAgent && H.serving_takeover && r && !lost) takeover_command(H, cmd.opcode, sent + bound - 1);
-    block(h, thr, std::min(sent + bound, now_ + (delay - delay / 2)));
-    if (delay > bound) return timed_out;
+    if (delay > bound) return timed_out_end(h, thr, sent, bound);
+    block(h, thr, now_ + (delay - delay / 2));
     if (lost) return std::error_code(ECONNRESET, std::system_category());
     if (r && thr == kAgent && cmd.opcode == opcode::kResvReport) {
         H.last_view_local = H.clock.local_ms();
