@@ -1748,7 +1748,8 @@ Result<uint32_t> World::timed_out_end(int h, int thr, int64_t sent, int64_t boun
     int64_t late = 0;
     if (draw(Fault::late_timeout)) late = rng_.range(1, 1000) + (rng_.chance(100) ? rng_.range(0, 3000) : 0);
     call_started(h, thr, sent + bound + late);
-    block(h, thr, sent + bound + late);
+    // Not waited for again when already over (the wait of its completion ended at the bound).
+    if (now_ < sent + bound + late) block(h, thr, sent + bound + late);
     return std::error_code(ETIMEDOUT, std::system_category());
 }
 
@@ -1802,8 +1803,8 @@ Result<uint32_t> World::device_command(int h, const Command& cmd, std::span<uint
     if (!lost_not) r = execute(h, cmd, data, sent);
     const bool lost = lost_not || draw(Fault::lost_done);
     if (thr == kAgent && H.serving_takeover && r && !lost) takeover_command(H, cmd.opcode, sent + bound - 1);
+    block(h, thr, std::min(sent + bound, now_ + (delay - delay / 2)));
     if (delay > bound) return timed_out_end(h, thr, sent, bound);
-    block(h, thr, now_ + (delay - delay / 2));
     if (lost) return std::error_code(ECONNRESET, std::system_category());
     if (r && thr == kAgent && cmd.opcode == opcode::kResvReport) {
         H.last_view_local = H.clock.local_ms();
