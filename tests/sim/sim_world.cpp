@@ -300,6 +300,8 @@ struct Host {
     int64_t etcd_cut_until = 0;
     int64_t dev_cut_until = 0;
     int64_t link_slow_until = 0;  // link_degraded: its device commands are slow
+    int64_t dev_busy_until = 0;   // late_timeout: its agent gave a command up that the kernel ends then
+    uint32_t dev_busy_gen = 0;    // ... the agent process that gave it up
     bool serving_takeover = false;  // its nvfenced serves fence_nvfence's takeover (fence_race)
     int takeover_reports = 0;       // ... and read this many Reports for it
     bool won = false;             // paused_win: its driver got a token in this step (a win is posted)
@@ -695,6 +697,9 @@ Status SimElector::resign(Ms timeout) {
 
 // ---------------------------------------------------------------- ports and hooks
 
+// nvfenced's device: FollowingDevice over BoundedPassthru, whose worker
+// thread the single-threaded world models in World::timed_out_end (the
+// agent's fiber goes on at the command's bound, the kernel keeps it).
 Result<uint32_t> SimPort::submit(const Command& cmd, std::span<uint8_t> data) {
     return w_.device_command(host_, cmd, data);
 }
@@ -1744,9 +1749,20 @@ Result<uint32_t> World::execute(int h, const Command& cmd, std::span<uint8_t> da
 // the kernel ends it then, or (late_timeout) later, as Linux does: the
 // block layer rounds the timer up to the next whole second and NVMe/TCP
 // or RDMA recover the queue before the command completes.
+// nvfenced's device (BoundedPassthru) gives its loop's command up at the
+// bound: the loop goes on with Errc::timeout, the kernel keeps the command
+// until its late end, and the process's commands meanwhile fail at once.
+// fence_nvfence (Pacemaker, the stack's fiber) waits in the ioctl.
 Result<uint32_t> World::timed_out_end(int h, int thr, int64_t sent, int64_t bound) {
     int64_t late = 0;
     if (draw(Fault::late_timeout)) late = rng_.range(1, 1000) + (rng_.chance(100) ? rng_.range(0, 3000) : 0);
+    if (thr == kAgent && late > 0) {
+        Host& H = host(h);
+        H.dev_busy_until = sent + bound + late;
+        H.dev_busy_gen = H.gen;
+        if (now_ < sent + bound) block(h, thr, sent + bound);
+        return make_error_code(Errc::timeout);
+    }
     call_started(h, thr, sent + bound + late);
     // Not waited for again when already over (the wait of its completion ended at the bound).
     if (now_ < sent + bound + late) block(h, thr, sent + bound + late);
@@ -1760,6 +1776,8 @@ Result<uint32_t> World::device_command(int h, const Command& cmd, std::span<uint
     const int64_t bound = cmd.timeout_ms ? cmd.timeout_ms : 30000;
     // The agent's loop, or (Pacemaker) fence_nvfence on the cluster stack's fiber.
     const int thr = calling_thread(H);
+    // BoundedPassthru: an earlier command given up is still in the kernel.
+    if (thr == kAgent && now_ < H.dev_busy_until && H.dev_busy_gen == H.gen) return make_error_code(Errc::timeout);
     call_started(h, thr, sent + bound);
     // Inside a device command its writers run on: holder_past_lease judges
     // it there too (a step-down must not wait for a command to return).
