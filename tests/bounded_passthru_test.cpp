@@ -103,11 +103,17 @@ void abandon_one(BoundedPassthru& dev, GatedPassthru& gated, std::vector<uint8_t
     EXPECT_TRUE(dev.busy());
 }
 
-TEST(BoundedPassthruTest, ACommandThatReturnsInTimeIsPassedThroughWithItsData) {
-    auto gated = std::make_shared<GatedPassthru>();
+// A decorator over a gated fake, its notes collected.
+class BoundedPassthruTest : public ::testing::Test {
+protected:
+    std::shared_ptr<GatedPassthru> gated = std::make_shared<GatedPassthru>();
+    std::vector<std::string> notes;
+    BoundedPassthru dev{gated, 30000, [this](const std::string& l) { notes.push_back(l); }};
+    std::vector<uint8_t> buf = std::vector<uint8_t>(64, 0);
+};
+
+TEST_F(BoundedPassthruTest, ACommandThatReturnsInTimeIsPassedThroughWithItsData) {
     gated->open();
-    BoundedPassthru dev(gated);
-    std::vector<uint8_t> buf(64, 0);
     auto r = dev.submit(read_cmd(5000), buf);
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(*r, 7u);
@@ -116,11 +122,7 @@ TEST(BoundedPassthruTest, ACommandThatReturnsInTimeIsPassedThroughWithItsData) {
     EXPECT_FALSE(dev.busy());
 }
 
-TEST(BoundedPassthruTest, ReturnsTimeoutAtTheTimeoutWhileTheDeviceStillHasTheCommand) {
-    auto gated = std::make_shared<GatedPassthru>();
-    std::vector<std::string> notes;
-    BoundedPassthru dev(gated, 30000, [&](const std::string& l) { notes.push_back(l); });
-    std::vector<uint8_t> buf(64, 0);
+TEST_F(BoundedPassthruTest, ReturnsTimeoutAtTheTimeoutWhileTheDeviceStillHasTheCommand) {
     abandon_one(dev, *gated, buf);
     EXPECT_EQ(dev.abandoned(), 1u);
     ASSERT_EQ(notes.size(), 1u);
@@ -130,11 +132,7 @@ TEST(BoundedPassthruTest, ReturnsTimeoutAtTheTimeoutWhileTheDeviceStillHasTheCom
     EXPECT_EQ(buf, std::vector<uint8_t>(64, 0)) << "the late command wrote into the worker's copy, not here";
 }
 
-TEST(BoundedPassthruTest, ACommandWhileOneIsAbandonedFailsAtOnceUntilItReturned) {
-    auto gated = std::make_shared<GatedPassthru>();
-    std::vector<std::string> notes;
-    BoundedPassthru dev(gated, 30000, [&](const std::string& l) { notes.push_back(l); });
-    std::vector<uint8_t> buf(64, 0);
+TEST_F(BoundedPassthruTest, ACommandWhileOneIsAbandonedFailsAtOnceUntilItReturned) {
     abandon_one(dev, *gated, buf);
     for (int i = 0; i < 3; ++i) {
         const auto t0 = Steady::now();
@@ -156,14 +154,12 @@ TEST(BoundedPassthruTest, ACommandWhileOneIsAbandonedFailsAtOnceUntilItReturned)
     EXPECT_EQ(gated->calls(), 2);
 }
 
-TEST(BoundedPassthruTest, DestructionWhileTheWorkerIsInsideACommandNeitherHangsNorFreesItsMemory) {
-    auto gated = std::make_shared<GatedPassthru>();
+TEST_F(BoundedPassthruTest, DestructionWhileTheWorkerIsInsideACommandNeitherHangsNorFreesItsMemory) {
     {
-        auto dev = std::make_unique<BoundedPassthru>(gated);
-        std::vector<uint8_t> buf(64, 0);
-        abandon_one(*dev, *gated, buf);
+        auto own = std::make_unique<BoundedPassthru>(gated);
+        abandon_one(*own, *gated, buf);
         const auto t0 = Steady::now();
-        dev.reset();
+        own.reset();
         EXPECT_LT(ms_since(t0), 500) << "destruction does not wait for the device";
     }
     // The detached worker returns now and writes into its own copy: under
@@ -172,17 +168,16 @@ TEST(BoundedPassthruTest, DestructionWhileTheWorkerIsInsideACommandNeitherHangsN
     ASSERT_TRUE(gated->wait_returned(1));
 }
 
-TEST(BoundedPassthruTest, DestructionOfAnIdleWorkerJoinsIt) {
-    auto gated = std::make_shared<GatedPassthru>();
-    gated->open();
+TEST_F(BoundedPassthruTest, DestructionOfAnIdleWorkerJoinsIt) {
+    auto idle = std::make_shared<GatedPassthru>();
+    idle->open();
     const auto t0 = Steady::now();
     {
-        BoundedPassthru dev(gated);
-        std::vector<uint8_t> buf(64, 0);
-        ASSERT_TRUE(dev.submit(read_cmd(5000), buf).ok());
+        BoundedPassthru own(idle);
+        ASSERT_TRUE(own.submit(read_cmd(5000), buf).ok());
     }
     EXPECT_LT(ms_since(t0), 1000);
-    EXPECT_EQ(gated.use_count(), 1) << "the joined worker let go of the device";
+    EXPECT_EQ(idle.use_count(), 1) << "the joined worker let go of the device";
 }
 
 // nvfenced's device (FollowingDevice) runs its commands so: a namespace
@@ -208,17 +203,15 @@ public:
     }
 };
 
-TEST(BoundedPassthruTest, TheAgentsDeviceGivesUpACommandAtItsTimeout) {
-    auto gated = std::make_shared<GatedPassthru>();
+TEST_F(BoundedPassthruTest, TheAgentsDeviceGivesUpACommandAtItsTimeout) {
     NoNamespaces opener;
     ManualClock clock;
     std::vector<std::string> lines;
     {
-        FollowingDevice dev(std::make_unique<StuckNamespace>(gated), opener, clock, 1000,
-                            [&](bool, const std::string& l) { lines.push_back(l); });
-        std::vector<uint8_t> buf(64, 0);
+        FollowingDevice following(std::make_unique<StuckNamespace>(gated), opener, clock, 1000,
+                                  [&](bool, const std::string& l) { lines.push_back(l); });
         const auto t0 = Steady::now();
-        auto r = dev.submit(read_cmd(100), buf);
+        auto r = following.submit(read_cmd(100), buf);
         EXPECT_LT(ms_since(t0), 1000) << "the agent's thread waited for the device past the timeout";
         ASSERT_FALSE(r.ok());
         EXPECT_EQ(r.error(), make_error_code(Errc::timeout));
