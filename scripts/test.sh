@@ -193,7 +193,7 @@ tests/fuzz/run.sh "${NVFENCE_FUZZ_SECONDS:-10}"
 # acquire, or the check-only role = watch the docs configure). Every
 # invariant fails the step (no defect is known: known_defect() is empty, so
 # no --known-defects). docs/RELIABILITY.md "Simulator".
-sim_faults=freeze,crash,crash_in_command,crash_in_write,etcd_partition,etcd_down,device_partition,device_delay,lost_done,lost_not_done,late_answer,target_restart,cluster_partition,link_degraded,target_crash_loop,fence_delay,fence_race,paused_win,paused_token
+sim_faults=freeze,crash,crash_in_command,crash_in_write,etcd_partition,etcd_down,device_partition,device_delay,lost_done,lost_not_done,late_answer,target_restart,cluster_partition,link_degraded,target_crash_loop,fence_delay,fence_race,paused_win,paused_token,late_timeout
 sim_seed=$(( 0x$(git rev-parse HEAD 2>/dev/null | sha256sum | cut -c1-12) ))
 phase "simulator: ${NVFENCE_SIM_SECONDS:-60}s slice from seed $sim_seed"
 build/bin/nvfence-sim --seconds "${NVFENCE_SIM_SECONDS:-60}" --jobs "$jobs" --first-seed "$sim_seed" \

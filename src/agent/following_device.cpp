@@ -119,7 +119,8 @@ FollowingDevice::FollowingDevice(std::unique_ptr<FollowedNamespace> ns, Namespac
       host_id_(ns_->info().host_id) {}
 
 Result<uint32_t> FollowingDevice::submit(const Command& cmd, std::span<uint8_t> data) {
-    auto r = ns_->passthru().submit(cmd, data);
+    // The namespace's passthru, kept alive by the command's worker.
+    auto r = bounded_.submit_to(std::shared_ptr<Passthru>(ns_, &ns_->passthru()), cmd, data);
     // A reservation conflict or any other answer from the device means the
     // namespace is there; only failures without an answer are worth a look.
     if (!r && r.error().category() != nvme_category()) maybe_follow();

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/bounded_passthru.hpp"
 #include "internal/clock.hpp"
 #include "nvfence/namespace.hpp"
 #include "nvfence/passthru.hpp"
@@ -70,7 +71,9 @@ private:
     std::string sys_root_, dev_root_;
 };
 
-/// A Passthru over an open namespace that, when a command fails and the
+/// A Passthru over an open namespace that never keeps its caller waiting
+/// past a command's timeout (BoundedPassthru: a command the kernel has
+/// not ended by then is given up, Errc::timeout) and that, when a command fails and the
 /// opened namespace instance is gone, looks for the same volume (same
 /// volume name, nsid and host id) among the namespaces present and
 /// switches to it. The command that failed is not retried: the caller
@@ -109,7 +112,9 @@ private:
 
     std::unique_ptr<NamespaceOpener> owned_opener_;
     std::unique_ptr<Clock> owned_clock_;
-    std::unique_ptr<FollowedNamespace> ns_;
+    /// Shared with the worker of bounded_: a namespace followed away from
+    /// while a command given up on it is still in the kernel stays open.
+    std::shared_ptr<FollowedNamespace> ns_;
     NamespaceOpener* opener_;
     Clock* clock_;
     Clock::Ms min_interval_;
@@ -121,6 +126,9 @@ private:
     bool searched_ = false;
     bool reported_missing_ = false;
     uint64_t switches_ = 0;
+    BoundedPassthru bounded_{nullptr, 30000, [this](const std::string& line) {
+                                 if (log_) log_(true, line);
+                             }};
 };
 
 }  // namespace nvfence

@@ -71,7 +71,7 @@ if [ ! -e "$W/build/CMakeCache.txt" ]; then
         { echo "sim_run.sh: configure failed: $W/configure.log" >&2; exit 2; }
 fi
 build() { nice -n 10 cmake --build "$W/build" -j"$JOBS" --target nvfence-sim >"$W/build-$1.log" 2>&1; }
-faults=freeze,crash,crash_in_command,crash_in_write,etcd_partition,etcd_down,device_partition,device_delay,lost_done,lost_not_done,late_answer,target_restart,cluster_partition,link_degraded,target_crash_loop,fence_delay,fence_race,paused_win,paused_token
+faults=freeze,crash,crash_in_command,crash_in_write,etcd_partition,etcd_down,device_partition,device_delay,lost_done,lost_not_done,late_answer,target_restart,cluster_partition,link_degraded,target_crash_loop,fence_delay,fence_race,paused_win,paused_token,late_timeout
 # Prints "<invariant> <seed> <schedules>" or "none - <schedules>".
 sim() {
     local out v

@@ -38,7 +38,7 @@ grep -q '^replay: nvfence-sim --seed 640' <<<"$out" || { echo "FAIL: no replay l
 grep -q 'step    30  VIOLATION: self_test' <<<"$out" || { echo "FAIL: no trace"; fail=1; }
 # Kinds beyond the default ones are part of the replay line.
 out=$("$SIM" --seed 640 --fail-at-step 30 --faults all 2>&1)
-grep -q '^replay: nvfence-sim --seed 640 --faults freeze,.*,link_degraded,target_crash_loop,fence_delay,fence_race,paused_win,paused_token$' <<<"$out" ||
+grep -q '^replay: nvfence-sim --seed 640 --faults freeze,.*,link_degraded,target_crash_loop,fence_delay,fence_race,paused_win,paused_token,late_timeout$' <<<"$out" ||
     { echo "FAIL: no --faults in the replay line"; fail=1; }
 check 1 "a violation among schedules" "$SIM" --schedules 4 --jobs 2 --fail-at-step 5 --progress-ms 0
 check 2 "a step of 0" "$SIM" --seed 1 --fail-at-step 0

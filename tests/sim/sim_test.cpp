@@ -522,14 +522,14 @@ TEST(SimWorld, FaultsAreInjectedAndCountedByKind) {
     EXPECT_GT(checks, 60u * 100);
 }
 
-// link_degraded, target_crash_loop, fence_delay, fence_race and
-// paused_win came after seeds were recorded: off by default, and their
+// link_degraded, target_crash_loop, fence_delay, fence_race, paused_win,
+// paused_token and late_timeout came after seeds were recorded: off by default, and their
 // rates are drawn from the seed's hash, so a schedule without them is the
 // one it was before they existed.
 TEST(SimWorld, TheLaterFaultKindsAreOffByDefault) {
     EXPECT_EQ(SimOptions{}.fault_mask, kDefaultFaults);
     for (Fault f : {Fault::link_degraded, Fault::target_crash_loop, Fault::fence_delay, Fault::fence_race,
-                    Fault::paused_win, Fault::paused_token})
+                    Fault::paused_win, Fault::paused_token, Fault::late_timeout})
         EXPECT_EQ(kDefaultFaults & bit(f), 0u) << fault_name(f);
     EXPECT_EQ(kDefaultFaults, (1u << 13) - 1) << "the thirteen kinds of the seeds recorded so far";
     for (uint64_t seed = 1; seed <= 20; ++seed) {
@@ -543,6 +543,7 @@ TEST(SimWorld, TheLaterFaultKindsAreOffByDefault) {
         EXPECT_EQ(r.faults[static_cast<size_t>(Fault::fence_race)], 0u);
         EXPECT_EQ(r.faults[static_cast<size_t>(Fault::paused_win)], 0u);
         EXPECT_EQ(r.faults[static_cast<size_t>(Fault::paused_token)], 0u);
+        EXPECT_EQ(r.faults[static_cast<size_t>(Fault::late_timeout)], 0u);
     }
 }
 

@@ -62,6 +62,7 @@ const char* fault_name(Fault f) {
     case Fault::fence_race: return "fence_race";
     case Fault::paused_win: return "paused_win";
     case Fault::paused_token: return "paused_token";
+    case Fault::late_timeout: return "late_timeout";
     }
     return "?";
 }
@@ -299,6 +300,8 @@ struct Host {
     int64_t etcd_cut_until = 0;
     int64_t dev_cut_until = 0;
     int64_t link_slow_until = 0;  // link_degraded: its device commands are slow
+    int64_t dev_busy_until = 0;   // late_timeout: its agent gave a command up that the kernel ends then
+    uint32_t dev_busy_gen = 0;    // ... the agent process that gave it up
     bool serving_takeover = false;  // its nvfenced serves fence_nvfence's takeover (fence_race)
     int takeover_reports = 0;       // ... and read this many Reports for it
     bool won = false;             // paused_win: its driver got a token in this step (a win is posted)
@@ -379,6 +382,7 @@ public:
 
     // for the per-process pieces
     Result<uint32_t> device_command(int h, const Command& cmd, std::span<uint8_t> data);
+    Result<uint32_t> timed_out_end(int h, int thr, int64_t sent, int64_t bound);
     template <class T, class F>
     Result<T> etcd_call(int h, Ms timeout, F&& effect);
     int64_t now() const { return now_; }
@@ -415,7 +419,7 @@ private:
     // Most per-opportunity rate (per mille) of each fault kind; each
     // schedule draws its own rate below it (0: that kind stays off).
     static constexpr std::array<uint32_t, kFaultCount> kMaxRate{10, 10, 6, 150, 10, 10, 10, 60, 20, 20,
-                                                                60, 2,  10, 10, 3,  0,  1000, 300, 300};
+                                                                60, 2,  10, 10, 3,  0,  1000, 300, 300, 1000};
 
     void setup();
     void setup_pacemaker();
@@ -693,6 +697,9 @@ Status SimElector::resign(Ms timeout) {
 
 // ---------------------------------------------------------------- ports and hooks
 
+// nvfenced's device: FollowingDevice over BoundedPassthru, whose worker
+// thread the single-threaded world models in World::timed_out_end (the
+// agent's fiber goes on at the command's bound, the kernel keeps it).
 Result<uint32_t> SimPort::submit(const Command& cmd, std::span<uint8_t> data) {
     return w_.device_command(host_, cmd, data);
 }
@@ -829,6 +836,9 @@ void World::later_kinds() {
     // paused_token (later the same day) from its own.
     const auto pt = static_cast<size_t>(Fault::paused_token);
     rate_[pt] = static_cast<uint32_t>(Rng(mix(opts_.seed ^ 0x70ce2ull)).range(0, kMaxRate[pt]));
+    // late_timeout (2026-12-06) from its own.
+    const auto lt = static_cast<size_t>(Fault::late_timeout);
+    rate_[lt] = static_cast<uint32_t>(Rng(mix(opts_.seed ^ 0x1a7e7ull)).range(0, kMaxRate[lt]));
 }
 
 // Swarm testing (Groce et al., "Swarm testing", ISSTA 2012): one schedule
@@ -1735,14 +1745,39 @@ Result<uint32_t> World::execute(int h, const Command& cmd, std::span<uint8_t> da
     return r;
 }
 
+// A command of @p h's thread @p thr sent at @p sent timed out at its bound:
+// the kernel ends it then, or (late_timeout) later, as Linux does: the
+// block layer rounds the timer up to the next whole second and NVMe/TCP
+// or RDMA recover the queue before the command completes.
+// nvfenced's device (BoundedPassthru) gives its loop's command up at the
+// bound: the loop goes on with Errc::timeout, the kernel keeps the command
+// until its late end, and the process's commands meanwhile fail at once.
+// fence_nvfence (Pacemaker, the stack's fiber) waits in the ioctl.
+Result<uint32_t> World::timed_out_end(int h, int thr, int64_t sent, int64_t bound) {
+    int64_t late = 0;
+    if (draw(Fault::late_timeout)) late = rng_.range(1, 1000) + (rng_.chance(100) ? rng_.range(0, 3000) : 0);
+    if (thr == kAgent && late > 0) {
+        Host& H = host(h);
+        H.dev_busy_until = sent + bound + late;
+        H.dev_busy_gen = H.gen;
+        if (now_ < sent + bound) block(h, thr, sent + bound);
+        return make_error_code(Errc::timeout);
+    }
+    call_started(h, thr, sent + bound + late);
+    // Not waited for again when already over (the wait of its completion ended at the bound).
+    if (now_ < sent + bound + late) block(h, thr, sent + bound + late);
+    return std::error_code(ETIMEDOUT, std::system_category());
+}
+
 Result<uint32_t> World::device_command(int h, const Command& cmd, std::span<uint8_t> data) {
     Host& H = host(h);
     assert(H.proc && !H.dying);
     const int64_t sent = now_;
     const int64_t bound = cmd.timeout_ms ? cmd.timeout_ms : 30000;
-    const std::error_code timed_out(ETIMEDOUT, std::system_category());
     // The agent's loop, or (Pacemaker) fence_nvfence on the cluster stack's fiber.
     const int thr = calling_thread(H);
+    // BoundedPassthru: an earlier command given up is still in the kernel.
+    if (thr == kAgent && now_ < H.dev_busy_until && H.dev_busy_gen == H.gen) return make_error_code(Errc::timeout);
     call_started(h, thr, sent + bound);
     // Inside a device command its writers run on: holder_past_lease judges
     // it there too (a step-down must not wait for a command to return).
@@ -1759,10 +1794,7 @@ Result<uint32_t> World::device_command(int h, const Command& cmd, std::span<uint
     // its bound (drawn only under link_degraded, off by default).
     if (now_ < H.link_slow_until)
         delay = std::max(delay, rng_.range(50, std::max<int64_t>(50, std::min<int64_t>(bound + bound / 4, 4000))));
-    if (now_ < H.dev_cut_until) {
-        block(h, thr, sent + bound);
-        return timed_out;
-    }
+    if (now_ < H.dev_cut_until) return timed_out_end(h, thr, sent, bound);
     if (delay / 2 >= bound) {
         // Reaches the device after the host gave up on it: runs late.
         if (cmd.opcode != opcode::kResvReport && cmd.queue == Queue::io && data.size() <= 16) {
@@ -1775,8 +1807,7 @@ Result<uint32_t> World::device_command(int h, const Command& cmd, std::span<uint
             std::copy(data.begin(), data.end(), op.data.begin());
             ops_.push_back(op);
         }
-        block(h, thr, sent + bound);
-        return timed_out;
+        return timed_out_end(h, thr, sent, bound);
     }
     block(h, thr, sent + delay / 2);
     if (draw(Fault::crash_in_command)) {
@@ -1791,7 +1822,7 @@ Result<uint32_t> World::device_command(int h, const Command& cmd, std::span<uint
     const bool lost = lost_not || draw(Fault::lost_done);
     if (thr == kAgent && H.serving_takeover && r && !lost) takeover_command(H, cmd.opcode, sent + bound - 1);
     block(h, thr, std::min(sent + bound, now_ + (delay - delay / 2)));
-    if (delay > bound) return timed_out;
+    if (delay > bound) return timed_out_end(h, thr, sent, bound);
     if (lost) return std::error_code(ECONNRESET, std::system_category());
     if (r && thr == kAgent && cmd.opcode == opcode::kResvReport) {
         H.last_view_local = H.clock.local_ms();

@@ -91,9 +91,16 @@ enum class Fault : uint8_t {
     /// rejoin (after the target's restart) before the win is posted.
     /// Drawn per token granted. Off by default.
     paused_token,
+    /// Linux: a device command that times out is ended by the kernel late,
+    /// not at its timeout: the block layer's timer rounds the expiry up to
+    /// the next whole second (blk_add_timer) and NVMe/TCP and RDMA run
+    /// their error recovery (queue teardown, reconnect) before the command
+    /// completes: 1 ms to 1 s late, one in ten up to 3 s more. Drawn per
+    /// command that times out. Off by default.
+    late_timeout,
 };
 /// Number of Fault values.
-inline constexpr size_t kFaultCount = 19;
+inline constexpr size_t kFaultCount = 20;
 /// Words for a fault kind.
 const char* fault_name(Fault f);
 /// Parses a fault name; nullopt when unknown.

@@ -8,7 +8,7 @@
 //   nvfence-sim --seconds S [--jobs J]       run seeds until S seconds passed
 // Options: --first-seed S, --steps N (steps with faults per schedule),
 // --faults a,b (fault kinds; default the thirteen of kDefaultFaults, all: every kind,
-// link_degraded, target_crash_loop, fence_delay, fence_race, paused_win and paused_token included; none: no fault), --known-defects (count the
+// link_degraded, target_crash_loop, fence_delay, fence_race, paused_win, paused_token and late_timeout included; none: no fault), --known-defects (count the
 // invariants the open defects of known_defect() break instead of failing;
 // none are open today), --tolerate
 // inv,inv, --progress-ms N, --fail-at-step N (a self_test violation at step N:
