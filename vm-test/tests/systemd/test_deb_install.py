@@ -145,17 +145,6 @@ def holders(host):
     return [r["rkey"] for r in rep.get("regctlext", []) if r["rcsts"] & 1]
 
 
-def installed_names(host):
-    """Installed packages and what they Provide."""
-    have = set()
-    for line in host.run("dpkg-query -W -f='${db:Status-Abbrev}|${Package}|${Provides}\\n'", check=True).out.splitlines():
-        status, pkg, provides = (line.split("|") + ["", ""])[:3]
-        if status.strip() == "ii":
-            have.add(pkg.split(":")[0])
-            have.update(p.strip().split()[0] for p in provides.split(",") if p.strip())
-    return have
-
-
 def test_dev_packages_alone_build_consumers(lab, debs, adt):
     """libnvfence0 + libnvfence-dev, without the nvfence package: the
     autopkgtest build-consumers (pkg-config and find_package(nvfence)
@@ -169,7 +158,7 @@ def test_dev_packages_alone_build_consumers(lab, debs, adt):
     assert r.out.strip() == "", r.out
     # Every Depends of the three packages is satisfied by the image and the
     # packages themselves (dpkg -i would refuse otherwise).
-    have = installed_names(a) | set(PACKAGES)
+    have = autopkgtest.installed(a) | set(PACKAGES)
     for name, deb in debs.items():
         depends = deb_field(deb, "Depends")
         missing = [d.strip().split()[0] for d in depends.split(",") if d.strip() and d.strip().split()[0] not in have]
