@@ -175,10 +175,12 @@ std::shared_ptr<Volume> Volume::acquire(const OpenRequest& rq, int& rc, std::str
 }
 
 Volume::Volume(Backend b, bool read_only, uint64_t token, std::string path)
-    : b_(std::move(b)), ro_(read_only), token_(token), path_(std::move(path)), bounce_(kBounceBytes) {}
+    : b_(std::move(b)), ro_(read_only), token_(token), path_(std::move(path)), bounce_(kBounceBytes),
+      held_(read_only ? 0 : kBounceBytes) {}
 
 Volume::~Volume() {
     std::lock_guard g(mu_);
+    if (!fenced_ && w_) flush_held_();
     if (dirty_ && !fenced_ && w_) write_superblock_();
 }
 
@@ -252,7 +254,12 @@ int Volume::format_(std::string& why) {
 }
 
 // One synchronous I/O at absolute byte @p abs; a fenced completion latches.
+// A read or a flush first sends the writes held back (hold_()), so that it
+// sees them and so that a flush makes them durable.
 int Volume::io_(IoKind k, uint64_t abs, std::span<uint8_t> buf) {
+    if (k != IoKind::write) {
+        if (int rc = flush_held_(); rc != SQLITE_OK) return rc;
+    }
     Completion c;
     if (k == IoKind::write) c = w_->write(abs / block_, buf);
     else if (k == IoKind::read) c = w_->read(abs / block_, buf);
@@ -261,6 +268,31 @@ int Volume::io_(IoKind k, uint64_t abs, std::span<uint8_t> buf) {
     if (c.status == IoStatus::fenced || (k != IoKind::read && !holds_now_())) on_fenced_();
     if (k == IoKind::read) return SQLITE_IOERR_READ;
     return k == IoKind::write ? SQLITE_IOERR_WRITE : SQLITE_IOERR_FSYNC;
+}
+
+// Holds back a write of whole blocks at @p abs that continues the run held
+// back so far (SQLite writes a transaction's pages in ascending order): one
+// device write per run of up to a chunk instead of one per page. False
+// when it does not fit; the caller sends the held run first.
+bool Volume::hold_(uint64_t abs, const uint8_t* src, uint64_t n) {
+    if (held_.size() == 0 || abs % block_ != 0 || n % block_ != 0 || n == 0) return false;
+    if (held_len_ > 0 && abs != held_abs_ + held_len_) return false;
+    if (held_len_ + n > chunk_) return false;
+    if (held_len_ == 0) held_abs_ = abs;
+    std::memcpy(held_.data() + held_len_, src, n);
+    held_len_ += n;
+    return true;
+}
+
+// Sends the run held back. A run that fails is remembered: every later
+// sync() fails, as SQLite was told its pages were written.
+int Volume::flush_held_() {
+    if (held_len_ == 0) return SQLITE_OK;
+    const uint64_t n = held_len_;
+    held_len_ = 0;
+    const int rc = io_(IoKind::write, held_abs_, {held_.data(), n});
+    if (rc != SQLITE_OK) write_lost_ = true;
+    return rc;
 }
 
 // After a failed write or flush: does this host still hold the reservation?
@@ -359,6 +391,12 @@ int Volume::write(Region r, const void* src, int amt, int64_t off) {
     const uint64_t uoff = static_cast<uint64_t>(off), n = static_cast<uint64_t>(amt);
     if (uoff > s.cap || n > s.cap - uoff) return SQLITE_FULL;
     const auto* in = static_cast<const uint8_t*>(src);
+    if (!hold_(s.off + uoff, in, n)) {
+        if (int rc = flush_held_(); rc != SQLITE_OK) return rc;
+        if (hold_(s.off + uoff, in, n)) return note_length_(r, uoff + n);
+    } else {
+        return note_length_(r, uoff + n);
+    }
     uint64_t pos = 0;
     while (pos < n) {
         uint64_t took = 0;
@@ -366,9 +404,13 @@ int Volume::write(Region r, const void* src, int amt, int64_t off) {
             return rc;
         pos += took;
     }
+    return note_length_(r, uoff + n);
+}
+
+int Volume::note_length_(Region r, uint64_t end) {
     uint64_t& len = r == Region::db ? sb_.db_len : sb_.journal_len;
-    if (uoff + n > len) {
-        len = uoff + n;
+    if (end > len) {
+        len = end;
         dirty_ = true;
     }
     return SQLITE_OK;
@@ -407,7 +449,7 @@ int Volume::write_superblock_() {
 int Volume::sync() {
     std::lock_guard g(mu_);
     if (ro_) return SQLITE_OK;
-    if (fenced_) return SQLITE_IOERR_FSYNC;
+    if (fenced_ || write_lost_) return SQLITE_IOERR_FSYNC;
     if (int rc = io_(IoKind::flush, 0, {}); rc != SQLITE_OK) return rc;
     return dirty_ ? write_superblock_() : SQLITE_OK;
 }

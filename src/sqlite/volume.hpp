@@ -113,6 +113,9 @@ private:
     int fill_edge_(uint64_t block_abs, uint64_t end_abs, uint8_t* dst);
     int write_chunk_(uint64_t abs, const uint8_t* src, uint64_t n, uint64_t logical_end, uint64_t& done);
     int write_superblock_();
+    bool hold_(uint64_t abs, const uint8_t* src, uint64_t n);
+    int flush_held_();
+    int note_length_(Region r, uint64_t end);
     void on_fenced_();
     bool holds_now_();
     int format_(std::string& why);
@@ -127,6 +130,10 @@ private:
     uint64_t media_bytes_ = 0;
     size_t chunk_ = 0;
     AlignedBuffer bounce_;
+    AlignedBuffer held_;          ///< Writes held back: one run of whole blocks (hold_()).
+    uint64_t held_abs_ = 0;
+    uint64_t held_len_ = 0;
+    bool write_lost_ = false;     ///< A held-back write failed: sync() fails from then on.
     Superblock sb_;
     int slot_ = 0;
     bool dirty_ = false;

@@ -5,15 +5,16 @@
 # A/B rounds; prints per test the median seconds of each and the ratio
 # nvfence speed / unix speed (unix s / nvfence s: 1.0 is as fast, above 1
 # faster), and the total (docs/PERFORMANCE.md, "SQLite speedtest1").
-#   speedtest1.sh BUILD_DIR [--size N] [--rounds R] [--dir DIR]
+#   speedtest1.sh BUILD_DIR [--size N] [--rounds R] [--dir DIR] [-- SPEEDTEST1_OPTION...]
 # BUILD_DIR holds lib/libnvfence_sqlite.a and lib/libnvfence.so. The
 # source comes from build_testfixture.sh's cache (built on first use). DIR
 # (default /var/tmp) must not be a tmpfs: the VFS writes with O_DIRECT.
+# Options after -- go to speedtest1 for both VFSes (e.g. -- --exclusive).
 # Exit: 0 done, 1 a run failed or printed no result, 2 usage, 4 missing
 # packages (as build_testfixture.sh).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-usage() { echo "usage: speedtest1.sh BUILD_DIR [--size N] [--rounds R] [--dir DIR]" >&2; exit 2; }
+usage() { echo "usage: speedtest1.sh BUILD_DIR [--size N] [--rounds R] [--dir DIR] [-- SPEEDTEST1_OPTION...]" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 build=$(cd "$1" && pwd); shift
 size=100 rounds=3 dir=/var/tmp
@@ -22,9 +23,11 @@ while [ $# -gt 0 ]; do
     --size) size=${2:?}; shift 2 ;;
     --rounds) rounds=${2:?}; shift 2 ;;
     --dir) dir=${2:?}; shift 2 ;;
+    --) shift; break ;;
     *) usage ;;
   esac
 done
+extra=("$@")
 [[ "$size" =~ ^[0-9]+$ && "$rounds" =~ ^[0-9]+$ && "$size" -ge 1 && "$rounds" -ge 1 ]] || usage
 src=$("$here/build_testfixture.sh")
 [ -f "$src/test/speedtest1.c" ] || { echo "speedtest1: no test/speedtest1.c in $src" >&2; exit 1; }
@@ -49,12 +52,12 @@ c++ -o "$work/speedtest1" "$work/main.o" "$work/speedtest1.o" "$build/lib/libnvf
 run() {  # run VFS ROUND: the per-test lines "NUM seconds" of one run
   local vfs=$1 out="$work/$1.$2.out" args=()
   [ "$vfs" = nvfence ] && args=(--vfs nvfence)
-  "$work/speedtest1" "${args[@]}" --size "$size" "$work/$vfs.db" > "$out" 2>&1 || {
+  "$work/speedtest1" "${args[@]}" "${extra[@]}" --size "$size" "$work/$vfs.db" > "$out" 2>&1 || {
     echo "speedtest1 ($vfs) failed:" >&2; tail -5 "$out" >&2; exit 1; }
   grep -q 'TOTAL' "$out" || { echo "speedtest1 ($vfs): no TOTAL line" >&2; tail -5 "$out" >&2; exit 1; }
   rm -f "$work/$vfs.db" "$work/$vfs.db-journal"
 }
-echo "speedtest1 --size $size, $rounds rounds each, A/B alternating, in $dir; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "speedtest1 --size $size ${extra[*]}, $rounds rounds each, A/B alternating, in $dir; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq 1 "$rounds"); do
   if [ $((r % 2)) -eq 1 ]; then run unix "$r"; run nvfence "$r"; else run nvfence "$r"; run unix "$r"; fi
 done

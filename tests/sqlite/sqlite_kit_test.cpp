@@ -127,5 +127,26 @@ TEST(SqliteKit, TheOldHolderCannotReopenForWriting) {
     EXPECT_EQ(c.writes_refused(), refused);
 }
 
+// A transaction's pages go to the device in runs, not one write per page:
+// SQLite writes them in ascending order and the VFS holds back a run of
+// whole blocks until a read, a sync or a write elsewhere (docs/SQLITE.md).
+TEST(SqliteKit, ACommitsPagesReachTheDeviceInRuns) {
+    testkit::SimCluster c({.hosts = 1});
+    KitSqlite kit(c);
+    ASSERT_TRUE(c.host(0).takeover());
+    sqlite3* a = open_host(0);
+    ASSERT_TRUE(a);
+    ASSERT_EQ(exec(a, "CREATE TABLE t(id INTEGER PRIMARY KEY, pad BLOB)"), SQLITE_OK);
+    const uint64_t before = c.writes_landed();
+    ASSERT_EQ(exec(a, "WITH RECURSIVE s(v) AS (SELECT 1 UNION ALL SELECT v + 1 FROM s WHERE v < 200) "
+                      "INSERT INTO t SELECT v, randomblob(3000) FROM s"),
+              SQLITE_OK);
+    const uint64_t writes = c.writes_landed() - before;
+    EXPECT_GT(writes, 0u);
+    EXPECT_LT(writes, 40u) << "about 200 pages written one by one";
+    EXPECT_EQ(scalar(a, "SELECT count(*) FROM t WHERE length(pad) = 3000"), 200);
+    sqlite3_close(a);
+}
+
 }  // namespace
 }  // namespace nvfence
