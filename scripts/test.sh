@@ -99,7 +99,7 @@ on_exit() {
   local rc=$? id
   if [ -n "$cur" ]; then names+=("$cur"); secs+=($(( $(date +%s) - cur_t0 ))); states+=(FAILED); cur=""; fi
   for id in "${!bg_pid[@]}"; do kill_tree "${bg_pid[$id]}"; done
-  for id in images debsrc; do add_rows "$logs/$id.row"; done
+  for id in images debsrc toolsoff; do add_rows "$logs/$id.row"; done
   [ -f "$logs/vm.xml" ] && add_rows <(lab_rows "$logs/vm.xml")
   table "$rc"
   exit "$rc"
@@ -156,8 +156,17 @@ other_builds() {
 # the other; on a cold one they share the cores as the builds' own jobs do.
 bg_start debsrc "Debian source package test (beside the other builds)" \
   ctest --test-dir build -R '^debian_source_package$' --output-on-failure
+# The library alone (-DNVFENCE_TOOLS=OFF) in a Debian chroot where the
+# tools' packages are absent: configure, build, its unit tests, install, the
+# kit example and an add_subdirectory consumer (tests/build/tools_off.sh;
+# the chroot is cached by its package list, the compiler goes through ccache).
+bg_start toolsoff "library alone, chroot without the tools' packages (beside the other builds)" \
+  tests/build/tools_off.sh .
 phase "other builds: ASan+UBSan, no-etcd, fuzz, SQLite's testfixture"
 other_builds
+
+phase "library alone (waiting for the job beside the other builds)"
+bg_wait toolsoff
 
 phase "Debian source package test (waiting for the job beside the other builds)"
 bg_wait debsrc

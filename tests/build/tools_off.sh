@@ -6,21 +6,40 @@
 # (examples/subdir-consumer). Needs root, mmdebstrap and the machine's apt
 # sources (read from /etc/apt/sources.list.d/*.sources, never named here).
 #   tests/build/tools_off.sh SOURCE_DIR [CHROOT_DIR]
+# CHROOT_DIR defaults to a cache, /var/cache/nvfence-tools-off/<hash of the
+# package list>, kept for the next run (scripts/test.sh runs this beside
+# the other builds). The compiler goes through ccache with the host's cache
+# directory mounted, so a warm machine recompiles only what changed.
+# /proc, /sys and /dev are mounted in the chroot while it builds and tests.
 # Prints the seconds of each step.
 set -eu
 src=$(realpath "${1:?usage: tools_off.sh SOURCE_DIR [CHROOT_DIR]}")
-root=${2:-$(mktemp -d /var/tmp/nvfence-tools-off.XXXXXX)}
-keep=${2:+1}
-cleanup() { [ -n "$keep" ] || rm -rf "$root"; }
+deps=cmake,ninja-build,g++,pkg-config,liburing-dev,libgtest-dev,ccache
+root=${2:-/var/cache/nvfence-tools-off/$(echo "minbase bookworm $deps" | sha256sum | cut -c1-12)}
+ccache_dir=$(ccache -k cache_dir 2>/dev/null || echo /root/.cache/ccache)
+mkdir -p "$ccache_dir"
+mounted=()
+cleanup() { local m; for m in "${mounted[@]}"; do umount -l "$m" 2>/dev/null || true; done; }
 trap cleanup EXIT
 t0=$(date +%s)
 step() { echo "--- $1 ($(( $(date +%s) - t0 )) s so far)"; }
-deps=cmake,ninja-build,g++,pkg-config,liburing-dev,libgtest-dev
 sources=$(ls /etc/apt/sources.list.d/*.sources | head -n1)
-if [ ! -x "$root/usr/bin/cmake" ]; then
+mkdir -p "$(dirname "$root")"
+exec 9>"$root.lock"
+flock 9
+# Mounts left by a run that was killed: unmounted before anything is
+# removed (a removal through a /dev bind mount would reach the host's /dev).
+unmount_under() {
+    local m
+    for m in $(awk -v r="$1" 'index($2, r "/") == 1 {print $2}' /proc/mounts | sort -r); do umount -l "$m"; done
+    ! awk -v r="$1" 'index($2, r "/") == 1 {f = 1} END {exit !f}' /proc/mounts
+}
+unmount_under "$root" || { echo "FAIL: cannot unmount what is mounted under $root"; exit 1; }
+if [ ! -x "$root/usr/bin/ccache" ]; then
     step "mmdebstrap minbase + $deps"
-    rm -rf "$root"
-    mmdebstrap --quiet --variant=minbase --include="$deps" bookworm "$root" "$sources"
+    rm -rf "$root" "$root.new"
+    mmdebstrap --quiet --variant=minbase --include="$deps" bookworm "$root.new" "$sources"
+    mv "$root.new" "$root"
 fi
 step "absent: the tools' packages"
 # (libcurl4 itself is there: Debian's cmake links it; its headers, pkg-config
@@ -36,9 +55,21 @@ done
 rm -rf "$root/src" "$root/b" "$root/c" "$root/inst"
 mkdir -p "$root/src"
 tar -C "$src" --exclude=./build --exclude='./build-*' --exclude=./.git -cf - . | tar -C "$root/src" -xf -
-run() { chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root sh -ec "$1"; }
+for m in proc sys dev ccache; do
+    mkdir -p "$root/$m"
+    case $m in
+        proc) mount -t proc proc "$root/proc" ;;
+        ccache) mount --bind "$ccache_dir" "$root/ccache" ;;
+        *) mount --rbind "/$m" "$root/$m" ;;
+    esac
+    mounted=("$root/$m" "${mounted[@]}")
+done
+run() { chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root CCACHE_DIR=/ccache \
+            CCACHE_BASEDIR=/src CCACHE_NOHASHDIR=true CCACHE_COMPILERCHECK=content CMAKE_CXX_COMPILER_LAUNCHER=ccache \
+            CMAKE_C_COMPILER_LAUNCHER=ccache sh -ec "$1"; }
 step "configure (NVFENCE_TOOLS=OFF)"
-run 'cmake -S /src -B /b -G Ninja -DNVFENCE_TOOLS=OFF -DNVFENCE_WERROR=ON >/b.log 2>&1 || { cat /b.log; exit 1; }'
+run 'cmake -S /src -B /b -G Ninja -DNVFENCE_TOOLS=OFF -DNVFENCE_WERROR=ON -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
+     -DCMAKE_C_COMPILER_LAUNCHER=ccache >/b.log 2>&1 || { cat /b.log; exit 1; }'
 step "build"
 run 'cmake --build /b -j2 >>/b.log 2>&1 || { tail -n 50 /b.log; exit 1; }'
 step "unit tests"
