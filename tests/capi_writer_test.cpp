@@ -3,6 +3,8 @@
 // kit FencedWriter in an nvf_writer handle, preempted by another host.
 #include <gtest/gtest.h>
 
+#include <poll.h>
+
 #include <cerrno>
 #include <cstring>
 
@@ -97,4 +99,29 @@ TEST(CapiWriter, ClassifyCompletion) {
     EXPECT_EQ(nvf_classify_completion(NVF_WRITER_BLOCK, static_cast<nvf_io_kind>(3), 0, 0, &o),
               -NVF_ERRC_INVALID_ARGUMENT);
     EXPECT_EQ(nvf_classify_completion(NVF_WRITER_BLOCK, NVF_IO_WRITE, 0, 0, nullptr), -NVF_ERRC_INVALID_ARGUMENT);
+}
+
+TEST(CapiWriter, EventFdSignalsAFencedCompletion) {
+    SimCluster c;
+    ASSERT_TRUE(c.host(0).takeover());
+    nvf_writer* w = c_writer(c.host(0));
+    const int fd = nvf_writer_event_fd(w);
+    ASSERT_GE(fd, 0);
+    EXPECT_EQ(nvf_writer_event_fd(w), fd);
+    c.plan = [](const SimIo& io) { return IoPlan{.start_us = io.host == 0 ? 1000u : 0u}; };
+    AlignedBuffer a(4096);
+    ASSERT_EQ(nvf_writer_queue_write(w, 0, a.data(), 4096, 5), NVF_OK);
+    ASSERT_EQ(nvf_writer_submit(w), 1);
+    pollfd p{fd, POLLIN, 0};
+    EXPECT_EQ(poll(&p, 1, 0), 0);
+    ASSERT_TRUE(c.host(1).takeover());
+    c.advance(1000);
+    EXPECT_EQ(poll(&p, 1, 0), 1);
+    nvf_completion got[4];
+    ASSERT_EQ(nvf_writer_reap(w, got, 4, 0), 1);
+    EXPECT_EQ(got[0].status, NVF_IO_FENCED);
+    EXPECT_EQ(nvf_writer_fenced(w), 1);
+    EXPECT_EQ(poll(&p, 1, 0), 0);
+    nvf_writer_close(w);
+    EXPECT_EQ(nvf_writer_event_fd(nullptr), -NVF_ERRC_INVALID_ARGUMENT);
 }

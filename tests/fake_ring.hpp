@@ -87,6 +87,10 @@ public:
     int register_ring_fd() { return 0; }
     int register_buffers(const iovec*, unsigned) { return 0; }
     int unregister_buffers() { return 0; }
+    int register_eventfd(int fd) {
+        event_fd = fd;
+        return 0;
+    }
 
     // ---- the test's side
     /// Completes the taken, not yet completed I/O @p index (into sent) with @p res.
@@ -131,6 +135,7 @@ public:
     bool park_completions = false;     ///< Device completions wait for an enter (DEFER_TASKRUN).
     unsigned submit_calls = 0, wait_calls = 0;
     unsigned enter_calls = 0;          ///< io_uring_enter calls: submit, wait, submit_and_wait, get_events.
+    int event_fd = -1;                 ///< What the writer registered (register_eventfd), -1: none.
     unsigned get_events_calls = 0;
 
 private:

@@ -430,6 +430,19 @@ NVFENCE_API int nvf_writer_reap(nvf_writer *w, nvf_completion *out, size_t n, ui
  *  preempt may still complete ok) and while not fenced. Reap until it is 1
  *  before acting on "nothing more of mine will land" (FencedWriter::settled). */
 NVFENCE_API int nvf_writer_settled(const nvf_writer *w);
+/** A descriptor for an event loop (epoll, poll: POLLIN) that becomes
+ *  readable when completions are ready to reap, a fenced completion
+ *  included (FencedWriter::event_fd). An eventfd registered with the ring,
+ *  made by the first call and owned by @p w: later calls return the same
+ *  descriptor; never close it, nvf_writer_close() does. A successful
+ *  nvf_writer_reap() or nvf_writer_submit_and_reap() clears it before it
+ *  returns and leaves it readable when it filled its array or completions
+ *  are left. It may be readable with
+ *  nothing to reap (spurious): on readiness, call nvf_writer_reap(w, out,
+ *  n, 0) until it returns fewer than n. Returns the descriptor (>= 0), or
+ *  -NVF_ERRC_INVALID_ARGUMENT (@p w NULL), or an errno code of eventfd(2)
+ *  or io_uring_register(2) (nvf_err_errno()). */
+NVFENCE_API int nvf_writer_event_fd(nvf_writer *w);
 /** One memory region of nvf_writer_register_buffers(). */
 typedef struct nvf_region {
     void *base;  /**< Start of the region. */

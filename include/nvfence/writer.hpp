@@ -268,6 +268,43 @@ public:
     /// I/Os stay queued (in_flight() counts them) for the next submit.
     virtual Result<size_t> submit_and_reap(std::span<Completion> out, uint32_t min_complete) = 0;
 
+    /// A descriptor for an event loop (epoll, poll, select; readable =
+    /// EPOLLIN) that becomes readable when completions are ready to reap.
+    /// Fencing is one of them: the fenced completion of an I/O, or the
+    /// Errc::fenced completion of one queued when the latch came, makes it
+    /// readable like any other, so an owner that waits on it learns of a
+    /// preemption at its next reap. An eventfd (EFD_NONBLOCK | EFD_CLOEXEC)
+    /// registered with the ring (io_uring_register_eventfd), made by the
+    /// first call and owned by the writer: later calls return the same
+    /// descriptor; do not close it, it is closed with the writer. Errors
+    /// (nothing made; a later call tries again): the errno of eventfd(2) or
+    /// io_uring_register(2), or ENOTSUP for a FencedWriter that is not the
+    /// library's own.
+    ///
+    /// Semantics, exactly:
+    ///  - level, not edge, in effect: a successful reap() or
+    ///    submit_and_reap() clears it before it returns, and leaves it
+    ///    readable when it filled its whole output span or completions are
+    ///    left (more may be waiting); a completion that arrives later makes
+    ///    it readable again. The caller need not read it (reading the 8-byte
+    ///    counter is harmless).
+    ///  - it may be readable with nothing to reap (spurious): a completion
+    ///    already reaped by a call that ran after the signal, the counter's
+    ///    own start (readable at once when I/Os were in flight at the first
+    ///    call), completions parked in task work that reap collects. On
+    ///    readiness, reap with min_complete 0 (never blocks) until it returns
+    ///    fewer than out.size(), and treat 0 as normal.
+    ///  - not readable with nothing in flight and nothing unreaped, once
+    ///    cleared.
+    ///  - a writer of the testing kit (testkit::SimHost::open_writer) offers
+    ///    the same descriptor: it becomes readable when the simulated clock
+    ///    delivers a completion (a wait of the writer, SimCluster::advance()
+    ///    or run_all()).
+    /// Not thread-safe, like the rest of the writer; with
+    /// WriterOptions::single_thread the first call must come from the
+    /// writer's thread too.
+    Result<int> event_fd();
+
     /// Synchronous write: queue, submit, wait for this one completion.
     /// Requires in_flight() == 0 (otherwise io_error with
     /// Errc::invalid_argument, nothing sent), so no asynchronous completion

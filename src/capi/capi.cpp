@@ -530,6 +530,15 @@ int nvf_writer_reap(nvf_writer* w, nvf_completion* out, size_t n, uint32_t min_c
 int nvf_writer_settled(const nvf_writer* w) { return w && w->w->settled() ? 1 : 0; }
 uint32_t nvf_writer_fixed_buffers(const nvf_writer* w) { return w ? w->w->fixed_buffers() : 0; }
 
+int nvf_writer_event_fd(nvf_writer* w) {
+    if (!w) return -NVF_ERRC_INVALID_ARGUMENT;
+    return guarded([&] {
+        auto r = w->w->event_fd();
+        if (!r) return to_code(r.error());
+        return *r;
+    });
+}
+
 int nvf_writer_register_buffers(nvf_writer* w, const nvf_region* regions, size_t n) {
     if (!w || (!regions && n) || n > 1024) return -NVF_ERRC_INVALID_ARGUMENT;
     return guarded([&] {

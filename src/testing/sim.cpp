@@ -146,12 +146,19 @@ public:
     int register_ring_fd() { return 0; }
     int register_buffers(const iovec*, unsigned) { return 0; }
     int unregister_buffers() { return 0; }
+    // As io_uring does: from now on every completion posted signals @p fd.
+    int register_eventfd(int fd) {
+        event_fd_ = fd;
+        return 0;
+    }
 
+    // The simulated clock delivers a completion to this host.
     void post(uint64_t user_data, int32_t res) {
         io_uring_cqe c{};
         c.user_data = user_data;
         c.res = res;
         cq_.push_back(c);
+        detail::signal_eventfd(event_fd_);
     }
 
 private:
@@ -160,6 +167,7 @@ private:
     unsigned entries_ = 0, stride_ = 1, head_ = 0, tail_ = 0;
     std::vector<io_uring_sqe> sq_;
     std::deque<io_uring_cqe> cq_;
+    int event_fd_ = -1;  // owned by the writer, which outlives its ring
 };
 
 // ---- the device side

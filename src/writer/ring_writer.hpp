@@ -21,9 +21,12 @@
 //   int submit_and_wait(unsigned n, __kernel_timespec* ts);
 //   int register_file(int fd); int register_ring_fd();
 //   int register_buffers(const iovec* v, unsigned n); int unregister_buffers();
+//   int register_eventfd(int fd);                 // signal fd on every completion posted
+//                                                 // (or parked in task work) from now on
 
 #include <liburing.h>
 #include <linux/nvme_ioctl.h>
+#include <sys/eventfd.h>
 #include <sys/uio.h>
 #include <time.h>
 
@@ -106,6 +109,7 @@ public:
     int register_ring_fd() { return io_uring_register_ring_fd(&r_); }
     int register_buffers(const iovec* v, unsigned n) { return io_uring_register_buffers(&r_, v, n); }
     int unregister_buffers() { return io_uring_unregister_buffers(&r_); }
+    int register_eventfd(int fd) { return io_uring_register_eventfd(&r_, fd); }
 
 private:
     io_uring r_{};
@@ -122,12 +126,34 @@ struct WriterTarget {
     uint32_t max_io_bytes = 0;
 };
 
+/// The event descriptor of FencedWriter::event_fd(), reached from the
+/// non-virtual public function by a cross-cast: a new virtual function in
+/// FencedWriter would change its vtable, which the ABI must keep.
+class EventSource {
+public:
+    virtual Result<int> event_fd() = 0;
+
+protected:
+    ~EventSource() = default;
+};
+
+/// Makes @p fd readable (adds 1 to the eventfd counter); -1: nothing.
+inline void signal_eventfd(int fd) {
+    if (fd >= 0) (void)::eventfd_write(fd, 1);
+}
+
+/// Clears the eventfd counter of @p fd (nonblocking); -1: nothing.
+inline void clear_eventfd(int fd) {
+    eventfd_t v = 0;
+    if (fd >= 0) (void)::eventfd_read(fd, &v);
+}
+
 inline constexpr size_t kMaxFixedBuffers = 1024;
 inline constexpr size_t kMaxFixedBufferBytes = size_t{1} << 30;  // the kernel's limit per registered buffer
 
 /// FencedWriter over ring R (see the top of this file).
 template <class R>
-class RingWriter final : public FencedWriter {
+class RingWriter final : public FencedWriter, public EventSource {
 public:
     RingWriter(WriterTarget t, const WriterOptions& o)
         : t_(std::move(t)),
@@ -141,6 +167,8 @@ public:
         pending_.reserve(qd_);
     }
 
+    // The eventfd is unregistered by the ring's teardown (ring_ is declared
+    // after event_fd_, so destroyed first) before the descriptor is closed.
     ~RingWriter() override { drain_(); }
 
     Status init() {
@@ -171,6 +199,20 @@ public:
 
     /// The ring, for tests that script it.
     R& ring() { return ring_; }
+
+    // Made on first use: a writer nobody polls pays no eventfd signal per
+    // completion. Completions that were already on their way when it is
+    // registered would not signal it, so it starts readable whenever any
+    // I/O is in the kernel's hands (a spurious wakeup at worst).
+    Result<int> event_fd() override {
+        if (event_fd_) return event_fd_.get();
+        Fd fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+        if (!fd) return errno_error(errno);
+        if (int rc = ring_.register_eventfd(fd.get()); rc < 0) return errno_error(-rc);
+        event_fd_ = std::move(fd);
+        if (submitted_ > 0 || fenced_) signal_eventfd(event_fd_.get());
+        return event_fd_.get();
+    }
 
     uint32_t block_bytes() const override { return t_.block_bytes; }
     uint64_t size_blocks() const override { return t_.size_blocks; }
@@ -233,15 +275,24 @@ public:
     Result<size_t> reap(std::span<Completion> out, uint32_t min_complete) override {
         if (min_complete > out.size()) return make_error_code(Errc::invalid_argument);
         size_t got = collect_(out, 0);
-        if (min_complete == 0) return flush_parked_(out, got);
-        if (got >= min_complete) return got;
+        if (min_complete == 0) return rearm_event_(out, flush_parked_(out, got));
+        if (got >= min_complete) return rearm_event_(out, got);
         // The wait's own enter runs the parked task work: no separate flush.
-        return wait_(out, got, min_complete, mono_now_ns() + int64_t{timeout_ms_} * 1'000'000);
+        auto r = wait_(out, got, min_complete, mono_now_ns() + int64_t{timeout_ms_} * 1'000'000);
+        if (r) rearm_event_(out, *r);
+        return r;
     }
 
     Result<size_t> submit_and_reap(std::span<Completion> out, uint32_t min_complete) override {
         if (min_complete > out.size()) return make_error_code(Errc::invalid_argument);
         if (pending_.empty()) return reap(out, min_complete);
+        auto r = submit_and_reap_(out, min_complete);
+        if (r) rearm_event_(out, *r);
+        return r;
+    }
+
+private:
+    Result<size_t> submit_and_reap_(std::span<Completion> out, uint32_t min_complete) {
         size_t got = collect_(out, 0);
         // After collecting: a fenced completion just collected latches too.
         const bool cancelled = cancel_if_latched_();
@@ -261,7 +312,22 @@ public:
         return wait_(out, got, min_complete, deadline);
     }
 
-private:
+    // At the end of a reap: cleared, then signalled again if anything may be
+    // left (a full @p out, a CQE in the ring, completions parked in task
+    // work). The kernel publishes a CQE (or sets the parked flag) before it
+    // signals, so one that arrives after these checks signals after the
+    // clear: no wakeup is lost. Clearing at the end, not the start, also
+    // drops the signals of the enters of this reap (a DEFER_TASKRUN ring
+    // signals once when a completion is parked and again when it is posted).
+    size_t rearm_event_(std::span<Completion> out, size_t got) {
+        if (!event_fd_) return got;
+        clear_eventfd(event_fd_.get());
+        io_uring_cqe* left = nullptr;
+        if ((got == out.size() && !out.empty()) || ring_.peek_batch(&left, 1) > 0 || ring_.cq_parked())
+            signal_eventfd(event_fd_.get());
+        return got;
+    }
+
     struct Slot {
         uint64_t user_data = 0;
         io_uring_sqe* sqe = nullptr;  // points into the SQ ring: only valid until the kernel consumes it
@@ -468,7 +534,8 @@ private:
     }
 
     WriterTarget t_;
-    R ring_;  // after t_: torn down before the descriptor is closed
+    Fd event_fd_;  // event_fd(), made on first use
+    R ring_;  // after t_ and event_fd_: torn down before the descriptors are closed
     bool fixed_file_ = false;
     uint32_t qd_;
     uint32_t timeout_ms_;

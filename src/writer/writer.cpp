@@ -243,6 +243,15 @@ Result<std::unique_ptr<FencedWriter>> FencedWriter::open(const std::string& path
     return make_writer(std::move(base), opts);
 }
 
+// ---------------------------------------------------------------- event fd
+
+Result<int> FencedWriter::event_fd() {
+    // Every writer the library makes (here and in the testing kit) is a
+    // RingWriter, which is an EventSource.
+    if (auto* s = dynamic_cast<detail::EventSource*>(this)) return s->event_fd();
+    return errno_error(ENOTSUP);
+}
+
 // ---------------------------------------------------------------- sync calls
 
 Completion FencedWriter::sync_(Status queued, IoKind kind) {

@@ -165,6 +165,7 @@ static void test_open_errors(const char *dir) {
     CHECK(nvf_writer_submit(NULL) == -NVF_ERRC_INVALID_ARGUMENT);
     CHECK(nvf_writer_reap(NULL, NULL, 0, 0) == -NVF_ERRC_INVALID_ARGUMENT);
     CHECK(nvf_writer_fenced(NULL) == 0);
+    CHECK(nvf_writer_event_fd(NULL) == -NVF_ERRC_INVALID_ARGUMENT);
     nvf_ns_close(NULL);
     nvf_fence_free(NULL);
     nvf_writer_close(NULL);
