@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: MIT
 """The Python binding (bindings/python/nvfence.py) over libnvfence's C API
 and the testing kit's C face: a failover of two simulated hosts through
-the C API's own fence and writer handles, the errors, the keys, and the
-binding's ctypes structs against the C header's layout.
+the C API's own fence and writer handles, the errors, the keys, the
+binding's ctypes structs against the C header's layout, and README.md's
+example (section "Python").
 
 Run by CTest (python_binding) as /usr/bin/python3 -m unittest with
 NVFENCE_LIB (the built libnvfence.so), NVFENCE_TESTING_LIB (the built
@@ -11,6 +12,7 @@ libnvfence_testing_ffi.so) and CC (for the layout check).
 import ctypes
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import tempfile
@@ -171,6 +173,17 @@ class LayoutTest(unittest.TestCase):
             got = [int(x) for x in subprocess.run([str(exe)], check=True, capture_output=True,
                                                   text=True).stdout.split()]
         self.assertEqual(got, expect)
+
+
+class ReadmeExampleTest(unittest.TestCase):
+    """README.md's Python example runs as written."""
+
+    def test_readme_example_runs(self):
+        text = (SRC / "README.md").read_text()
+        section = text.split("\n### Python\n", 1)[1].split("\n### ", 1)[0]
+        blocks = re.findall(r"^```python\n(.*?)^```", section, re.M | re.S)
+        self.assertEqual(len(blocks), 1, "README.md's section Python has one python block")
+        exec(compile(blocks[0], "README.md (Python)", "exec"), {})
 
 
 if __name__ == "__main__":
