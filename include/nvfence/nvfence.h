@@ -4,7 +4,9 @@
 /**
  * @file nvfence.h
  * The C API of libnvfence (C11; C++ callers may use it too). For storage
- * engines written in C, or in any language with a C FFI (Go, Rust, Java).
+ * engines written in C, or in any language with a C FFI. The one binding
+ * shipped is Python's: bindings/python/nvfence.py (ctypes, source tree),
+ * tested in CI over the testing kit's C face (nvfence/testing.h).
  *
  * Conventions:
  *  - Every name starts with nvf_ (NVF_ for constants). Handles are opaque

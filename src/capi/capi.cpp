@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "capi/codes.hpp"
-#include "capi/writer_handle.hpp"
+#include "capi/handles.hpp"
 #include "internal/invariant.hpp"
 #include "nvfence/control.hpp"
 #include "nvfence/epoch_store.hpp"
@@ -31,24 +31,6 @@
 #include "nvfence/writer.hpp"
 
 using namespace nvfence;
-
-struct nvf_ns {
-    std::unique_ptr<Namespace> ns;
-};
-
-struct nvf_fence {
-    nvf_ns* ns;
-    Reservations resv;
-    std::optional<EpochStore> store;
-    Fence fence;
-    nvf_fence(nvf_ns* n, HostId self, const FenceOptions& fo, const char* state_dir)
-        : ns(n),
-          resv(n->ns->passthru(), n->ns->info().nsid),
-          store(state_dir ? std::optional<EpochStore>(std::in_place, state_dir, n->ns->info().volume)
-                          : std::nullopt),
-          fence(resv, self, fo, store ? &*store : nullptr) {}
-};
-
 
 static_assert(static_cast<int>(Errc::not_found) == NVF_ERRC_NOT_FOUND);
 static_assert(static_cast<int>(Errc::fenced) == NVF_ERRC_FENCED);
@@ -145,29 +127,7 @@ int fence_op(nvf_fence* f, nvf_outcome* out, Result<Outcome> (*op)(Fence&, void*
     });
 }
 
-// The size of each options struct's first version: the end of its last
-// field then. Fields added later go after it; these numbers never change.
-constexpr size_t kFenceOptionsV1 = offsetof(nvf_fence_options, state_dir) + sizeof(const char*);
-constexpr size_t kWriterOptionsV1 = offsetof(nvf_writer_options, epoch) + sizeof(uint64_t);
-
-// Reads a caller's options struct of the size it states (nvfence.h,
-// "Options structs"): into @p out, which holds the defaults, go the fields
-// that fit in opts->size; a caller's struct larger than this library's must
-// be zero beyond it (fields this library does not know). NULL: the defaults.
-template <class T>
-int read_options(const T* opts, size_t first_size, T& out) noexcept {
-    if (!opts) return NVF_OK;
-    const size_t n = opts->size;
-    if (n < first_size) return -NVF_ERRC_INVALID_ARGUMENT;
-    const auto* bytes = reinterpret_cast<const unsigned char*>(opts);
-    for (size_t i = sizeof(T); i < n; ++i)
-        if (bytes[i] != 0) return -NVF_ERRC_INVALID_ARGUMENT;
-    std::memcpy(&out, opts, std::min(n, sizeof(T)));
-    out.size = sizeof(T);
-    return NVF_OK;
-}
-
-// The size of nvf_agent_reply's first version (see kFenceOptionsV1).
+// The size of nvf_agent_reply's first version (see capi::kFenceOptionsV1).
 constexpr size_t kAgentReplyV1 = offsetof(nvf_agent_reply, message) + sizeof(nvf_agent_reply::message);
 
 void fill_agent_reply(const ControlReply& r, nvf_agent_reply* out) noexcept {
@@ -375,19 +335,14 @@ void nvf_resv_status_free(nvf_resv_status* st) {
 int nvf_fence_new(nvf_ns* ns, const nvf_fence_options* opts, nvf_fence** out) {
     if (!ns || !out) return -NVF_ERRC_INVALID_ARGUMENT;
     *out = nullptr;
-    nvf_fence_options o = NVF_FENCE_OPTIONS_INIT;
-    if (int rc = read_options(opts, kFenceOptionsV1, o); rc != NVF_OK) return rc;
-    if (o.type < NVF_RESV_WRITE_EXCLUSIVE || o.type > NVF_RESV_EXCLUSIVE_ACCESS_ALL_REGS)
-        return -NVF_ERRC_INVALID_ARGUMENT;
+    FenceOptions fo;
+    const char* state_dir = nullptr;
+    if (int rc = capi::fence_options(opts, fo, state_dir); rc != NVF_OK) return rc;
     return guarded([&] {
         if (Status s = ns->ns->require_reservations(); !s) return to_code(s.error());
         if (!ns->ns->info().host_id) return -NVF_ERRC_HOST_ID_UNKNOWN;
-        FenceOptions fo;
-        fo.tag = o.tag;
-        fo.node = o.node;
-        fo.type = static_cast<ResvType>(o.type);
-        fo.abort = o.abort != 0;
-        *out = new nvf_fence(ns, *ns->ns->info().host_id, fo, o.state_dir);
+        const NamespaceInfo& i = ns->ns->info();
+        *out = new nvf_fence(ns, ns->ns->passthru(), i.nsid, *i.host_id, fo, state_dir, i.volume);
         return NVF_OK;
     });
 }
@@ -448,7 +403,7 @@ int nvf_fence_verify(nvf_fence* f, nvf_resv_status* out) {
     return guarded([&] {
         auto st = f->fence.verify();
         if (!st) return to_code(st.error());
-        fill_status(*st, f->ns->ns->info().host_id, out);
+        fill_status(*st, f->self, out);
         return NVF_OK;
     });
 }
@@ -456,15 +411,9 @@ int nvf_fence_verify(nvf_fence* f, nvf_resv_status* out) {
 int nvf_writer_open(const char* path, const nvf_writer_options* opts, nvf_writer** out) {
     if (!path || !out) return -NVF_ERRC_INVALID_ARGUMENT;
     *out = nullptr;
-    nvf_writer_options o = NVF_WRITER_OPTIONS_INIT;
-    if (int rc = read_options(opts, kWriterOptionsV1, o); rc != NVF_OK) return rc;
-    if (o.mode < NVF_WRITER_AUTO || o.mode > NVF_WRITER_PASSTHROUGH) return -NVF_ERRC_INVALID_ARGUMENT;
+    WriterOptions wo;
+    if (int rc = capi::writer_options(opts, wo); rc != NVF_OK) return rc;
     return guarded([&] {
-        WriterOptions wo;
-        wo.mode = static_cast<WriterMode>(o.mode);
-        wo.queue_depth = o.queue_depth;
-        wo.timeout_ms = o.timeout_ms;
-        wo.epoch = o.epoch;
         auto r = FencedWriter::open(path, wo);
         if (!r) return to_code(r.error());
         *out = new nvf_writer{std::move(*r)};

@@ -1,6 +1,6 @@
 """The API reference, man/man3: a page for every C function libnvfence
-exports (and every function of nvfence/sqlite.h) and for every public C++
-class; no page for a function or class that does not exist; every page's
+exports (and every function of nvfence/sqlite.h and of the testing kit's C
+face, nvfence/testing.h) and for every public C++ class; no page for a function or class that does not exist; every page's
 SYNOPSIS compiles against the installed-to-be headers (a C prototype that
 disagrees with the header is a conflicting redeclaration; a C++ member
 line that disagrees selects no member); every page renders without a groff
@@ -53,9 +53,17 @@ def exported_c_functions():
     return names
 
 
-def sqlite_functions():
-    text = re.sub(r"/\*.*?\*/", "", (INCLUDE / "nvfence" / "sqlite.h").read_text(), flags=re.S)
-    return set(re.findall(r"\b(nvf_sqlite_\w+)\s*\(", text))
+def header_functions(header, prefix):
+    text = re.sub(r"/\*.*?\*/", "", (INCLUDE / "nvfence" / header).read_text(), flags=re.S)
+    return set(re.findall(r"\b(" + prefix + r"\w+)\s*\(", text))
+
+
+def other_library_functions():
+    """nvfence/sqlite.h's (libnvfence_sqlite.a) and the testing kit's C face,
+    nvfence/testing.h (libnvfence_testing.a): not in libnvfence.so."""
+    found = header_functions("sqlite.h", "nvf_sqlite_") | header_functions("testing.h", "nvf_sim_")
+    assert any(n.startswith("nvf_sim_") for n in found), "no nvf_sim_ function found in nvfence/testing.h"
+    return found
 
 
 def public_classes():
@@ -167,7 +175,7 @@ def page_for(name):
 
 
 def test_every_exported_function_has_a_page():
-    missing = sorted(n for n in exported_c_functions() | sqlite_functions() if page_for(n) is None)
+    missing = sorted(n for n in exported_c_functions() | other_library_functions() if page_for(n) is None)
     assert not missing, f"no man page (man/man3/NAME.3) for: {missing}"
 
 
@@ -177,7 +185,7 @@ def test_every_public_class_has_a_page():
 
 
 def test_no_stale_pages():
-    known = exported_c_functions() | sqlite_functions() | public_classes() | {"libnvfence"}
+    known = exported_c_functions() | other_library_functions() | public_classes() | {"libnvfence"}
     stale = sorted(p.stem for p in pages() if p.stem not in known)
     assert not stale, f"pages for names that do not exist: {stale}"
     for p in real_pages():
@@ -196,7 +204,7 @@ def test_links_resolve():
 
 def test_overview_lists_every_function():
     text = unescape((MAN3 / "libnvfence.3").read_text())
-    missing = sorted(n for n in exported_c_functions() | sqlite_functions() | public_classes()
+    missing = sorted(n for n in exported_c_functions() | other_library_functions() | public_classes()
                      if not re.search(re.escape(n) + r"\b", text))
     assert not missing, f"libnvfence(3) does not list: {missing}"
 

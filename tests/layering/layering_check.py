@@ -47,7 +47,7 @@ PUBLIC = {
     "control.hpp": "client",
     "nvfence.h": "capi",
     "sqlite.h": "sqlite",
-    "testing.hpp": "testing", "testing_model.hpp": "testing",
+    "testing.hpp": "testing", "testing_model.hpp": "testing", "testing.h": "testing",
     "export.h": "device",
 }
 

@@ -22,7 +22,8 @@ libdir=$(cd "$root" && ls -d lib lib64 lib/*-linux-gnu 2>/dev/null | while read 
 L="$root/$libdir"
 
 for f in bin/nvfence sbin/nvfenced include/nvfence/nvfence.h include/nvfence/fence.hpp \
-         include/nvfence/testing.hpp include/nvfence/testing_model.hpp "$libdir/libnvfence_testing.a" \
+         include/nvfence/testing.hpp include/nvfence/testing_model.hpp include/nvfence/testing.h \
+         "$libdir/libnvfence_testing.a" \
          include/nvfence/writer.hpp "$libdir/cmake/nvfence/nvfenceConfig.cmake" \
          "$libdir/cmake/nvfence/nvfenceConfigVersion.cmake" "$libdir/pkgconfig/nvfence.pc" \
          share/man/man8/nvfence.8.gz share/man/man8/nvfenced.8.gz share/man/man5/nvfenced.conf.5.gz \
@@ -119,6 +120,37 @@ if cc -std=c11 -Wall -Wextra -pedantic -Werror -o "$tmp/c-example" "$src/example
     grep -q "not an NVMe namespace" "$tmp/err" || fail "c example: no clear message: $(cat "$tmp/err")"
 else
     cat "$tmp/cc.log"; fail "C11 program did not build with pkg-config"
+fi
+
+# 3. The testing kit's C face (nvfence/testing.h, in libnvfence_testing.a)
+# from C11: a failover through the C API's own handles; the kit is C++, so
+# the link is c++'s.
+cat >"$tmp/kit.c" <<'KIT'
+#include <nvfence/testing.h>
+#include <stdio.h>
+int main(void) {
+    nvf_sim_cluster *c; nvf_fence *f0, *f1; nvf_writer *w; nvf_outcome o; nvf_completion done;
+    nvf_fence_options fo = NVF_FENCE_OPTIONS_INIT;
+    static _Alignas(4096) unsigned char buf[4096];
+    if (nvf_sim_cluster_new(2, &c)) return 1;
+    fo.tag = 1; fo.node = 1; if (nvf_sim_host_fence(c, 0, &fo, &f0)) return 2;
+    fo.node = 2; if (nvf_sim_host_fence(c, 1, &fo, &f1)) return 3;
+    if (nvf_fence_takeover(f0, 0, &o) || nvf_sim_host_writer_open(c, 0, NULL, &w)) return 4;
+    if (nvf_fence_takeover(f1, 0, &o)) return 5;
+    if (nvf_writer_queue_write(w, 0, buf, sizeof buf, 1) || nvf_writer_submit(w) != 1) return 6;
+    if (nvf_writer_reap(w, &done, 1, 1) != 1 || done.status != NVF_IO_FENCED || !nvf_writer_settled(w)) return 7;
+    nvf_writer_close(w); nvf_fence_free(f1); nvf_fence_free(f0); nvf_sim_cluster_free(c);
+    puts("fenced");
+    return 0;
+}
+KIT
+if [ -e "$L/libnvfence.so" ] && cc -std=c11 -Wall -Wextra -pedantic -Werror -c -o "$tmp/kit.o" "$tmp/kit.c" \
+        -I"$root/include" 2>"$tmp/kit.log" \
+   && c++ -o "$tmp/kit" "$tmp/kit.o" "$L/libnvfence_testing.a" -L"$L" -lnvfence 2>>"$tmp/kit.log"; then
+    out=$(LD_LIBRARY_PATH="$L" "$tmp/kit" 2>&1) || fail "kit C face failover: $out"
+    echo "kit C face: $out"
+elif [ -e "$L/libnvfence.so" ]; then
+    cat "$tmp/kit.log"; fail "C11 program on nvfence/testing.h did not build"
 fi
 
 [ "$fails" -eq 0 ] && echo "install test passed"
