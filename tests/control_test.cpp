@@ -17,6 +17,7 @@
 
 #include "fake_passthru.hpp"
 #include "nvfence/control.hpp"
+#include "agent/control_server.hpp"
 #include "nvfence/error.hpp"
 #include "nvfence/key.hpp"
 #include "nvfence/nvfence.h"

@@ -23,6 +23,7 @@
 #include "nvfence/error.hpp"
 #include "nvfence/key.hpp"
 #include "status_all.hpp"
+#include "agent/control_server.hpp"
 
 namespace nvfence::test {
 namespace {

@@ -11,11 +11,19 @@
  * abi/libnvfence.abi records and the abi_check test holds). The C and the
  * C++ symbols carry the version NVFENCE_1.0; nothing else is exported, not
  * even the std:: template instantiations used inside (src/capi/libnvfence.map).
+ *
+ * A class is marked NVFENCE_API as a whole only when it is polymorphic (its
+ * vtable and typeinfo must be exported); its private member functions then
+ * carry NVFENCE_LOCAL. Any other class exports its public member functions
+ * one by one, so that no private member is in the ABI. The version script
+ * lists every exported symbol by name (tests/abi/map_check.sh holds it).
  * C11 and C++20 alike.
  */
 #if defined(__GNUC__) || defined(__clang__)
 #define NVFENCE_API __attribute__((visibility("default")))
+#define NVFENCE_LOCAL __attribute__((visibility("hidden")))
 #else
 #define NVFENCE_API
+#define NVFENCE_LOCAL
 #endif
 #endif /* NVFENCE_EXPORT_H */

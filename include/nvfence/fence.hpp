@@ -89,7 +89,7 @@ inline constexpr int kEvictRounds = 3;
 NVFENCE_API std::vector<uint64_t> node_keys(const ReservationStatus& st, uint8_t tag, uint8_t node);
 
 /// The ownership protocol for this host on one namespace.
-class NVFENCE_API Fence {
+class Fence {
 public:
     /// Uses @p resv for commands and @p self as this host's id. @p store may
     /// be null (epochs then come from the device alone).
@@ -100,7 +100,7 @@ public:
     /// With a store, every Report raises this host's epoch floor to the
     /// highest plausible epoch of its tag (observe_epochs); a failure to do
     /// so does not fail the read but is kept in floor_error().
-    Result<ReservationStatus> verify();
+    NVFENCE_API Result<ReservationStatus> verify();
     /// Keys of this host's tag in the last Report whose epoch was
     /// implausible (above kEpochCeiling or too far above the floor): they
     /// did not raise the floor. Callers warn about them.
@@ -114,7 +114,7 @@ public:
     /// The epoch a new key would take given @p st: one above the largest
     /// plausible epoch of our tag on the device and in the store.
     /// Errc::epoch_exhausted when that would pass kEpochCeiling.
-    Result<uint32_t> next_epoch(const ReservationStatus& st) const;
+    NVFENCE_API Result<uint32_t> next_epoch(const ReservationStatus& st) const;
 
     /// Registers with a fresh key (or the key of @p epoch when given;
     /// Errc::epoch_out_of_range when @p epoch is above kEpochCeiling or more
@@ -123,10 +123,10 @@ public:
     /// otherwise succeeds unchanged if the registered key is ours for this
     /// node, and fails with Errc::host_id_conflict when the host id is
     /// bound to another node's or a foreign key.
-    Result<Outcome> join(std::optional<uint32_t> epoch, bool replace);
+    NVFENCE_API Result<Outcome> join(std::optional<uint32_t> epoch, bool replace);
     /// Acquires the reservation of opts.type with the registered key.
     /// Errc::not_registered, Errc::held_by_other.
-    Result<Outcome> acquire();
+    NVFENCE_API Result<Outcome> acquire();
     /// Takes the reservation over: registers or re-keys with a fresh epoch,
     /// then preempts (and aborts) @p victim or, by default, the holder.
     /// Errc::lost_race when another host holds afterwards.
@@ -138,7 +138,7 @@ public:
     /// When nobody holds, every other registrant (a key of an earlier term)
     /// is preempted-and-aborted before this host acquires, so no write of a
     /// previous holder is still in flight when this host holds.
-    Result<Outcome> takeover(std::optional<uint64_t> victim);
+    NVFENCE_API Result<Outcome> takeover(std::optional<uint64_t> victim);
     /// takeover() by a host that believes it is registered with @p own_key
     /// (an agent, from its last check): when the Report read first shows
     /// this host not registered with exactly that key (another host
@@ -148,7 +148,7 @@ public:
     /// preempting the host that fenced it; coming back is a rejoin.
     /// A preempt between that Report and the Register is refused by the
     /// device: the Register replaces exactly @p own_key.
-    Result<Outcome> takeover_registered(uint64_t own_key, std::optional<uint64_t> victim);
+    NVFENCE_API Result<Outcome> takeover_registered(uint64_t own_key, std::optional<uint64_t> victim);
     /// The takeover of a host elected with @p token: the key's epoch is the
     /// token, exactly, and every command follows from @p seen, the Report the
     /// election's decision was made on (decide_on_win, elector_policy.hpp):
@@ -171,8 +171,8 @@ public:
     /// left as those commands left it. A pause between that answer and the
     /// command reaching the device stays possible; then the device is the
     /// fence: a newer leader's preempt removes exactly the key acquired.
-    Result<Outcome> takeover_with_token(const ReservationStatus& seen, uint32_t token,
-                                        const std::function<bool()>& may_act = nullptr);
+    NVFENCE_API Result<Outcome> takeover_with_token(const ReservationStatus& seen, uint32_t token,
+                                                    const std::function<bool()>& may_act = nullptr);
     /// Evicts node @p victim_node of this Fence's tag (fencing): removes
     /// every key of that node, whatever its epoch, and leaves a reservation
     /// held. What a cluster manager knows is the node, not its current key.
@@ -202,19 +202,19 @@ public:
     /// Outcome::removed lists the victim's keys gone (and any other key that
     /// disappeared meanwhile), Outcome::replaced this host's key before the
     /// re-key.
-    Result<Outcome> evict_node(uint8_t victim_node, EvictAbsent absent = EvictAbsent::fence);
+    NVFENCE_API Result<Outcome> evict_node(uint8_t victim_node, EvictAbsent absent = EvictAbsent::fence);
     /// Releases the reservation if this host holds it. An error completion
     /// that may hide a Release that ran (see Outcome::completion_error) is
     /// success when the Report then shows nobody holding.
-    Result<Outcome> release();
+    NVFENCE_API Result<Outcome> release();
     /// Unregisters this host (releasing first if it holds). An error
     /// completion that may hide an Unregister that ran is success when the
     /// Report then shows this host not registered.
-    Result<Outcome> leave();
+    NVFENCE_API Result<Outcome> leave();
     /// Clears the reservation and every registration (needs registration).
     /// An error completion that may hide a Clear that ran is success when
     /// the Report then shows no registrant and no reservation.
-    Result<Outcome> clear();
+    NVFENCE_API Result<Outcome> clear();
 
     /// The last Report read, if any: who holds, for error messages.
     const std::optional<ReservationStatus>& last_report() const { return last_; }

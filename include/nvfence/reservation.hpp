@@ -29,7 +29,7 @@ inline constexpr uint32_t kReportInitialBytes = 4096;     ///< First read.
 inline constexpr int kReportMaxReads = 4;                 ///< Re-reads if it grew.
 
 /// Reservation commands for namespace @p nsid behind a Passthru.
-class NVFENCE_API Reservations {
+class Reservations {
 public:
     /// Commands go to @p pt (borrowed) for namespace @p nsid.
     Reservations(Passthru& pt, uint32_t nsid) : pt_(pt), nsid_(nsid) {}
@@ -38,22 +38,22 @@ public:
     uint32_t nsid() const { return nsid_; }
     /// Reservation Register (register, unregister, replace). args.nsid is
     /// overwritten with this namespace's id.
-    Status reg(RegisterArgs args);
+    NVFENCE_API Status reg(RegisterArgs args);
     /// Reservation Acquire (acquire, preempt, preempt-and-abort).
-    Status acquire(AcquireArgs args);
+    NVFENCE_API Status acquire(AcquireArgs args);
     /// Reservation Release (release, clear).
-    Status release(ReleaseArgs args);
+    NVFENCE_API Status release(ReleaseArgs args);
     /// Reservation Report. Asks for the extended data structure first on
     /// every call and falls back to the plain one for this call only when the
     /// device refuses it (Invalid Field); sizes the buffer from the registrant count and re-reads while
     /// it grew, at most kReportMaxReads times.
-    Result<ReservationStatus> report();
+    NVFENCE_API Result<ReservationStatus> report();
     /// Reads (and thereby consumes) one Reservation Notification log page.
-    Result<ResvNotification> notification_log();
+    NVFENCE_API Result<ResvNotification> notification_log();
     /// Sets which reservation notifications this controller reports.
-    Status set_notification_mask(const NotificationMask& m);
+    NVFENCE_API Status set_notification_mask(const NotificationMask& m);
     /// Reads the Reservation Notification Mask.
-    Result<NotificationMask> notification_mask();
+    NVFENCE_API Result<NotificationMask> notification_mask();
     /// True when the last report() had to fall back to the plain data structure.
     bool extended_refused() const { return extended_refused_; }
 

@@ -321,7 +321,7 @@ public:
     Completion flush();
 
 private:
-    Completion sync_(Status queued, IoKind kind);
+    NVFENCE_LOCAL Completion sync_(Status queued, IoKind kind);
 };
 
 /// Words for a mode: "block", "passthrough", "auto".

@@ -35,6 +35,7 @@
 #include "internal/clock.hpp"
 #include "internal/file_name.hpp"
 #include "nvfence/control.hpp"
+#include "agent/control_server.hpp"
 #include "nvfence/epoch_store.hpp"
 #include "nvfence/error.hpp"
 #include "agent/fence_actions.hpp"
