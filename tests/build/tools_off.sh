@@ -14,7 +14,7 @@
 # Prints the seconds of each step.
 set -eu
 src=$(realpath "${1:?usage: tools_off.sh SOURCE_DIR [CHROOT_DIR]}")
-deps=cmake,ninja-build,g++,pkg-config,liburing-dev,libgtest-dev,ccache,python3
+deps=cmake,ninja-build,g++,pkg-config,liburing-dev,libgtest-dev,ccache,python3,abigail-tools
 root=${2:-/var/cache/nvfence-tools-off/$(echo "minbase bookworm $deps" | sha256sum | cut -c1-12)}
 ccache_dir=$(ccache -k cache_dir 2>/dev/null || echo /root/.cache/ccache)
 mkdir -p "$ccache_dir"
