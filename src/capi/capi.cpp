@@ -52,17 +52,7 @@ namespace {
 using capi::from_code;
 using capi::to_code;
 
-// Runs f, turning any exception into an error code.
-template <class F>
-int guarded(F&& f) noexcept {
-    try {
-        return f();
-    } catch (const std::bad_alloc&) {
-        return -NVF_ERRC_NOMEM;
-    } catch (...) {
-        return -NVF_ERRC_INTERNAL;
-    }
-}
+using capi::guarded;
 
 void copy_str(char* dst, size_t cap, const std::string& s) noexcept {
     NVF_INVARIANT(dst != nullptr && cap > 0);  // the entry points refuse NULL and 0 first

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <optional>
 #include <string>
 
@@ -87,6 +88,19 @@ inline int writer_options(const nvf_writer_options* opts, WriterOptions& wo) noe
     wo.timeout_ms = o.timeout_ms;
     wo.epoch = o.epoch;
     return NVF_OK;
+}
+
+/// Runs f, turning any exception into an error code: nothing is thrown
+/// across the C API (libnvfence's functions and the kit's C face).
+template <class F>
+int guarded(F&& f) noexcept {
+    try {
+        return f();
+    } catch (const std::bad_alloc&) {
+        return -NVF_ERRC_NOMEM;
+    } catch (...) {
+        return -NVF_ERRC_INTERNAL;
+    }
 }
 
 }  // namespace nvfence::capi

@@ -21,17 +21,7 @@ struct nvf_sim_cluster {
 
 namespace {
 
-// Runs f, turning any exception into an error code (capi.cpp's guarded).
-template <class F>
-int guarded(F&& f) noexcept {
-    try {
-        return f();
-    } catch (const std::bad_alloc&) {
-        return -NVF_ERRC_NOMEM;
-    } catch (...) {
-        return -NVF_ERRC_INTERNAL;
-    }
-}
+using capi::guarded;
 
 // The volume name of a simulated cluster's epoch files (a state directory).
 constexpr const char* kSimVolume = "nvfence-sim";
