@@ -30,12 +30,18 @@
 //   fill DEV --node N --records K  benchmark set-up: K records in large writes
 // Time to useful (serve prints): takeover_ms, recovery_ms (scan), records
 // recovered, recovery MiB/s, first_append_ms.
+//
+// The reservation commands and the writer come through one seam, device():
+// the namespace here; the engine's own failover unit test
+// (logengine_kit_test.cpp) builds this file with LOGENGINE_NO_MAIN and
+// points the seam at the testing kit's simulated hosts.
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <random>
@@ -131,7 +137,7 @@ struct Opts {
 
 // The reservation, taken through the library: fresh epoch, preempt-and-abort
 // of the holder, verified by a Report.
-Result<uint32_t> take(const Opts& o, bool takeover) {
+Result<uint32_t> ns_take(const Opts& o, bool takeover) {
     auto ns = Namespace::open(o.dev);
     if (!ns) return ns.error();
     if (Status s = (*ns)->require_reservations(); !s) return s.error();
@@ -156,7 +162,7 @@ Result<uint32_t> take(const Opts& o, bool takeover) {
 }
 
 // The holder's key as the device reports it now (0: nobody holds).
-Result<uint64_t> holder_key(const Opts& o) {
+Result<uint64_t> ns_holder_key(const Opts& o) {
     auto ns = Namespace::open(o.dev);
     if (!ns) return ns.error();
     Reservations resv((*ns)->passthru(), (*ns)->info().nsid);
@@ -165,6 +171,20 @@ Result<uint64_t> holder_key(const Opts& o) {
     const Registrant* h = st->holder();
     return h ? h->key : uint64_t{0};
 }
+
+// Where the engine's reservation commands and I/O go (see the top).
+struct Device {
+    std::function<Result<uint32_t>(const Opts&, bool takeover)> take = ns_take;
+    std::function<Result<uint64_t>(const Opts&)> holder_key = ns_holder_key;
+    std::function<Result<std::unique_ptr<FencedWriter>>(const Opts&, const WriterOptions&)> open_writer =
+        [](const Opts& o, const WriterOptions& wo) { return FencedWriter::open(o.dev, wo); };
+};
+Device& device() {
+    static Device d;
+    return d;
+}
+Result<uint32_t> take(const Opts& o, bool takeover) { return device().take(o, takeover); }
+Result<uint64_t> holder_key(const Opts& o) { return device().holder_key(o); }
 
 uint64_t own_key(const Opts& o, uint32_t epoch) {
     auto k = make_key({0, static_cast<uint8_t>(o.node), epoch});
@@ -183,7 +203,7 @@ Result<Log> open_log(const Opts& o, uint32_t epoch) {
     wo.epoch = epoch;
     wo.queue_depth = std::max(o.depth, kScanInflight);
     wo.timeout_ms = o.timeout_ms;
-    auto w = FencedWriter::open(o.dev, wo);
+    auto w = device().open_writer(o, wo);
     if (!w) return w.error();
     Log l{std::move(*w), o.base, 0, 0};
     l.bs = l.w->block_bytes();
@@ -525,6 +545,7 @@ int cmd_check(const Opts& o, bool quiet) {
 
 }  // namespace
 
+#ifndef LOGENGINE_NO_MAIN
 int main(int argc, char** argv) {
     CLI::App app{"nvfence-logengine: an append-only log on a shared NVMe namespace, fenced by the device"};
     app.require_subcommand(1);
@@ -561,3 +582,4 @@ int main(int argc, char** argv) {
     if (srv->parsed()) return cmd_serve(o);
     return cmd_check(o, quiet);
 }
+#endif  // LOGENGINE_NO_MAIN
