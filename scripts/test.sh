@@ -142,7 +142,7 @@ other_builds() {
   cmake --build build-asan -j "$jobs" --target unit_tests nvfence-cli nvfenced capi_test elector_unit_tests \
     etcd_live_tests nvfence-failover-bench nvfence-bench nvfence-elect fence_nvfence sim_unit_tests \
     sim_known_defects nvfence-sim nvfence_config_keys sqlite_vfs_tests nvfence_sqlite_ext nvfence-kit-failover \
-    nvfence-sqlite-example || return
+    nvfence-sqlite-example nvfence-epoll-example sqlite_failover_bench logengine-kit-test || return
   cmake -S . -B build-noetcd -G Ninja -DNVFENCE_ETCD=OFF -DNVFENCE_TESTS=OFF -DNVFENCE_WERROR=ON >/dev/null || return
   cmake --build build-noetcd -j "$jobs" --target nvfenced nvfence-cli fence_nvfence || return
   tests/fuzz/run.sh --build-only || return
