@@ -19,6 +19,7 @@ Topologies
 from __future__ import annotations
 
 import atexit
+import hashlib
 import os
 import shlex
 import shutil
@@ -112,6 +113,16 @@ _live_labs: "weakref.WeakSet[Lab]" = weakref.WeakSet()
 # and keeps a run dir if any test failed while its lab was up.
 deferred_cleanup = False
 pending_run_dirs: list = []
+
+
+# NVLAB_TRACE=<seconds>: every guest command that took that long or longer
+# is printed to stderr with its seconds (where a lab test's time goes).
+_TRACE_S = float(os.environ.get("NVLAB_TRACE", "0") or 0)
+
+
+def _trace(host: str, secs: float, cmd: str) -> None:
+    if _TRACE_S and secs >= _TRACE_S:
+        print(f"nvlab-trace {secs:7.1f} s {host}: {' '.join(cmd.split())[:160]}", file=sys.stderr, flush=True)
 failures_seen = 0
 
 
@@ -329,7 +340,9 @@ class Host:
         e = dict(self.env)
         if env:
             e.update({k: str(v) for k, v in env.items()})
+        t0 = time.monotonic()
         r = self.vm.agent.request(cmd, e, timeout_s, self.lab.answer_grace_s, self.name)
+        _trace(self.name, time.monotonic() - t0, cmd)
         if check and r.rc != 0:
             raise CommandFailed(r)
         return r
@@ -875,6 +888,22 @@ class Lab:
             shutil.rmtree(self.run_dir, ignore_errors=True)
 
     # ------------------------------------------------------------ helpers
+    def media_digest(self) -> str:
+        """sha256 of the whole shared namespace, read from the file QEMU
+        stores it in (the media itself: what the target wrote, with no
+        guest, cache or network between). The target's nvmet submits to its
+        namespace directly and QEMU writes that file with O_DIRECT (or
+        through this host's page cache, which a read sees): an acknowledged
+        write is in the file. A guest's `dd | sha256sum` of 512 MiB took
+        26 s under TCG; this takes about one."""
+        if self.run_dir is None:
+            raise LabError("media_digest: the lab is not started")
+        h = hashlib.sha256()
+        with open(self.run_dir / "vol.img", "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+        return h.hexdigest()
+
     def run_all(self, cmd: str, timeout_s: float = 60, check: bool = False) -> list:
         """Run cmd on every host concurrently; results in host order."""
         results: list = [None] * len(self.hosts)

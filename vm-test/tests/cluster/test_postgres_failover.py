@@ -177,7 +177,7 @@ def test_2_freeze_primary_fails_over_nothing_acknowledged_lost(cl, client):
     cl.sync_clock(frozen)
     watcher = cl.wait_watcher_fenced(old, wall0)
     stopped = cl.wait_stopped_itself(old)
-    after = cl.media_digest(via=cl.by_name[new])
+    after = cl.media_digest()
     pg_left = frozen.run("pgrep -a postgres | head -3; findmnt -n /srv/pgdata; "
                          "tail -5 /var/log/postgresql/postgresql-15-main.log", timeout_s=60)
     print(f"{old} after resume: commit attempt: {stale.out.strip()[-300:]}\nsync: {sync.out.strip()}\n"
@@ -232,16 +232,16 @@ def test_3_cut_primary_cluster_link_storage_up(cl, client):
         assert w.rc == CONFLICT, (w.rc, w.out, w.err, cl.kernel_log(old))
         rd = h.run("dd if=$NVFENCE_DEV of=/dev/null bs=4096 count=1 iflag=direct 2>&1; echo rc=$?", timeout_s=60)
         cl.set_pg("Stopped", via=via)
-        before = cl.media_digest(via=cl.by_name[new])
+        before = cl.media_digest()
         stale = stale_commit(h)
         sync = h.run("timeout 60 sync; echo rc=$?", timeout_s=90)
         watcher = cl.wait_watcher_fenced(old, wall0)
-        cut_digest = cl.media_digest(via=cl.by_name[new])
+        cut_digest = cl.media_digest()
     finally:
         h.heal("cluster")
     stopped = cl.wait_stopped_itself(old)
     h.run("timeout 60 sync", timeout_s=90)
-    healed_digest = cl.media_digest(via=cl.by_name[new])
+    healed_digest = cl.media_digest()
     left = h.run(f"pgrep -a postgres | head -3; findmnt -n {MOUNT}; tail -8 {PGLOG}", timeout_s=60)
     print(f"{old} (cut, then healed): commit attempt: {stale.out.strip()[-400:]}\nsync: {sync.out.strip()}\n"
           f"watcher: {watcher}\npacemaker: {stopped}\nleft: {left.out.strip()[-900:]}\n"

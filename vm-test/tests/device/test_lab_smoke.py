@@ -13,6 +13,7 @@ import json
 import pytest
 
 import nvlab
+from nvlab import lab as lab_module
 
 REPORT = "nvme resv-report $NVFENCE_DEV --eds -o json"
 WRITE = "dd if=/dev/zero of=$NVFENCE_DEV bs=4096 count=1 oflag=direct"
@@ -194,3 +195,16 @@ def test_loop_two_identities(loop_lab):
     bg.signal("KILL")
     assert bg.wait(timeout_s=10)
     assert "started" in bg.output()
+
+
+def test_trace_prints_slow_guest_commands_only(capsys, monkeypatch):
+    # NVLAB_TRACE (vm-test/README.md): commands at or above the threshold
+    # are printed with their seconds and host; quicker ones are not.
+    monkeypatch.setattr(lab_module, "_TRACE_S", 3.0)
+    lab_module._trace("a", 2.9, "true")
+    lab_module._trace("b", 25.7, "dd  if=$DEV\n | sha256sum")
+    err = capsys.readouterr().err
+    assert err == "nvlab-trace    25.7 s b: dd if=$DEV | sha256sum\n", err
+    monkeypatch.setattr(lab_module, "_TRACE_S", 0.0)
+    lab_module._trace("c", 99.0, "sleep 99")
+    assert capsys.readouterr().err == ""
