@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <map>
 
@@ -39,16 +40,36 @@ BackendOpener& opener() {
 
 uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
-// The process-exclusive lock on the media: a second process gets SQLITE_BUSY.
+// How long an open waits while only shared flocks are held on the media:
+// systemd-udevd holds one on a block device while it probes it (systemd's
+// block device locking), for instance right after a writer closed it.
+constexpr auto kProbeWait = std::chrono::seconds(10);
+constexpr useconds_t kProbePoll_us = 10'000;
+
+// The process-exclusive lock on the media: a second process gets
+// SQLITE_BUSY at once (it holds the lock exclusively); a prober's shared
+// lock is waited for, bounded by kProbeWait.
 int lock_media(const std::string& path, Fd& out, std::string& why) {
     Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd) {
         why = "cannot open " + path + ": " + std::strerror(errno);
         return errno == EACCES || errno == EPERM ? SQLITE_PERM : SQLITE_CANTOPEN;
     }
-    if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
-        why = path + " is in use by another process (the nvfence VFS allows one process per database)";
-        return SQLITE_BUSY;
+    const auto end = std::chrono::steady_clock::now() + kProbeWait;
+    while (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+        if (errno == EINTR) continue;
+        if (errno != EWOULDBLOCK) {
+            why = "cannot lock " + path + ": " + std::strerror(errno);
+            return SQLITE_IOERR_LOCK;
+        }
+        // Only shared holders (a prober) when a shared lock is granted.
+        const bool only_shared = ::flock(fd.get(), LOCK_SH | LOCK_NB) == 0;
+        if (only_shared) (void)::flock(fd.get(), LOCK_UN);
+        if (!only_shared || std::chrono::steady_clock::now() >= end) {
+            why = path + " is in use by another process (the nvfence VFS allows one process per database)";
+            return SQLITE_BUSY;
+        }
+        ::usleep(kProbePoll_us);
     }
     out = std::move(fd);
     return SQLITE_OK;

@@ -6,10 +6,12 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -245,6 +247,49 @@ TEST(SqliteVfs, ConnectionsOfOneProcessShareLocksAndASecondProcessIsBusy) {
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     sqlite3_close(a);
     sqlite3_close(b);
+}
+
+// systemd-udevd holds a shared flock on a block device while it probes it,
+// for instance right after a writer closed it (systemd's block device
+// locking). The open waits for that, bounded; an exclusive holder (another
+// process of this VFS) still makes it SQLITE_BUSY at once. Found by the
+// etcd lab: a dd of the superblocks, then the example's open, failed with
+// "in use by another process".
+TEST(SqliteVfs, AProbesSharedLockIsWaitedForAnExclusiveOneIsBusy) {
+    TempDir d;
+    const std::string path = d.path() + "/a.db";
+    sqlite3* db = open_db(uri(path), kRwc);
+    ASSERT_TRUE(db) << nvf_sqlite_last_error();
+    ASSERT_EQ(exec(db, "CREATE TABLE t(x); INSERT INTO t VALUES(1);"), SQLITE_OK);
+    sqlite3_close(db);
+    const pid_t pid = ::fork();
+    if (pid == 0) {   // the prober: a shared lock for 300 ms
+        const int fd = ::open(path.c_str(), O_RDONLY);
+        if (fd < 0 || ::flock(fd, LOCK_SH) != 0) ::_exit(2);
+        ::usleep(300'000);
+        ::_exit(0);
+    }
+    ::usleep(50'000);
+    int rc = 0;
+    db = open_db(uri(path), kRwc, &rc);
+    EXPECT_TRUE(db != nullptr) << rc << ": " << nvf_sqlite_last_error();
+    if (db) {
+        EXPECT_EQ(scalar(db, "SELECT count(*) FROM t"), "1");
+        sqlite3_close(db);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+
+    const int ex = ::open(path.c_str(), O_RDONLY);
+    ASSERT_GE(ex, 0);
+    ASSERT_EQ(::flock(ex, LOCK_EX), 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(open_db(uri(path), kRwc, &rc), nullptr);
+    EXPECT_EQ(rc, SQLITE_BUSY);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+    EXPECT_NE(std::string(nvf_sqlite_last_error()).find("in use by another process"), std::string::npos);
+    ::close(ex);
 }
 
 TEST(SqliteVfs, HotJournalOfACrashedWriterIsRolledBackByTheNextOpen) {
