@@ -7,7 +7,9 @@
   builder is replaced by a small fake here (a real build takes minutes);
   the checksum, manifest and cache logic are the real ones.
 - the real cached image (built by the first systemd lab on this machine, or
-  here) matches its manifest and holds the kernel's modules.dep.
+  here) matches its manifest and holds the kernel's modules.dep;
+- the services a lab configures itself (corosync, pacemaker, etcd,
+  postgresql) are installed but not started at boot.
 """
 import json
 import os
@@ -116,3 +118,20 @@ def test_real_image_matches_its_manifest():
     r = os.popen(f"debugfs -R 'stat /usr/lib/modules/{k.release}/modules.dep' {img.path} 2>/dev/null").read()
     m = re.search(r"Type: regular.*?\bSize: (\d+)", r, re.S)
     assert m and int(m.group(1)) > 0, r
+
+
+def _debugfs_stat(image, path) -> str:
+    return os.popen(f"debugfs -R 'stat {path}' {image} 2>&1").read()
+
+
+def test_services_a_lab_configures_are_not_started_at_boot():
+    # The PostgreSQL image holds all four (cluster stack, etcd, the
+    # database): installed, but not wanted by multi-user.target, so a boot
+    # does not start them with their packages' defaults (sdimage.DISABLED_UNITS).
+    import nvlab
+    img = sdimage.root_image(kernel.fetch_kernel(), nvlab.IMAGE_SETS["postgres"])
+    for u in sdimage.DISABLED_UNITS:
+        unit = _debugfs_stat(img.path, f"/usr/lib/systemd/system/{u}")
+        assert re.search(r"Type: regular", unit), (u, unit)
+        link = _debugfs_stat(img.path, f"/etc/systemd/system/multi-user.target.wants/{u}")
+        assert "File not found" in link, (u, link)
