@@ -354,7 +354,7 @@ def _base_member(k: kmod.Kernel, cache: Path) -> Path:
     return out
 
 
-def _strip_debug(path: Path) -> bytes:
+def strip_debug(path: Path) -> bytes:
     """The binary without debug sections (symbols kept); as-is if that fails."""
     data = path.read_bytes()
     if os.environ.get("NVFENCE_LAB_STRIP", "1") == "0" or not is_elf(path) or not shutil.which("objcopy"):
@@ -385,7 +385,7 @@ def _project_member(cache: Path, base_libs: set) -> Path | None:
     for b in bins:
         # Debug info stripped by default (NVFENCE_LAB_STRIP=0 keeps it): a
         # debug build is ~10x bigger and the initramfs is copied at every boot.
-        a.file(f"{GUEST_BIN}/{b.name}", _strip_debug(b), 0o755)
+        a.file(f"{GUEST_BIN}/{b.name}", strip_debug(b), 0o755)
     build = build_dir().resolve()
     for lib in libs:
         if Path(lib).resolve().is_relative_to(build):

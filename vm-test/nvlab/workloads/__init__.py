@@ -1,1 +1,1 @@
-"""Workloads run in host VMs: the writer loop, the AEN victim."""
+"""Workloads run in host VMs: the writer loop, the AEN victim, SQLite."""
