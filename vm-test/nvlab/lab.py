@@ -113,6 +113,7 @@ _live_labs: "weakref.WeakSet[Lab]" = weakref.WeakSet()
 # and keeps a run dir if any test failed while its lab was up.
 deferred_cleanup = False
 pending_run_dirs: list = []
+failures_seen = 0
 
 
 # NVLAB_TRACE=<seconds>: every guest command that took that long or longer
@@ -123,7 +124,6 @@ _TRACE_S = float(os.environ.get("NVLAB_TRACE", "0") or 0)
 def _trace(host: str, secs: float, cmd: str) -> None:
     if _TRACE_S and secs >= _TRACE_S:
         print(f"nvlab-trace {secs:7.1f} s {host}: {' '.join(cmd.split())[:160]}", file=sys.stderr, flush=True)
-failures_seen = 0
 
 
 def _atexit():

@@ -127,7 +127,7 @@ class Cluster:
         self.nodes = {}
         self.max_epoch = 0
         self.rounds = 0
-        self.build = None
+        self.build = None   # the build dir the lab's binaries come from
 
     def node(self, h):
         return self.nodes[h.name]
@@ -138,6 +138,7 @@ def setup_cluster(lab, build, ttl_s=TTL_S):
     el.install_load(lab, build)
     el.start_etcd(lab)
     c = Cluster(lab)
+    c.build = build
     loop = el.writer_loop()
     for i, h in enumerate(lab.hosts):
         n = campaign.Node.__new__(campaign.Node)
@@ -156,9 +157,7 @@ def cl():
     build = os.environ.get("NVFENCE_BUILD_DIR") or os.path.join(os.path.dirname(__file__), "..", "..", "..", "build")
     with nvlab.Lab(hosts=3, topology="fabric", flavour="systemd", packages=list(nvlab.CLUSTER_PACKAGES),
                    cluster_net=True, memory_mb=1024, boot_timeout_s=480, extra_cmdline=el.NO_PACEMAKER) as lab:
-        c = setup_cluster(lab, build)
-        c.build = build
-        yield c
+        yield setup_cluster(lab, build)
 
 
 @pytest.fixture(autouse=True)
@@ -455,7 +454,7 @@ def test_5_sqlite_holder_frozen_the_elected_successor_takes_over(cl):
         n.stop_writers()
         n.h.put(program, f"/usr/local/bin/{sq.EX}", mode=0o755)
     try:
-        ea = epoch(el.status(a)["key"])
+        ea = epoch(s["key"])
         sq.fresh_layout(a)
         bg = sq.start_committing(a)
         a.pause()
