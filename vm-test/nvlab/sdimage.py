@@ -70,7 +70,8 @@ MASKED_UNITS = (
 # started at boot. At boot each started with the package's default
 # configuration only to be stopped and reconfigured, on every host, while
 # the lab waited for the boot to finish (systemd-analyze in a cluster
-# image: etcd.service 32.5 s, corosync.service 18.6 s of a 62 s boot).
+# image, beside another lab: etcd.service 32.5 s, corosync.service 18.6 s
+# of a 62 s boot).
 # `systemctl start` still starts them.
 DISABLED_UNITS = ("corosync.service", "pacemaker.service", "etcd.service", "postgresql.service")
 _PKG_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
