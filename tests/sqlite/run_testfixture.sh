@@ -9,6 +9,8 @@
 # Fails on any error. Runs in a tmpfs scratch directory when there is one:
 # every xSync of the VFS is a real fdatasync.
 # Usage: run_testfixture.sh [--per-file] EXTENSION.so [FILE.test ...]
+#   FILE: a file of the source tree's test/ by name (select1.test), or an
+#   extension's by its path from the source root (ext/fts5/test/fts5aa.test);
 #   default files: the onefile set of permutations.test.
 #   --per-file: one testfixture process per file, each reported PASS/FAIL
 #   with its time (for sorting files into tests/sqlite/veryquick.txt and
@@ -23,6 +25,14 @@ if [ ${#files[@]} -eq 0 ]; then
   files=(conflict.test insert.test insert2.test insert3.test rollback.test select1.test select2.test select3.test)
 fi
 cache=$("$here/build_testfixture.sh")
+for i in "${!files[@]}"; do
+  case ${files[$i]} in
+    /*) ;;
+    */*) files[$i]="$cache/${files[$i]}" ;;
+  esac
+  [ -f "${files[$i]}" ] || [ -f "$cache/test/${files[$i]}" ] || {
+    echo "run_testfixture: no test file ${files[$i]} in $cache" >&2; exit 2; }
+done
 cp "$here/nvfence_vfs.test" "$cache/test/nvfence_vfs.test"
 base=/dev/shm
 [ -d "$base" ] && [ -w "$base" ] || base=${TMPDIR:-/tmp}
@@ -51,7 +61,8 @@ fi
 # reported as failed on its own instead of ending the run.
 failed=0; total=0; files_ok=0
 for f in "${files[@]}"; do
-  mkdir -p "$dir/${f%.test}" && cd "$dir/${f%.test}"
+  name=$(basename "$f" .test)
+  mkdir -p "$dir/$name" && cd "$dir/$name"
   t0=$(date +%s%N)
   set +e
   timeout 120 "$cache/testfixture" "$cache/test/nvfence_vfs.test" "$ext" onefile "$f" > log.txt 2>&1
@@ -65,11 +76,11 @@ for f in "${files[@]}"; do
   n=$(awk '{print $5}' <<<"$line"); total=$((total + ${n:-0}))
   if [ $rc -ne 0 ] || [ -z "$line" ] || [ "${line%% *}" != 0 ]; then
     failed=$((failed + 1))
-    echo "FAIL $f (${ms} ms): ${line:-stopped (exit $rc)}"
+    echo "FAIL ${f#"$cache/"} (${ms} ms): ${line:-stopped (exit $rc)}"
     { grep -E '^!|^Error' log.txt || true; } | head -6 | sed 's/^/    /'
   else
     files_ok=$((files_ok + 1))
-    echo "PASS $f (${ms} ms): $line"
+    echo "PASS ${f#"$cache/"} (${ms} ms): $line"
   fi
   cd "$dir"
 done
