@@ -179,7 +179,7 @@ NVFENCE_LAB_PREBUILT=1 NVFENCE_BUILD_DIR="$root/build" ctest --test-dir build -L
   --output-junit "$logs/vm.xml"
 
 phase "SQLite's own tests through the nvfence VFS (testfixture)"
-ctest --test-dir build -R '^sqlite_testfixture_' --output-on-failure
+ctest --test-dir build -R '^sqlite_testfixture_' --output-on-failure -j "$jobs"
 
 phase "unit tests under ASan+UBSan"
 # The install and .deb tests check the plain build's packaging (above); the
