@@ -186,9 +186,14 @@ phase "unit tests under ASan+UBSan"
 # SQLite extension is loaded into programs built without ASan (Debian's
 # sqlite3, python3, testfixture), which cannot load an ASan-built object:
 # its code runs under ASan in sqlite_vfs_tests.
+# Each GoogleTest binary runs as one process (its CTest test <binary>.all,
+# cmake/NvfenceGtest.cmake), not one process per case: the same cases, without
+# ~800 ASan start-ups; then every registered case must be in their reports.
+rm -rf build-asan/test-logs/gtest
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan -L unit --output-on-failure -j "$jobs" \
   -E '^(install_consumers|deb_package|debian_source_package|sqlite_load_extension|sqlite_testfixture_.*)$'
+tests/gtest_process_count.sh build-asan
 
 phase "build without the etcd elector: checks"
 tests/build/no_etcd.sh build-noetcd
