@@ -176,6 +176,12 @@ std::shared_ptr<Volume> Volume::acquire(const OpenRequest& rq, int& rc, std::str
     std::lock_guard g(g_registry_mu);
     if (auto it = registry().find(rq.path); it != registry().end()) {
         if (auto v = it->second.lock()) {
+            if (!v->still_at(rq.path)) {
+                rc = SQLITE_CANTOPEN;
+                why = rq.path + " was deleted or replaced while this process still has the old file open through "
+                      "the nvfence VFS; close those connections first; nothing changed";
+                return nullptr;
+            }
             if (v->read_only() && !rq.read_only) {
                 rc = SQLITE_BUSY;
                 why = rq.path + " is already open read-only in this process; close it before opening it for writing";
@@ -197,7 +203,15 @@ std::shared_ptr<Volume> Volume::acquire(const OpenRequest& rq, int& rc, std::str
 
 Volume::Volume(Backend b, bool read_only, uint64_t token, std::string path)
     : b_(std::move(b)), ro_(read_only), token_(token), path_(std::move(path)), bounce_(kBounceBytes),
-      held_(read_only ? 0 : kBounceBytes) {}
+      held_(read_only ? 0 : kBounceBytes) {
+    if (b_.lock_fd.get() < 0 || ::fstat(b_.lock_fd.get(), &id_) != 0) id_ = {};
+}
+
+bool Volume::still_at(const std::string& path) const {
+    if (id_.st_ino == 0) return true;
+    struct stat now {};
+    return ::stat(path.c_str(), &now) == 0 && now.st_dev == id_.st_dev && now.st_ino == id_.st_ino;
+}
 
 Volume::~Volume() {
     std::lock_guard g(mu_);

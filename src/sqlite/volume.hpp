@@ -11,6 +11,7 @@
 ///
 /// Every method returns an SQLite result code. Thread-safe (one mutex).
 #include <sqlite3.h>
+#include <sys/stat.h>
 
 #include <cstdint>
 #include <functional>
@@ -106,6 +107,10 @@ public:
     /// Reads the superblocks and formats or validates (acquire() calls it).
     int init(std::string& why);
 
+    /// Whether @p path still names the file this volume opened (the same
+    /// device and inode; true when the backend has no file to compare).
+    bool still_at(const std::string& path) const;
+
 private:
     struct Span { uint64_t off, cap, len; };
     Span span_(Region r) const;
@@ -126,6 +131,7 @@ private:
     bool ro_;
     uint64_t token_;
     std::string path_;
+    struct stat id_ {};           ///< The opened file's device and inode (st_ino 0: none to compare).
     uint32_t block_ = 4096;
     uint64_t media_bytes_ = 0;
     size_t chunk_ = 0;
