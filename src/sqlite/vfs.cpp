@@ -94,6 +94,10 @@ int x_file_control(sqlite3_file* f, int op, void* arg) {
         *static_cast<int*>(arg) = nv(f).level;
         return SQLITE_OK;
     }
+    if (op == SQLITE_FCNTL_HAS_MOVED) {  // SQLite answers SQLITE_READONLY_DBMOVED to a write
+        *static_cast<int*>(arg) = vol_of(f).moved() ? 1 : 0;
+        return SQLITE_OK;
+    }
     if (op == SQLITE_FCNTL_VFSNAME) {
         *static_cast<char**>(arg) = sqlite3_mprintf("%s", NVF_SQLITE_VFS_NAME);
         return SQLITE_OK;

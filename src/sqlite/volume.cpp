@@ -210,7 +210,12 @@ Volume::Volume(Backend b, bool read_only, uint64_t token, std::string path)
 bool Volume::still_at(const std::string& path) const {
     if (id_.st_ino == 0) return true;
     struct stat now {};
-    return ::stat(path.c_str(), &now) == 0 && now.st_dev == id_.st_dev && now.st_ino == id_.st_ino;
+    if (::stat(path.c_str(), &now) != 0) return false;
+    // A block device is the device number (udev may make its node again);
+    // a regular file is its file system's device and inode, as for the
+    // unix VFS.
+    if (S_ISBLK(id_.st_mode)) return S_ISBLK(now.st_mode) && now.st_rdev == id_.st_rdev;
+    return now.st_dev == id_.st_dev && now.st_ino == id_.st_ino;
 }
 
 Volume::~Volume() {

@@ -110,6 +110,9 @@ public:
     /// Whether @p path still names the file this volume opened (the same
     /// device and inode; true when the backend has no file to compare).
     bool still_at(const std::string& path) const;
+    /// The file was deleted, or another renamed over its path, since it was
+    /// opened (SQLITE_FCNTL_HAS_MOVED: SQLite then refuses to write it).
+    bool moved() const { return !still_at(path_); }
 
 private:
     struct Span { uint64_t off, cap, len; };

@@ -253,9 +253,10 @@ TEST(SqliteVfs, ConnectionsOfOneProcessShareLocksAndASecondProcessIsBusy) {
 // still has the old one open: a new open of the path must not be handed the
 // old file's volume (its writes would land in the deleted file and be lost,
 // or read the replaced file's data). It is refused with a clear error until
-// those connections close; they keep working on the file they opened, as
-// with the unix VFS. Found by SQLite's fts5misc (16.x) and sessioninvert
-// (4.1.2) through the VFS.
+// those connections close; they still read the file they opened and, as
+// with the unix VFS, may not write it (SQLITE_READONLY_DBMOVED). Found by
+// SQLite's fts5misc (16.x), sessioninvert (4.1.2) and pager4 (1.3) through
+// the VFS.
 TEST(SqliteVfs, APathDeletedOrReplacedWhileOpenIsRefusedUntilTheOldFileIsClosed) {
     TempDir d;
     const std::string path = d.path() + "/a.db";
@@ -269,9 +270,13 @@ TEST(SqliteVfs, APathDeletedOrReplacedWhileOpenIsRefusedUntilTheOldFileIsClosed)
     EXPECT_NE(std::string(nvf_sqlite_last_error()).find("deleted or replaced"), std::string::npos)
         << nvf_sqlite_last_error();
     EXPECT_NE(::access(path.c_str(), F_OK), 0) << "the refused open created a file";
-    // The old connection still works on the file it opened, journal included.
-    EXPECT_EQ(exec(old_db, "BEGIN; INSERT INTO old_t VALUES(2); COMMIT;"), SQLITE_OK);
-    EXPECT_EQ(scalar(old_db, "SELECT count(*) FROM old_t"), "2");
+    // The old connection still reads the file it opened; a write is refused
+    // as the unix VFS refuses it (SQLITE_FCNTL_HAS_MOVED), not lost in a
+    // deleted file.
+    EXPECT_EQ(scalar(old_db, "SELECT count(*) FROM old_t"), "1");
+    EXPECT_EQ(exec(old_db, "INSERT INTO old_t VALUES(2)"), SQLITE_READONLY);
+    EXPECT_EQ(sqlite3_extended_errcode(old_db), SQLITE_READONLY_DBMOVED);
+    EXPECT_EQ(scalar(old_db, "SELECT count(*) FROM old_t"), "1");
     // Replaced: a different file renamed over the path.
     const std::string other = d.path() + "/b.db";
     sqlite3* b = open_db(uri(other), kRwc);
