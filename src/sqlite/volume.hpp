@@ -107,8 +107,9 @@ public:
     /// Reads the superblocks and formats or validates (acquire() calls it).
     int init(std::string& why);
 
-    /// Whether @p path still names the file this volume opened (the same
-    /// device and inode; true when the backend has no file to compare).
+    /// Whether @p path still names the file this volume opened: a regular
+    /// file by device and inode, a block device by its device number; true
+    /// when the backend has no file to compare.
     bool still_at(const std::string& path) const;
     /// The file was deleted, or another renamed over its path, since it was
     /// opened (SQLITE_FCNTL_HAS_MOVED: SQLite then refuses to write it).
@@ -134,7 +135,7 @@ private:
     bool ro_;
     uint64_t token_;
     std::string path_;
-    struct stat id_ {};           ///< The opened file's device and inode (st_ino 0: none to compare).
+    struct stat id_ {};           ///< The opened file's identity (st_ino 0: none to compare).
     uint32_t block_ = 4096;
     uint64_t media_bytes_ = 0;
     size_t chunk_ = 0;
