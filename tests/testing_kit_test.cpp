@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "nvfence/testing.hpp"
 
@@ -233,4 +234,78 @@ TEST(TestingKit, RunAllDeliversEverything) {
     auto n = w->reap(got, 0);
     ASSERT_TRUE(n);
     EXPECT_EQ(*n, 3u);
+}
+
+// A power loss: what a Flush made durable stays; each block written since
+// the last Flush is kept or lost on its own (both happen over 64 blocks and
+// the seed decides); nothing runs until power_on(), which then acts as a
+// target restart.
+TEST(TestingKit, PowerLossKeepsWhatAFlushMadeDurableAndLosesOrKeepsEachCachedBlock) {
+    SimCluster c({.hosts = 2});
+    ASSERT_TRUE(c.host(0).takeover());
+    auto w = writer(c.host(0));
+    auto a = filled('a'), b = filled('b');
+    for (uint64_t i = 0; i < 64; ++i) ASSERT_EQ(w->write(i, a.span()).status, IoStatus::ok);
+    ASSERT_EQ(w->flush().status, IoStatus::ok);
+    for (uint64_t i = 0; i < 64; ++i) ASSERT_EQ(w->write(i, b.span()).status, IoStatus::ok);
+    ASSERT_EQ(w->write(100, b.span()).status, IoStatus::ok);  // never written before: lost means zeros
+    c.power_loss_after(0, 7);
+    EXPECT_FALSE(c.powered());
+    size_t kept = 0, lost = 0;
+    for (uint64_t i = 0; i < 64; ++i) {
+        ASSERT_TRUE(c.block(i)[0] == 'a' || c.block(i)[0] == 'b');
+        (c.block(i)[0] == 'b' ? kept : lost) += 1;
+    }
+    EXPECT_GT(kept, 0u);
+    EXPECT_GT(lost, 0u);
+    EXPECT_TRUE(c.block(100)[0] == 'b' || c.block(100)[0] == 0);
+    // Powered off: an I/O is an I/O error and does not land; so is a
+    // reservation command.
+    EXPECT_EQ(w->write(200, a.span()).status, IoStatus::io_error);
+    EXPECT_EQ(c.block(200)[0], 0);
+    EXPECT_FALSE(c.host(1).reservations().report());
+    c.power_on();
+    EXPECT_TRUE(c.powered());
+    EXPECT_TRUE(c.target().regs.empty());  // PTPL off: as a target restart
+    ASSERT_TRUE(c.host(1).takeover());
+}
+
+TEST(TestingKit, PowerLossAfterNCommandsAndTheSameSeedLosesTheSameBlocks) {
+    auto run = [](uint64_t seed, std::vector<uint8_t>& firsts) {
+        SimCluster c({.hosts = 1});
+        EXPECT_TRUE(c.host(0).takeover());
+        auto w = writer(c.host(0));
+        auto a = filled('a');
+        c.power_loss_after(40, seed);
+        size_t ok = 0;
+        for (uint64_t i = 0; i < 50; ++i) ok += w->write(i, a.span()).status == IoStatus::ok;
+        EXPECT_EQ(ok, 40u);  // the 40th executed; the rest found the power off
+        EXPECT_EQ(c.writes_landed(), 40u);
+        for (uint64_t i = 0; i < 50; ++i) firsts.push_back(c.block(i)[0]);
+    };
+    std::vector<uint8_t> x, y, z;
+    run(3, x);
+    run(3, y);
+    run(4, z);
+    EXPECT_EQ(x, y);
+    EXPECT_NE(x, z);
+    for (size_t i = 40; i < 50; ++i) EXPECT_EQ(x[i], 0) << i;
+}
+
+TEST(TestingKit, AFlushOfAnyHostMakesEveryEarlierWriteDurable) {
+    SimCluster c({.hosts = 2});
+    ASSERT_TRUE(c.host(0).takeover());
+    auto w0 = writer(c.host(0));
+    auto w1 = writer(c.host(1));
+    auto a = filled('a');
+    for (uint64_t i = 0; i < 32; ++i) ASSERT_EQ(w0->write(i, a.span()).status, IoStatus::ok);
+    // nvmet refuses a Flush of a host without write access, as a write;
+    // the new holder's Flush makes the old holder's landed writes durable.
+    EXPECT_EQ(w1->flush().status, IoStatus::fenced);
+    w1.reset();
+    ASSERT_TRUE(c.host(1).takeover());
+    w1 = writer(c.host(1));
+    ASSERT_EQ(w1->flush().status, IoStatus::ok);
+    c.power_loss_after(0, 1);
+    for (uint64_t i = 0; i < 32; ++i) EXPECT_EQ(c.block(i)[0], 'a') << i;
 }

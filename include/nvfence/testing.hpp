@@ -179,6 +179,25 @@ public:
     /// error (EIO) and never reach the media.
     void restart_target();
 
+    /// A power loss of the device, which has a volatile write cache (as
+    /// nvmet reports one): once it has executed @p commands more I/O
+    /// commands (reads, writes and flushes of any host; 0: at once), every
+    /// block written since the last Flush either keeps its newest content
+    /// or falls back to what the last Flush made durable, each block on its
+    /// own, as @p seed picks (the same seed, the same pick). From then on the
+    /// device executes nothing: every I/O completes with an I/O error (EIO)
+    /// and never reaches the media, every reservation command fails with
+    /// EIO, until power_on(). A Flush the device executed makes every block
+    /// written before it durable, whichever host wrote it.
+    void power_loss_after(uint64_t commands, uint64_t seed);
+    /// Powers the device back on after a power loss: a target restart
+    /// (restart_target(): PTPL off loses registrations and the
+    /// reservation), with the media as the power loss left it. Aborts when
+    /// the power is on: a test's own mistake.
+    void power_on();
+    /// False between a power loss and power_on().
+    bool powered() const;
+
     /// The media's block @p lba as it is now (zeros if never written; empty
     /// when out of range).
     std::span<const uint8_t> block(uint64_t lba) const;

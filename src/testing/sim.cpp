@@ -14,6 +14,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "writer/ring_writer.hpp"
@@ -58,6 +59,12 @@ struct SimCluster::Impl {
     uint64_t landed = 0;
     uint64_t refused = 0;
     std::map<uint64_t, std::vector<uint8_t>> media;  // written blocks only
+    // Volatile write cache: each block written since the last Flush, with
+    // what the Flush before made durable (nullopt: never written).
+    std::map<uint64_t, std::optional<std::vector<uint8_t>>> unflushed;
+    bool powered = true;
+    uint64_t power_countdown = 0;  // commands until the power fails; 0: no loss planned
+    uint64_t power_seed = 0;
     std::vector<uint8_t> zeros;
     std::vector<Event> events;
     std::function<IoPlan(const SimIo&)>* plan = nullptr;
@@ -67,6 +74,7 @@ struct SimCluster::Impl {
     bool next_at(uint64_t& at) const;
     void advance_to(uint64_t t);
     void forget(ModelRing* ring);
+    void fail_power();
 
 private:
     void run(Event e);
@@ -279,10 +287,30 @@ void SimCluster::Impl::run(Event e) {
 }
 
 int32_t SimCluster::Impl::execute(Event& e) {
+    if (!powered) return -EIO;
     auto r = target.submit(hosts[e.host]->id(), static_cast<uint16_t>(e.host + 1), e.cmd, {});
     if (r) transfer(e);
+    if (r && e.kind == IoKind::flush) unflushed.clear();
     if (e.kind == IoKind::write) ++(r ? landed : refused);
+    if (power_countdown > 0 && --power_countdown == 0) fail_power();
     return result_of(e, r);
+}
+
+// Each block the cache held keeps its newest content or falls back to its
+// durable one, as the seed picks (splitmix64 of seed and block).
+void SimCluster::Impl::fail_power() {
+    for (auto& [lba, durable] : unflushed) {
+        uint64_t z = power_seed + lba * 0x9e3779b97f4a7c15ull;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        if (z & 1) continue;  // kept
+        if (durable) media[lba] = std::move(*durable);
+        else media.erase(lba);
+    }
+    unflushed.clear();
+    powered = false;
+    power_countdown = 0;
 }
 
 // What the completion carries, as the kernel reports it in each mode.
@@ -303,6 +331,10 @@ void SimCluster::Impl::transfer(const Event& e) {
     for (uint32_t i = 0; i < n; ++i) {
         uint8_t* p = e.buf + size_t{i} * bs;
         if (e.kind == IoKind::write) {
+            if (!unflushed.contains(lba + i)) {
+                auto it = media.find(lba + i);
+                unflushed[lba + i] = it == media.end() ? std::nullopt : std::optional(it->second);
+            }
             media[lba + i].assign(p, p + bs);
         } else {
             auto it = media.find(lba + i);
@@ -325,6 +357,7 @@ struct SimHost::Port final : Passthru {
         if (cmd.data_len > 0 && !cmd.host_to_device && data.size() < cmd.data_len)
             misuse("a device-to-host buffer shorter than the command's data_len");
         c->run_due();
+        if (!c->powered) return std::make_error_code(std::errc::io_error);
         return c->target.submit(c->hosts[index]->id(), static_cast<uint16_t>(index + 1), cmd, data);
     }
 };
@@ -414,6 +447,23 @@ void SimCluster::restart_target() {
     }
     c.run_due();
 }
+
+void SimCluster::power_loss_after(uint64_t commands, uint64_t seed) {
+    Impl& c = *impl_;
+    if (!c.powered) misuse("SimCluster::power_loss_after: the power is already off");
+    c.power_seed = seed;
+    c.power_countdown = commands;
+    if (commands == 0) c.fail_power();
+}
+
+void SimCluster::power_on() {
+    Impl& c = *impl_;
+    if (c.powered) misuse("SimCluster::power_on: the power is on");
+    c.powered = true;
+    restart_target();
+}
+
+bool SimCluster::powered() const { return impl_->powered; }
 
 std::span<const uint8_t> SimCluster::block(uint64_t lba) const {
     if (lba >= impl_->opts.size_blocks) return {};
