@@ -195,15 +195,15 @@ std::shared_ptr<Volume> Volume::acquire(const OpenRequest& rq, int& rc, std::str
     if (rc != SQLITE_OK) return nullptr;
     uint64_t token = 0;
     if ((rc = check_holder(rq, b, token, why)) != SQLITE_OK) return nullptr;
-    auto v = std::make_shared<Volume>(std::move(b), rq.read_only, token, rq.path);
+    auto v = std::make_shared<Volume>(std::move(b), rq.read_only, token, rq.path, rq.block_cache_bytes);
     if ((rc = v->init(why)) != SQLITE_OK) return nullptr;
     registry()[rq.path] = v;
     return v;
 }
 
-Volume::Volume(Backend b, bool read_only, uint64_t token, std::string path)
+Volume::Volume(Backend b, bool read_only, uint64_t token, std::string path, uint64_t block_cache_bytes)
     : b_(std::move(b)), ro_(read_only), token_(token), path_(std::move(path)), bounce_(kBounceBytes),
-      held_(read_only ? 0 : kBounceBytes) {
+      held_(read_only ? 0 : kBounceBytes), edge_(kSlotBytes), tmp_(kSlotBytes), cache_bytes_(block_cache_bytes) {
     if (b_.lock_fd.get() < 0 || ::fstat(b_.lock_fd.get(), &id_) != 0) id_ = {};
 }
 
@@ -237,6 +237,8 @@ int Volume::init(std::string& why) {
         return SQLITE_CANTOPEN;
     }
     media_bytes_ = w_->size_blocks() * block_;
+    // Only a writer may cache: a read-only volume reads under the holder's writes.
+    cache_ = BlockCache(ro_ ? 0 : cache_bytes_ / block_, block_);
     chunk_ = std::min<size_t>(kBounceBytes, w_->max_io_bytes()) / block_ * block_;
     std::lock_guard g(mu_);
     uint8_t* hdr = bounce_.data();
@@ -300,37 +302,76 @@ int Volume::io_(IoKind k, uint64_t abs, std::span<uint8_t> buf) {
     if (k != IoKind::write) {
         if (int rc = flush_held_(); rc != SQLITE_OK) return rc;
     }
+    if (k == IoKind::flush && !unflushed_) return SQLITE_OK;  // nothing written since the last flush
+    if (k == IoKind::write) {
+        unflushed_ = true;  // even one that fails may have landed
+        edge_abs_ = kNoEdge;
+    }
     Completion c;
     if (k == IoKind::write) c = w_->write(abs / block_, buf);
     else if (k == IoKind::read) c = w_->read(abs / block_, buf);
     else c = w_->flush();
-    if (c.status == IoStatus::ok) return SQLITE_OK;
+    if (k != IoKind::flush) {  // the block cache follows the media: what was read or written, or nothing
+        for (uint64_t i = 0; i < buf.size() / block_; ++i) {
+            if (c.status == IoStatus::ok) cache_.put(abs / block_ + i, buf.data() + i * block_);
+            else if (k == IoKind::write) cache_.erase(abs / block_ + i, 1);
+        }
+    }
+    if (c.status == IoStatus::ok) {
+        if (k == IoKind::flush) unflushed_ = false;
+        if (k == IoKind::write) {  // its last block is the edge block a next append starts in
+            edge_abs_ = abs + buf.size() - block_;
+            std::memcpy(edge_.data(), buf.data() + buf.size() - block_, block_);
+        }
+        return SQLITE_OK;
+    }
     if (c.status == IoStatus::fenced || (k != IoKind::read && !holds_now_())) on_fenced_();
     if (k == IoKind::read) return SQLITE_IOERR_READ;
     return k == IoKind::write ? SQLITE_IOERR_WRITE : SQLITE_IOERR_FSYNC;
 }
 
-// Holds back a write of whole blocks at @p abs that continues the run held
-// back so far (SQLite writes a transaction's pages in ascending order): one
-// device write per run of up to a chunk instead of one per page. False
-// when it does not fit; the caller sends the held run first.
-bool Volume::hold_(uint64_t abs, const uint8_t* src, uint64_t n) {
-    if (held_.size() == 0 || abs % block_ != 0 || n % block_ != 0 || n == 0) return false;
-    if (held_len_ > 0 && abs != held_abs_ + held_len_) return false;
-    if (held_len_ + n > chunk_) return false;
-    if (held_len_ == 0) held_abs_ = abs;
-    std::memcpy(held_.data() + held_len_, src, n);
+// Holds back a write at @p abs of region @p r that continues the run held
+// back so far: SQLite writes a transaction's pages in ascending order, and
+// its rollback journal as one append (each record a page number, the page
+// and a checksum: three writes, none block-aligned). One device write per
+// run of up to a chunk instead of one per page, or a read-modify-write per
+// record piece. The run sits in held_ at its offset in its first block.
+// False when it does not fit; the caller sends the held run first.
+bool Volume::hold_(Region r, uint64_t abs, const uint8_t* src, uint64_t n) {
+    if (held_.size() == 0 || n == 0) return false;
+    if (held_len_ > 0 && (abs != held_abs_ + held_len_ || r != held_region_)) return false;
+    const uint64_t start = held_len_ > 0 ? held_abs_ / block_ * block_ : abs / block_ * block_;
+    if (round_up(abs + n, block_) - start > chunk_) return false;
+    if (held_len_ == 0) {
+        held_abs_ = abs;
+        held_region_ = r;
+    }
+    std::memcpy(held_.data() + (abs - start), src, n);
     held_len_ += n;
     return true;
 }
 
-// Sends the run held back. A run that fails is remembered: every later
-// sync() fails, as SQLite was told its pages were written.
+// Sends the run held back, its partial first and last blocks completed from
+// the media (the edge block cache first; nothing past the region's logical
+// end is read). A run that fails is remembered: every later sync() fails,
+// as SQLite was told its pages were written.
 int Volume::flush_held_() {
     if (held_len_ == 0) return SQLITE_OK;
-    const uint64_t n = held_len_;
+    const uint64_t start = held_abs_ / block_ * block_, data_end = held_abs_ + held_len_;
+    const uint64_t end = round_up(data_end, block_);
+    const Span s = span_(held_region_);
     held_len_ = 0;
-    const int rc = io_(IoKind::write, held_abs_, {held_.data(), n});
+    uint8_t* b = held_.data();
+    int rc = SQLITE_OK;
+    if (held_abs_ > start && (rc = fill_edge_(start, s.off + s.len, tmp_.data())) == SQLITE_OK)
+        std::memcpy(b, tmp_.data(), held_abs_ - start);
+    const uint64_t last = end - block_;
+    if (rc == SQLITE_OK && data_end < end) {
+        if (data_end >= s.off + s.len) std::memset(b + (data_end - start), 0, end - data_end);
+        else if ((rc = fill_edge_(last, s.off + s.len, tmp_.data())) == SQLITE_OK)
+            std::memcpy(b + (data_end - start), tmp_.data() + (data_end - last), end - data_end);
+    }
+    if (rc == SQLITE_OK) rc = io_(IoKind::write, start, {b, end - start});
     if (rc != SQLITE_OK) write_lost_ = true;
     return rc;
 }
@@ -350,6 +391,7 @@ bool Volume::holds_now_() {
 void Volume::on_fenced_() {
     if (fenced_) return;
     fenced_ = true;
+    cache_ = BlockCache(0, block_);  // the media is another term's now
     std::string by = "the holder now is unknown (no reservation to read)";
     if (b_.port) {
         Reservations resv(*b_.port, b_.nsid);
@@ -378,10 +420,19 @@ int Volume::read(Region r, void* dst, int amt, int64_t off) {
     auto* out = static_cast<uint8_t*>(dst);
     const uint64_t uoff = static_cast<uint64_t>(off);
     const uint64_t avail = s.len > uoff ? std::min<uint64_t>(static_cast<uint64_t>(amt), s.len - uoff) : 0;
+    if (held_len_ > 0 && held_abs_ < s.off + uoff + avail && s.off + uoff < held_abs_ + held_len_) {
+        if (int rc = flush_held_(); rc != SQLITE_OK) return rc;  // the cache lacks what is held back
+    }
     uint64_t done = 0;
     while (done < avail) {
         const uint64_t abs = s.off + uoff + done;
         const uint64_t start = abs / block_ * block_;
+        if (cache_.get(start / block_, tmp_.data())) {
+            const uint64_t n = std::min(avail - done, start + block_ - abs);
+            std::memcpy(out + done, tmp_.data() + (abs - start), n);
+            done += n;
+            continue;
+        }
         const uint64_t end = std::min(round_up(abs + (avail - done), block_), start + chunk_);
         if (int rc = io_(IoKind::read, start, {bounce_.data(), end - start}); rc != SQLITE_OK) return rc;
         const uint64_t n = std::min(avail - done, end - abs);
@@ -400,6 +451,10 @@ int Volume::read(Region r, void* dst, int amt, int64_t off) {
 int Volume::fill_edge_(uint64_t block_abs, uint64_t end_abs, uint8_t* dst) {
     if (block_abs >= end_abs) {
         std::memset(dst, 0, block_);
+        return SQLITE_OK;
+    }
+    if (held_len_ == 0 && (block_abs == edge_abs_ || cache_.get(block_abs / block_, dst))) {
+        if (block_abs == edge_abs_) std::memcpy(dst, edge_.data(), block_);  // the last block written
         return SQLITE_OK;
     }
     return io_(IoKind::read, block_abs, {dst, block_});
@@ -431,9 +486,9 @@ int Volume::write(Region r, const void* src, int amt, int64_t off) {
     const uint64_t uoff = static_cast<uint64_t>(off), n = static_cast<uint64_t>(amt);
     if (uoff > s.cap || n > s.cap - uoff) return SQLITE_FULL;
     const auto* in = static_cast<const uint8_t*>(src);
-    if (!hold_(s.off + uoff, in, n)) {
+    if (!hold_(r, s.off + uoff, in, n)) {
         if (int rc = flush_held_(); rc != SQLITE_OK) return rc;
-        if (hold_(s.off + uoff, in, n)) return note_length_(r, uoff + n);
+        if (hold_(r, s.off + uoff, in, n)) return note_length_(r, uoff + n);
     } else {
         return note_length_(r, uoff + n);
     }
@@ -470,7 +525,13 @@ int Volume::truncate(Region r, int64_t size) {
     return SQLITE_OK;
 }
 
+// Writes the superblock to the other slot and flushes. What it describes is
+// made durable first (a flush when anything was written since the last):
+// a length never reaches the media before the bytes it covers (SQLite's
+// SQLITE_IOCAP_SAFE_APPEND), and the slot it overwrites is never the only
+// durable one.
 int Volume::write_superblock_() {
+    if (int rc = io_(IoKind::flush, 0, {}); rc != SQLITE_OK) return rc;
     Superblock next = sb_;
     next.seq = sb_.seq + 1;
     const auto enc = encode_superblock(next);
@@ -490,8 +551,12 @@ int Volume::sync() {
     std::lock_guard g(mu_);
     if (ro_) return SQLITE_OK;
     if (fenced_ || write_lost_) return SQLITE_IOERR_FSYNC;
-    if (int rc = io_(IoKind::flush, 0, {}); rc != SQLITE_OK) return rc;
-    return dirty_ ? write_superblock_() : SQLITE_OK;
+    return dirty_ ? write_superblock_() : io_(IoKind::flush, 0, {});
+}
+
+size_t Volume::cached_blocks() {
+    std::lock_guard g(mu_);
+    return cache_.size();
 }
 
 int64_t Volume::size(Region r) {
@@ -523,7 +588,6 @@ int Volume::delete_journal(JournalKind kind) {
     sb_.journal_kind = JournalKind::none;
     sb_.journal_len = 0;
     dirty_ = true;
-    if (int rc = io_(IoKind::flush, 0, {}); rc != SQLITE_OK) return SQLITE_IOERR_DELETE;
     return write_superblock_() == SQLITE_OK ? SQLITE_OK : SQLITE_IOERR_DELETE;
 }
 

@@ -27,9 +27,15 @@
 #include "nvfence/result.hpp"
 #include "nvfence/sqlite.h"
 #include "nvfence/writer.hpp"
+#include "sqlite/block_cache.hpp"
 #include "sqlite/layout.hpp"
 
 namespace nvfence::sqlite {
+
+/// The default size of a read-write volume's block cache (URI parameter
+/// block_cache_mib).
+inline constexpr uint64_t kDefaultBlockCacheMiB = 64;
+inline constexpr uint64_t kMaxBlockCacheMiB = 65536;
 
 /// Which "file" of the volume.
 enum class Region { db, journal };
@@ -40,6 +46,7 @@ struct OpenRequest {
     bool read_only = false;
     bool create = false;                  ///< Create a missing regular file.
     uint64_t create_bytes = 64 * kMiB;    ///< Size of a regular file created.
+    uint64_t block_cache_bytes = kDefaultBlockCacheMiB * kMiB;  ///< A read-write volume's BlockCache.
 };
 
 /// The media behind a volume, before any write.
@@ -77,16 +84,20 @@ public:
     /// Tests: replaces the backend opener; nullptr restores the default.
     static void set_backend_opener(BackendOpener op);
 
-    Volume(Backend b, bool read_only, uint64_t token, std::string path);
+    Volume(Backend b, bool read_only, uint64_t token, std::string path,
+           uint64_t block_cache_bytes = kDefaultBlockCacheMiB * kMiB);
     ~Volume();
     Volume(const Volume&) = delete;
     Volume& operator=(const Volume&) = delete;
 
     int read(Region r, void* dst, int amt, int64_t off);
+    /// Blocks in the block cache (tests).
+    size_t cached_blocks();
     int write(Region r, const void* src, int amt, int64_t off);
     int truncate(Region r, int64_t size);
-    /// Durable: flushes the device cache, then writes the superblock if a
-    /// length changed, and flushes again.
+    /// Durable: flushes the device cache (unless nothing was written since
+    /// the last flush), then writes the superblock if a length changed, and
+    /// flushes again: one or two flushes.
     int sync();
     int64_t size(Region r);
     /// Claims the journal region for @p kind (rollback journal or WAL).
@@ -122,7 +133,7 @@ private:
     int fill_edge_(uint64_t block_abs, uint64_t end_abs, uint8_t* dst);
     int write_chunk_(uint64_t abs, const uint8_t* src, uint64_t n, uint64_t logical_end, uint64_t& done);
     int write_superblock_();
-    bool hold_(uint64_t abs, const uint8_t* src, uint64_t n);
+    bool hold_(Region r, uint64_t abs, const uint8_t* src, uint64_t n);
     int flush_held_();
     int note_length_(Region r, uint64_t end);
     void on_fenced_();
@@ -140,10 +151,18 @@ private:
     uint64_t media_bytes_ = 0;
     size_t chunk_ = 0;
     AlignedBuffer bounce_;
-    AlignedBuffer held_;          ///< Writes held back: one run of whole blocks (hold_()).
-    uint64_t held_abs_ = 0;
+    AlignedBuffer held_;          ///< Writes held back: one run, at its offset in its first block (hold_()).
+    uint64_t held_abs_ = 0;       ///< Where the run starts (any byte).
     uint64_t held_len_ = 0;
+    Region held_region_ = Region::db;
+    static constexpr uint64_t kNoEdge = ~uint64_t{0};
+    AlignedBuffer edge_;          ///< The last block written, as the media holds it (fill_edge_()).
+    uint64_t edge_abs_ = kNoEdge;
+    AlignedBuffer tmp_;           ///< One block: a partial edge of the held run.
+    uint64_t cache_bytes_;
+    BlockCache cache_{0, 4096};   ///< Blocks of this term (block_cache.hpp); none when read-only or fenced.
     bool write_lost_ = false;     ///< A held-back write failed: sync() fails from then on.
+    bool unflushed_ = true;       ///< A write completed since the last flush (a flush is due).
     Superblock sb_;
     int slot_ = 0;
     bool dirty_ = false;

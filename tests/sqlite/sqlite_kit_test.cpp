@@ -43,7 +43,8 @@ int64_t scalar(sqlite3* db, const std::string& sql) {
 
 std::string text(sqlite3* db, const std::string& sql) {
     sqlite3_stmt* st = nullptr;
-    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) return "<prepare failed>";
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) != SQLITE_OK)
+        return std::string("<prepare failed: ") + sqlite3_errmsg(db) + " / " + nvf_sqlite_last_error() + ">";
     std::string out = "<no row>";
     if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0))
         out = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
@@ -146,6 +147,197 @@ TEST(SqliteKit, ACommitsPagesReachTheDeviceInRuns) {
     EXPECT_LT(writes, 40u) << "about 200 pages written one by one";
     EXPECT_EQ(scalar(a, "SELECT count(*) FROM t WHERE length(pad) = 3000"), 200);
     sqlite3_close(a);
+}
+
+
+// What a commit costs in device flushes (journal_mode DELETE, synchronous
+// FULL): the journal's sync (its bytes, then the superblock with its length),
+// the database's sync (plus the superblock when the database grew), and the
+// superblock that empties the journal; no flush when nothing was written
+// since the last one, and one journal sync per commit (SAFE_APPEND).
+TEST(SqliteKit, ACommitCostsFourFlushesAndOneMoreWhenTheDatabaseGrows) {
+    testkit::SimCluster c({.hosts = 1});
+    KitSqlite kit(c);
+    ASSERT_TRUE(c.host(0).takeover());
+    sqlite3* a = open_host(0);
+    ASSERT_TRUE(a);
+    ASSERT_EQ(exec(a, "PRAGMA synchronous = FULL; CREATE TABLE t(id INTEGER PRIMARY KEY, v INTEGER, pad BLOB);"
+                      "INSERT INTO t VALUES(1, 0, randomblob(100))"),
+              SQLITE_OK);
+    uint64_t flushes = 0;
+    c.plan = [&flushes](const testkit::SimIo& io) {
+        flushes += io.kind == IoKind::flush;
+        return testkit::IoPlan{};
+    };
+    ASSERT_EQ(exec(a, "UPDATE t SET v = 1"), SQLITE_OK);
+    EXPECT_EQ(flushes, 4u) << "a commit that does not grow the database";
+    flushes = 0;
+    ASSERT_EQ(exec(a, "INSERT INTO t VALUES(2, 0, randomblob(20000))"), SQLITE_OK);
+    EXPECT_EQ(flushes, 5u) << "a commit that grows the database";
+    sqlite3_close(a);
+}
+
+// A writer's reads come from its block cache once it read or wrote a block
+// in its term (nobody else can write while it holds the reservation); with
+// block_cache_mib=0 every read goes to the device. Once fenced the cache is
+// gone (the media is the new holder's). A read-only volume, which reads
+// under the holder's writes, never caches.
+TEST(SqliteKit, AWritersReadsComeFromItsBlockCacheUntilItIsFenced) {
+    testkit::SimCluster c({.hosts = 2});
+    KitSqlite kit(c);
+    ASSERT_TRUE(c.host(0).takeover());
+    uint64_t reads = 0;
+    c.plan = [&reads](const testkit::SimIo& io) {
+        reads += io.kind == IoKind::read;
+        return testkit::IoPlan{};
+    };
+    const std::string fill = "CREATE TABLE t(id INTEGER PRIMARY KEY, pad BLOB);"
+                             "WITH RECURSIVE s(v) AS (SELECT 1 UNION ALL SELECT v + 1 FROM s WHERE v < 300) "
+                             "INSERT INTO t SELECT v, randomblob(2000) FROM s";
+    const std::string scan = "SELECT sum(length(pad)) FROM t";
+    sqlite3* a = open_host(0);
+    ASSERT_TRUE(a);
+    ASSERT_EQ(exec(a, "PRAGMA cache_size = 2; " + fill), SQLITE_OK);  // SQLite's own cache holds 2 pages
+    reads = 0;
+    for (int i = 0; i < 5; ++i) ASSERT_EQ(scalar(a, scan), 600000);
+    EXPECT_EQ(reads, 0u) << "the volume's blocks were written in this term";
+    sqlite3_close(a);
+
+    sqlite3* off = nullptr;
+    ASSERT_EQ(sqlite3_open_v2((KitSqlite::uri(0) + "&block_cache_mib=0").c_str(), &off,
+                              SQLITE_OPEN_READWRITE | SQLITE_OPEN_URI, nullptr), SQLITE_OK) << nvf_sqlite_last_error();
+    ASSERT_EQ(exec(off, "PRAGMA cache_size = 2"), SQLITE_OK);
+    reads = 0;
+    ASSERT_EQ(scalar(off, scan), 600000);
+    EXPECT_GT(reads, 100u) << "block_cache_mib=0: every page from the device";
+    const uint64_t uncached = reads;
+    ASSERT_EQ(scalar(off, scan), 600000);
+    EXPECT_GT(reads - uncached, 100u) << "block_cache_mib=0: a second scan reads the pages again";
+    sqlite3_close(off);
+
+    sqlite3* ro = nullptr;
+    ASSERT_EQ(sqlite3_open_v2((KitSqlite::uri(1) + "&mode=ro").c_str(), &ro, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI,
+                              nullptr), SQLITE_OK) << nvf_sqlite_last_error();
+    ASSERT_EQ(exec(ro, "PRAGMA cache_size = 2"), SQLITE_OK);
+    ASSERT_EQ(scalar(ro, scan), 600000);
+    EXPECT_EQ(sqlite::Volume::find("/kit/host1")->cached_blocks(), 0u) << "a read-only volume cached";
+    sqlite3_close(ro);
+
+    // Host 0 reads everything into its cache; host 1 takes over and changes
+    // every row; host 0's next write is fenced, and its cache is dropped.
+    a = open_host(0);
+    ASSERT_TRUE(a);
+    ASSERT_EQ(exec(a, "PRAGMA cache_size = 2"), SQLITE_OK);
+    ASSERT_EQ(scalar(a, scan), 600000);
+    EXPECT_GT(sqlite::Volume::find("/kit/host0")->cached_blocks(), 100u);
+    ASSERT_TRUE(c.host(1).takeover());
+    sqlite3* b = open_host(1);
+    ASSERT_TRUE(b);
+    ASSERT_EQ(exec(b, "UPDATE t SET pad = randomblob(1000)"), SQLITE_OK);
+    sqlite3_close(b);
+    EXPECT_EQ(exec(a, "INSERT INTO t VALUES(1000, NULL)") & 0xff, SQLITE_IOERR);
+    EXPECT_EQ(nvf_sqlite_fenced(a, "main"), 1);
+    EXPECT_EQ(sqlite::Volume::find("/kit/host0")->cached_blocks(), 0u) << "the cache outlived the term";
+    sqlite3_close(a);
+}
+
+// ---- power loss at every command of a workload (the kit's volatile cache)
+
+struct PowerRun {
+    int acked = 0;        // commits SQLite acknowledged before the power failed
+    uint64_t commands = 0;  // I/O commands the workload sent (a run without a loss)
+};
+
+// Transaction j (1..4) sets v = j in every row whose id % 3 == j % 3, with
+// new pads, and inserts row 100 + j: pages of the database change, and it
+// grows. Returns the commits acknowledged.
+int power_workload(sqlite3* db) {
+    int acked = 0;
+    for (int j = 1; j <= 4; ++j) {
+        const std::string n = std::to_string(j);
+        const std::string sql = "BEGIN; UPDATE t SET v = " + n + ", pad = randomblob(1500 + " + n +
+                                " * 40) WHERE id % 3 = " + std::to_string(j % 3) + "; INSERT INTO t VALUES(" +
+                                std::to_string(100 + j) + ", " + n + ", randomblob(3000)); COMMIT";
+        if (exec(db, sql) != SQLITE_OK) {
+            exec(db, "ROLLBACK");
+            break;
+        }
+        ++acked;
+    }
+    return acked;
+}
+
+// One run: host 0 sets the table up, then the power fails after
+// @p after_commands I/O commands of the workload (0: no loss); host 1 opens
+// after power_on and checks. Failures name the mode, the point and the seed.
+PowerRun power_run(const std::string& mode, uint64_t after_commands, uint64_t seed) {
+    const std::string at = mode + " after " + std::to_string(after_commands) + " commands, seed " + std::to_string(seed);
+    PowerRun out;
+    testkit::SimCluster c({.hosts = 2});
+    KitSqlite kit(c);
+    EXPECT_TRUE(c.host(0).takeover());
+    sqlite3* a = open_host(0);
+    if (!a) return out;
+    EXPECT_EQ(exec(a, mode + "; PRAGMA synchronous = FULL; CREATE TABLE t(id INTEGER PRIMARY KEY, v INTEGER, pad BLOB);"
+                          "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 30) "
+                          "INSERT INTO t SELECT i, 0, randomblob(1500) FROM s"),
+              SQLITE_OK) << at << ": " << sqlite3_errmsg(a);
+    uint64_t commands = 0;
+    c.plan = [&commands](const testkit::SimIo&) {
+        ++commands;
+        return testkit::IoPlan{};
+    };
+    if (after_commands > 0) c.power_loss_after(after_commands, seed);
+    out.acked = power_workload(a);
+    out.commands = commands;
+    sqlite3_close(a);
+    if (after_commands == 0) return out;
+    EXPECT_FALSE(c.powered()) << at << ": the workload ended before the power failed";
+    c.power_on();
+    EXPECT_TRUE(c.host(1).takeover()) << at;
+    sqlite3* b = open_host(1);
+    if (!b) return out;
+    // A WAL database is read only in exclusive locking mode (no shared memory).
+    if (mode.find("WAL") != std::string::npos) {
+        EXPECT_EQ(exec(b, "PRAGMA locking_mode = EXCLUSIVE"), SQLITE_OK);
+    }
+    EXPECT_EQ(text(b, "PRAGMA integrity_check"), "ok") << at;
+    EXPECT_EQ(scalar(b, "SELECT count(*) FROM t WHERE id <= 30"), 30) << at;
+    const int64_t applied = scalar(b, "SELECT count(*) FROM t WHERE id > 100");
+    EXPECT_GE(applied, out.acked) << at << ": an acknowledged commit was lost";
+    EXPECT_LE(applied, out.acked + 1) << at;
+    EXPECT_EQ(scalar(b, "SELECT coalesce(max(id), 100) FROM t WHERE id > 100"), 100 + applied) << at;
+    for (int r = 0; r < 3; ++r) {  // each residue holds the last applied transaction's v, whole
+        int64_t want = 0;
+        for (int j = 1; j <= applied; ++j)
+            if (j % 3 == r) want = j;
+        EXPECT_EQ(scalar(b, "SELECT count(*) FROM t WHERE id <= 30 AND id % 3 = " + std::to_string(r) +
+                                " AND (v != " + std::to_string(want) + ")"),
+                  0) << at << ": a transaction applied in part (residue " << r << ")";
+    }
+    EXPECT_EQ(exec(b, "INSERT INTO t VALUES(1000, 0, NULL)"), SQLITE_OK) << at << ": " << sqlite3_errmsg(b);
+    sqlite3_close(b);
+    return out;
+}
+
+// The power fails after each command of four commits in turn, with three
+// picks of what the volatile cache loses: the database stays whole, every
+// acknowledged commit is there, and a commit is there entirely or not at
+// all, in each journal mode the VFS supports.
+TEST(SqliteKit, PowerLossAtEveryCommandKeepsEveryAcknowledgedCommitAndNoPartOfAnother) {
+    for (const std::string mode : {"PRAGMA journal_mode = DELETE", "PRAGMA journal_mode = PERSIST",
+                                   "PRAGMA journal_mode = TRUNCATE",
+                                   "PRAGMA locking_mode = EXCLUSIVE; PRAGMA journal_mode = WAL"}) {
+        const PowerRun whole = power_run(mode, 0, 0);
+        ASSERT_EQ(whole.acked, 4) << mode;
+        ASSERT_GT(whole.commands, 8u) << mode;
+        for (uint64_t k = 1; k <= whole.commands; ++k) {
+            for (uint64_t seed = 1; seed <= 3; ++seed) {
+                power_run(mode, k, seed);
+                if (::testing::Test::HasFailure()) return;
+            }
+        }
+    }
 }
 
 }  // namespace

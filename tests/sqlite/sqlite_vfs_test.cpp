@@ -22,6 +22,7 @@
 #include "fake_ring.hpp"
 #include "nvfence/key.hpp"
 #include "nvfence/sqlite.h"
+#include "sqlite/block_cache.hpp"
 #include "sqlite/layout.hpp"
 #include "sqlite/volume.hpp"
 #include "writer/ring_writer.hpp"
@@ -193,6 +194,56 @@ TEST(SqliteVfs, UnknownUriParameterIsRefusedAndCreatesNothing) {
     EXPECT_NE(std::string(nvf_sqlite_last_error()).find("unknown URI parameter 'journal'"), std::string::npos)
         << nvf_sqlite_last_error();
     EXPECT_NE(::access(path.c_str(), F_OK), 0);
+}
+
+TEST(SqliteVfs, ABadBlockCacheSizeIsRefusedAndCreatesNothing) {
+    TempDir d;
+    const std::string path = d.path() + "/a.db";
+    for (const std::string bad : {"-1", "65537", "12x", "", "0x10", "999999"}) {
+        int rc = 0;
+        EXPECT_EQ(open_db(uri(path, "&block_cache_mib=" + bad), kRwc, &rc), nullptr) << bad;
+        EXPECT_EQ(rc, SQLITE_CANTOPEN) << bad;
+        EXPECT_NE(std::string(nvf_sqlite_last_error()).find("block_cache_mib must be a whole number of MiB from 0 to 65536"),
+                  std::string::npos)
+            << nvf_sqlite_last_error();
+        EXPECT_NE(::access(path.c_str(), F_OK), 0) << bad;
+    }
+    for (const std::string good : {"0", "65536", "8"}) {
+        sqlite3* db = open_db(uri(path, "&block_cache_mib=" + good), kRwc);
+        EXPECT_NE(db, nullptr) << good << ": " << nvf_sqlite_last_error();
+        sqlite3_close(db);
+    }
+}
+
+// ------------------------------------------------------------- block cache
+
+TEST(SqliteBlockCache, KeepsTheMostRecentlyUsedBlocksUpToItsCapacity) {
+    sqlite::BlockCache c(2, 512);
+    std::vector<uint8_t> a(512, 'a'), b(512, 'b'), x(512, 'x'), got(512);
+    c.put(1, a.data());
+    c.put(2, b.data());
+    ASSERT_TRUE(c.get(1, got.data()));  // 1 is now the most recently used
+    EXPECT_EQ(got, a);
+    c.put(3, x.data());                 // evicts 2
+    EXPECT_EQ(c.size(), 2u);
+    EXPECT_FALSE(c.get(2, got.data()));
+    EXPECT_TRUE(c.get(3, got.data()));
+    EXPECT_EQ(got, x);
+    c.put(1, b.data());                 // an update, not a new block
+    ASSERT_TRUE(c.get(1, got.data()));
+    EXPECT_EQ(got, b);
+    EXPECT_EQ(c.size(), 2u);
+    c.erase(0, 2);
+    EXPECT_FALSE(c.get(1, got.data()));
+    EXPECT_TRUE(c.get(3, got.data()));
+    c.erase(3, ~uint64_t{0} - 3);       // a long range walks the cache
+    EXPECT_EQ(c.size(), 0u);
+    c.put(4, a.data());
+    c.clear();
+    EXPECT_FALSE(c.get(4, got.data()));
+    sqlite::BlockCache none(0, 512);
+    none.put(1, a.data());
+    EXPECT_FALSE(none.get(1, got.data()));
 }
 
 TEST(SqliteVfs, NamespaceTooSmallIsRefusedAndLeftUnchanged) {
