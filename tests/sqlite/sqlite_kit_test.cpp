@@ -54,6 +54,22 @@ std::string text(sqlite3* db, const std::string& sql) {
 
 uint64_t epoch_of(const Result<Outcome>& o) { return decode_key(o->key)->epoch; }
 
+// A kit cluster of @p hosts whose host 0 holds the reservation and has the
+// database open as `a` (closed at the end unless a test closed it and set
+// it to null).
+struct Held {
+    explicit Held(size_t hosts) : c({.hosts = hosts}), kit(c) {
+        EXPECT_TRUE(c.host(0).takeover());
+        a = open_host(0);
+    }
+    ~Held() { sqlite3_close(a); }
+    Held(const Held&) = delete;
+    Held& operator=(const Held&) = delete;
+    testkit::SimCluster c;
+    KitSqlite kit;
+    sqlite3* a = nullptr;
+};
+
 // Host 0 commits 20 rows, then is preempted by host 1 in the middle of a
 // transaction that changed them and is big enough that SQLite spilled the
 // changed pages to the database (the journal is hot on the media). Host 0's next write is an SQLite I/O error
@@ -107,13 +123,13 @@ TEST(SqliteKit, FailoverRollsBackTheHotJournalKeepsEveryAckAndFencesTheOldHolder
 // The host that lost the reservation cannot open for writing: refused with
 // the holder named, before any writer exists (nothing reaches the device).
 TEST(SqliteKit, TheOldHolderCannotReopenForWriting) {
-    testkit::SimCluster c({.hosts = 2});
-    KitSqlite kit(c);
-    ASSERT_TRUE(c.host(0).takeover());
-    sqlite3* a = open_host(0);
+    Held h(2);
+    testkit::SimCluster& c = h.c;
+    sqlite3*& a = h.a;
     ASSERT_TRUE(a);
     ASSERT_EQ(exec(a, "CREATE TABLE t(x)"), SQLITE_OK);
     sqlite3_close(a);
+    a = nullptr;
     ASSERT_TRUE(c.host(1).takeover());
     const uint64_t landed = c.writes_landed(), refused = c.writes_refused();
     sqlite3* again = nullptr;
@@ -132,10 +148,9 @@ TEST(SqliteKit, TheOldHolderCannotReopenForWriting) {
 // SQLite writes them in ascending order and the VFS holds back a run of
 // whole blocks until a read, a sync or a write elsewhere (docs/SQLITE.md).
 TEST(SqliteKit, ACommitsPagesReachTheDeviceInRuns) {
-    testkit::SimCluster c({.hosts = 1});
-    KitSqlite kit(c);
-    ASSERT_TRUE(c.host(0).takeover());
-    sqlite3* a = open_host(0);
+    Held h(1);
+    testkit::SimCluster& c = h.c;
+    sqlite3*& a = h.a;
     ASSERT_TRUE(a);
     ASSERT_EQ(exec(a, "CREATE TABLE t(id INTEGER PRIMARY KEY, pad BLOB)"), SQLITE_OK);
     const uint64_t before = c.writes_landed();
@@ -147,6 +162,7 @@ TEST(SqliteKit, ACommitsPagesReachTheDeviceInRuns) {
     EXPECT_LT(writes, 40u) << "about 200 pages written one by one";
     EXPECT_EQ(scalar(a, "SELECT count(*) FROM t WHERE length(pad) = 3000"), 200);
     sqlite3_close(a);
+    a = nullptr;
 }
 
 
@@ -156,10 +172,9 @@ TEST(SqliteKit, ACommitsPagesReachTheDeviceInRuns) {
 // superblock that empties the journal; no flush when nothing was written
 // since the last one, and one journal sync per commit (SAFE_APPEND).
 TEST(SqliteKit, ACommitCostsFourFlushesAndOneMoreWhenTheDatabaseGrows) {
-    testkit::SimCluster c({.hosts = 1});
-    KitSqlite kit(c);
-    ASSERT_TRUE(c.host(0).takeover());
-    sqlite3* a = open_host(0);
+    Held h(1);
+    testkit::SimCluster& c = h.c;
+    sqlite3*& a = h.a;
     ASSERT_TRUE(a);
     ASSERT_EQ(exec(a, "PRAGMA synchronous = FULL; CREATE TABLE t(id INTEGER PRIMARY KEY, v INTEGER, pad BLOB);"
                       "INSERT INTO t VALUES(1, 0, randomblob(100))"),
@@ -175,6 +190,7 @@ TEST(SqliteKit, ACommitCostsFourFlushesAndOneMoreWhenTheDatabaseGrows) {
     ASSERT_EQ(exec(a, "INSERT INTO t VALUES(2, 0, randomblob(20000))"), SQLITE_OK);
     EXPECT_EQ(flushes, 5u) << "a commit that grows the database";
     sqlite3_close(a);
+    a = nullptr;
 }
 
 // A writer's reads come from its block cache once it read or wrote a block
