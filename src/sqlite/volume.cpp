@@ -325,7 +325,8 @@ int Volume::io_(IoKind k, uint64_t abs, std::span<uint8_t> buf) {
         }
         return SQLITE_OK;
     }
-    if (c.status == IoStatus::fenced || (k != IoKind::read && !holds_now_())) on_fenced_();
+    if (c.status == IoStatus::fenced) on_fenced_();
+    else if (k != IoKind::read || !ro_) classify_failure_();
     if (k == IoKind::read) return SQLITE_IOERR_READ;
     return k == IoKind::write ? SQLITE_IOERR_WRITE : SQLITE_IOERR_FSYNC;
 }
@@ -376,16 +377,23 @@ int Volume::flush_held_() {
     return rc;
 }
 
-// After a failed write or flush: does this host still hold the reservation?
-// A preempt-and-abort completes this host's admitted commands as aborted
-// (an I/O error, not a Reservation Conflict); the Report tells them apart.
-bool Volume::holds_now_() {
-    if (!b_.port || !b_.host) return true;
+// After a failed command of a writer: does this host still hold the
+// reservation? A preempt-and-abort completes this host's admitted commands
+// (reads too) as aborted, an I/O error rather than a Reservation Conflict;
+// the Report tells them apart. When the Report fails too (a fabric
+// controller still reconnecting after a VM pause), the failure stays an
+// I/O error for now and status() asks again.
+void Volume::classify_failure_() {
+    if (!b_.port || !b_.host) return;
     Reservations resv(*b_.port, b_.nsid);
     auto st = resv.report();
-    if (!st) return true;  // cannot tell: an I/O error it stays
+    if (!st) {
+        unsure_ = true;
+        return;
+    }
     const Registrant* me = st->find_host(*b_.host);
-    return me && me->holder;
+    unsure_ = false;
+    if (!me || !me->holder) on_fenced_();
 }
 
 void Volume::on_fenced_() {
@@ -633,6 +641,7 @@ bool Volume::reserved() {
 
 nvf_sqlite_info Volume::status() {
     std::lock_guard g(mu_);
+    if (unsure_ && !fenced_) classify_failure_();
     nvf_sqlite_info s{};
     s.fenced = fenced_ || (w_ && w_->fenced());
     s.holder_known = holder_key_.has_value();

@@ -137,7 +137,7 @@ private:
     int flush_held_();
     int note_length_(Region r, uint64_t end);
     void on_fenced_();
-    bool holds_now_();
+    void classify_failure_();
     int format_(std::string& why);
 
     std::mutex mu_;
@@ -167,6 +167,7 @@ private:
     int slot_ = 0;
     bool dirty_ = false;
     bool fenced_ = false;
+    bool unsure_ = false;         ///< A command failed and the Report could not tell whether this host still holds.
     std::optional<uint64_t> holder_key_;
     std::string fence_msg_;
     int shared_ = 0;

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -460,6 +461,7 @@ struct FencedHost {
     int fd = -1;
     bool device_fenced = false;
     int write_errno = 0;  ///< Writes and flushes fail with this errno (an aborted or failed command).
+    int read_errno = 0;   ///< Reads fail with this errno.
     int writers_made = 0;
     size_t writes_landed_after_fence = 0;
 
@@ -499,8 +501,10 @@ struct FencedHost {
     }
     int32_t respond(const test::SentIo& io) {
         auto* p = reinterpret_cast<void*>(io.addr);
-        if (io.opcode == IORING_OP_READ || io.opcode == IORING_OP_READ_FIXED)
+        if (io.opcode == IORING_OP_READ || io.opcode == IORING_OP_READ_FIXED) {
+            if (read_errno) return -read_errno;
             return static_cast<int32_t>(::pread(fd, p, io.len, static_cast<off_t>(io.off)));
+        }
         if (device_fenced) return -EBADE;  // Reservation Conflict, through the block layer
         if (write_errno) return -write_errno;
         if (io.opcode == IORING_OP_FSYNC) return 0;
@@ -584,6 +588,55 @@ TEST(SqliteVfs, AWriteAbortedByThePreemptIsFencedAnIoErrorOfAHolderIsNot) {
     ASSERT_EQ(nvf_sqlite_status(db, nullptr, &st), SQLITE_OK);
     EXPECT_EQ(st.fenced, 1);
     EXPECT_STREQ(st.holder, "nf:1:2:6");
+    sqlite3_close(db);
+}
+
+// After a VM pause the fabric controller may still be reconnecting when the
+// VFS asks whose reservation it is: that Report fails, and the error stays
+// a plain I/O error for the moment. Asked later (nvf_sqlite_fenced, the
+// status), the VFS reads the Report again and says fenced, and latches.
+// A read that the preempt-and-abort aborted is fenced too.
+TEST(SqliteVfs, AnAbortedCommandIsFencedWhenAskedEvenIfTheReportFailedAtFirst) {
+    TempDir d;
+    {
+        FencedHost h(d.path() + "/w.img");
+        sqlite3* db = open_with_table(h);
+        ASSERT_TRUE(db);
+        bool report_down = true;
+        h.target.fail = [&report_down](const HostId&, const Command& c) -> std::optional<std::error_code> {
+            if (report_down && c.opcode == opcode::kResvReport) return std::make_error_code(std::errc::io_error);
+            return std::nullopt;
+        };
+        h.preempt_by_b(/*refuse=*/false);
+        h.write_errno = EIO;
+        EXPECT_EQ(exec(db, "INSERT INTO t VALUES(1)") & 0xff, SQLITE_IOERR);
+        report_down = false;
+        EXPECT_EQ(nvf_sqlite_fenced(db, nullptr), 1);
+        nvf_sqlite_info st{};
+        ASSERT_EQ(nvf_sqlite_status(db, nullptr, &st), SQLITE_OK);
+        EXPECT_STREQ(st.holder, "nf:1:2:6");
+        EXPECT_NE(std::string(st.message).find("fenced: the device refused this host's write under fencing token 5"),
+                  std::string::npos)
+            << st.message;
+        h.write_errno = 0;  // the latch: no write or flush is sent any more
+        auto writes = [&h] {
+            return std::count_if(h.writer->ring().sent.begin(), h.writer->ring().sent.end(), [](const auto& io) {
+                return io.opcode != IORING_OP_READ && io.opcode != IORING_OP_READ_FIXED && io.opcode != IORING_OP_NOP;
+            });
+        };
+        const auto sent = writes();
+        EXPECT_EQ(exec(db, "INSERT INTO t VALUES(2)") & 0xff, SQLITE_IOERR);
+        EXPECT_EQ(writes(), sent);
+        sqlite3_close(db);
+    }
+    FencedHost h(d.path() + "/r.img");
+    sqlite3* db = open_db(uri(h.file, "&block_cache_mib=0"), kRwc);
+    ASSERT_TRUE(db) << nvf_sqlite_last_error();
+    ASSERT_EQ(exec(db, "CREATE TABLE t(x); INSERT INTO t VALUES(1)"), SQLITE_OK);
+    h.preempt_by_b(/*refuse=*/false);
+    h.read_errno = EIO;  // A's admitted read aborted by B's preempt-and-abort
+    EXPECT_NE(exec(db, "PRAGMA cache_size = 0; SELECT * FROM t") & 0xff, SQLITE_OK);
+    EXPECT_EQ(nvf_sqlite_fenced(db, nullptr), 1);
     sqlite3_close(db);
 }
 
