@@ -46,6 +46,10 @@ uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 constexpr auto kProbeWait = std::chrono::seconds(10);
 constexpr useconds_t kProbePoll_us = 10'000;
 
+// How often a failed command's classification tries a failing Report
+// again, within Backend::report_retry.
+constexpr useconds_t kReportRetryPoll_us = 100'000;
+
 // The process-exclusive lock on the media: a second process gets
 // SQLITE_BUSY at once (it holds the lock exclusively); a prober's shared
 // lock is waited for, bounded by kProbeWait.
@@ -382,11 +386,19 @@ int Volume::flush_held_() {
 // (reads too) as aborted, an I/O error rather than a Reservation Conflict;
 // the Report tells them apart. When the Report fails too (a fabric
 // controller still reconnecting after a VM pause), the failure stays an
-// I/O error for now and status() asks again.
+// I/O error for now and status() asks again. The first failed Report of
+// an episode is tried again for up to Backend::report_retry (a reconnect
+// after a resume takes about the fabric's reconnect_delay); while unsure,
+// later failures ask once, so a device that is gone costs one wait.
 void Volume::classify_failure_() {
     if (!b_.port || !b_.host) return;
     Reservations resv(*b_.port, b_.nsid);
+    const auto end = std::chrono::steady_clock::now() + (unsure_ ? std::chrono::milliseconds(0) : b_.report_retry);
     auto st = resv.report();
+    while (!st && std::chrono::steady_clock::now() < end) {
+        ::usleep(kReportRetryPoll_us);
+        st = resv.report();
+    }
     if (!st) {
         unsure_ = true;
         return;

@@ -13,6 +13,7 @@
 #include <sqlite3.h>
 #include <sys/stat.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -60,6 +61,10 @@ struct Backend {
     std::optional<HostId> host;           ///< This host's id on the device.
     bool device = false;
     Fd lock_fd;                           ///< Holds the process-exclusive flock().
+    /// How long the classification of a failed command tries a failing
+    /// Report again: a fabric controller reconnecting after its host was
+    /// paused fails passthrough commands at once until it is connected.
+    std::chrono::milliseconds report_retry{5000};
 };
 
 /// Opens the media of a request; on failure returns an SQLite code and a

@@ -44,6 +44,7 @@ private:
         b.nsid = h.nsid();
         b.host = h.id();
         b.device = true;
+        b.report_retry = std::chrono::milliseconds(0);  // simulated time: a real wait would change nothing
         b.make_writer = [&h](uint64_t epoch) { return h.open_writer(WriterOptions{.queue_depth = 8, .epoch = epoch}); };
         return SQLITE_OK;
     }

@@ -476,6 +476,7 @@ struct FencedHost {
             bk.nsid = 1;
             bk.host = a;
             bk.device = true;
+            bk.report_retry = std::chrono::milliseconds(1000);
             bk.make_writer = [this](uint64_t epoch) -> Result<std::unique_ptr<FencedWriter>> { return make(epoch); };
             return SQLITE_OK;
         });
@@ -595,6 +596,7 @@ TEST(SqliteVfs, AWriteAbortedByThePreemptIsFencedAnIoErrorOfAHolderIsNot) {
 // VFS asks whose reservation it is: that Report fails, and the error stays
 // a plain I/O error for the moment. Asked later (nvf_sqlite_fenced, the
 // status), the VFS reads the Report again and says fenced, and latches.
+// A Report that fails for a moment is tried again (5 s; here 1 s) first.
 // A read that the preempt-and-abort aborted is fenced too.
 TEST(SqliteVfs, AnAbortedCommandIsFencedWhenAskedEvenIfTheReportFailedAtFirst) {
     TempDir d;
@@ -627,6 +629,27 @@ TEST(SqliteVfs, AnAbortedCommandIsFencedWhenAskedEvenIfTheReportFailedAtFirst) {
         const auto sent = writes();
         EXPECT_EQ(exec(db, "INSERT INTO t VALUES(2)") & 0xff, SQLITE_IOERR);
         EXPECT_EQ(writes(), sent);
+        sqlite3_close(db);
+    }
+    {
+        // The Report fails three times (a controller reconnecting), then
+        // answers: the failing command itself is classified fenced.
+        FencedHost h(d.path() + "/retry.img");
+        sqlite3* db = open_with_table(h);
+        ASSERT_TRUE(db);
+        int reports = 0;
+        h.target.fail = [&reports](const HostId&, const Command& c) -> std::optional<std::error_code> {
+            if (c.opcode != opcode::kResvReport) return std::nullopt;
+            if (++reports <= 3) return std::make_error_code(std::errc::io_error);
+            return std::nullopt;
+        };
+        h.preempt_by_b(/*refuse=*/false);
+        h.write_errno = EIO;
+        EXPECT_EQ(exec(db, "INSERT INTO t VALUES(1)") & 0xff, SQLITE_IOERR);
+        EXPECT_GE(reports, 4) << "the failing Report was not tried again";
+        const int before = reports;
+        EXPECT_EQ(nvf_sqlite_fenced(db, nullptr), 1);
+        EXPECT_EQ(reports, before) << "classified only when asked";
         sqlite3_close(db);
     }
     FencedHost h(d.path() + "/r.img");
