@@ -3,6 +3,8 @@
 
 #include <cstring>
 
+#include "internal/invariant.hpp"
+
 namespace nvfence::sqlite {
 
 BlockCache::BlockCache(size_t capacity_blocks, uint32_t block_bytes)
@@ -36,6 +38,7 @@ void BlockCache::put(uint64_t block, const uint8_t* src) {
     std::memcpy(data.data(), src, block_);
     lru_.push_front(block);
     map_.emplace(block, Entry{lru_.begin(), std::move(data)});
+    NVF_INVARIANT(map_.size() <= capacity_ && map_.size() == lru_.size());
 }
 
 void BlockCache::erase(uint64_t first, uint64_t count) {

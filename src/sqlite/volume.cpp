@@ -16,6 +16,7 @@
 #include "nvfence/error.hpp"
 #include "nvfence/key.hpp"
 #include "nvfence/reservation.hpp"
+#include "internal/invariant.hpp"
 
 namespace nvfence::sqlite {
 namespace {
@@ -351,6 +352,7 @@ bool Volume::hold_(Region r, uint64_t abs, const uint8_t* src, uint64_t n) {
         held_abs_ = abs;
         held_region_ = r;
     }
+    NVF_INVARIANT(abs >= start && abs - start + n <= held_.size());
     std::memcpy(held_.data() + (abs - start), src, n);
     held_len_ += n;
     return true;
@@ -365,6 +367,7 @@ int Volume::flush_held_() {
     const uint64_t start = held_abs_ / block_ * block_, data_end = held_abs_ + held_len_;
     const uint64_t end = round_up(data_end, block_);
     const Span s = span_(held_region_);
+    NVF_INVARIANT(start % block_ == 0 && end - start <= held_.size());
     held_len_ = 0;
     uint8_t* b = held_.data();
     int rc = SQLITE_OK;
@@ -473,10 +476,11 @@ int Volume::fill_edge_(uint64_t block_abs, uint64_t end_abs, uint8_t* dst) {
         std::memset(dst, 0, block_);
         return SQLITE_OK;
     }
-    if (held_len_ == 0 && (block_abs == edge_abs_ || cache_.get(block_abs / block_, dst))) {
-        if (block_abs == edge_abs_) std::memcpy(dst, edge_.data(), block_);  // the last block written
+    if (held_len_ == 0 && block_abs == edge_abs_) {  // the last block written (block_cache_mib=0 too)
+        std::memcpy(dst, edge_.data(), block_);
         return SQLITE_OK;
     }
+    if (held_len_ == 0 && cache_.get(block_abs / block_, dst)) return SQLITE_OK;
     return io_(IoKind::read, block_abs, {dst, block_});
 }
 
