@@ -67,3 +67,42 @@ def test_the_check_fails_on_a_removed_test():
             "CTest `vm_no_such_lab`, `test_checker_` and `vm_race` and `vm-test/tests/nowhere/test_x.py`")
     assert missing_in(text, ROOT, files, defs, ctest) == [
         "test_no_such_scenario", "vm_no_such_lab", "test_x.py", "vm-test/tests/nowhere/test_x.py"]
+
+
+def pytest_paths_missing(text: str, root: str) -> list:
+    """Each `pytest ... FILE.py` command in text, with the directory its own
+    `cd DIR &&` moves to (else the repository's root): the FILE.py paths
+    that do not exist there. A doc command that would say "file or
+    directory not found" fails here, even when a file of that name exists
+    elsewhere."""
+    out = []
+    for line in text.splitlines():
+        cmd = line.split("#", 1)[0]
+        if not re.search(r"\bpytest\b", cmd):
+            continue
+        m = re.match(r"\s*(?:\$\s*)?cd\s+(\S+)\s*&&", cmd)
+        cwd = os.path.join(root, m.group(1)) if m else root
+        for path in re.findall(r"(?<![\w/.-])([\w./-]+\.py)\b", re.split(r"\bpytest\b", cmd, 1)[1]):
+            if not os.path.exists(os.path.join(cwd, path.split("::")[0])):
+                out.append(f"{line.strip()} ({path})")
+    return out
+
+
+def test_every_pytest_command_names_a_file_that_exists():
+    bad = {}
+    for doc in DOCS:
+        if doc == "docs/LOG.md":   # dated runs: their commands were right on their date
+            continue
+        with open(os.path.join(ROOT, doc)) as f:
+            miss = pytest_paths_missing(f.read(), ROOT)
+        if miss:
+            bad[doc] = miss
+    assert not bad, f"docs give pytest commands on files that are not where the command looks: {bad}"
+
+
+def test_the_pytest_path_check_fails_on_a_file_in_another_folder():
+    text = ("    cd vm-test && /usr/bin/python3 -m pytest -q test_race.py\n"
+            "    /usr/bin/python3 -m pytest -q vm-test/tests/device/test_race.py   # fine.py\n"
+            "    cd vm-test && /usr/bin/python3 -m pytest -q tests/device/test_race.py::test_x\n")
+    assert pytest_paths_missing(text, ROOT) == [
+        "cd vm-test && /usr/bin/python3 -m pytest -q test_race.py (test_race.py)"]
