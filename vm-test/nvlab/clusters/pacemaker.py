@@ -60,14 +60,6 @@ WRITER_DIR = "/var/lib/nvwriter"
 # unit, enabled by the package and unconfigured, restarts in a loop and
 # slows the boot: not started here.
 NO_ETCD = "systemd.mask=etcd.service"
-# The writer's pace: one write every 5 ms (QD 8 at most). At one every 2 ms
-# the writer's VM and the target's took 135 % of the lab machine's 200 %
-# (87 % and 48 % of a host core, measured over 120 s with the writer
-# running), and the cluster stack whose reactions the scenarios time got
-# the rest. The writer still writes without a break (a pass of 1024 writes,
-# then the next), so a frozen, cut or fenced node's writer has a pass
-# under way; the scenarios' assertions on its writes are unchanged.
-WRITE_INTERVAL_US = 5000
 
 WRITER_SCRIPT = r"""#!/bin/sh
 # nvwriter: passes of nvfence-load over the region while the device takes
@@ -78,14 +70,14 @@ while :; do
   n=$(cat @DIR@/count 2>/dev/null || echo 0); n=$((n+1)); echo $n > @DIR@/count
   id=$((NODE * 100000 + n)); ep=$(date +%s)
   echo "start $id $NODE $ep" >> @DIR@/index
-  nvfence-load "$DEV" --start @START@ --count @BLOCKS@ --qd @QD@ --interval-us @PACE@ \
+  nvfence-load "$DEV" --start @START@ --count @BLOCKS@ --qd @QD@ --interval-us 2000 \
       --key nf:0:$NODE:$ep --writer-id $id --timeout-ms 60000 > @DIR@/$id.log 2>&1
   rc=$?
   echo "end $id $rc" >> @DIR@/index
   [ $rc -eq 0 ] || exit $rc
 done
 """.replace("@DIR@", WRITER_DIR).replace("@START@", str(REGION_START)).replace(
-    "@BLOCKS@", str(REGION_BLOCKS)).replace("@QD@", str(QD)).replace("@PACE@", str(WRITE_INTERVAL_US))
+    "@BLOCKS@", str(REGION_BLOCKS)).replace("@QD@", str(QD))
 
 WRITER_UNIT = b"""[Unit]
 Description=nvfence lab writer (a Pacemaker resource)
