@@ -27,6 +27,7 @@ verbatim.
 """
 import os
 import re
+import subprocess
 import time
 
 import pytest
@@ -34,7 +35,7 @@ import pytest
 import nvlab
 from nvlab.steps import CONFLICT, nvf, reset
 from nvlab.clusters.pacemaker import NO_ETCD, NODE_IDS, keys_by_node
-from nvlab.clusters.postgres import (CLIENT_NODE, DB_NODES, MOUNT, PACKAGES, RECIPE_CIB, RECIPE_NODE, RECIPE_REJOIN, RECIPE_STORAGE,
+from nvlab.clusters.postgres import (CLIENT_DIR, CLIENT_NODE, CLIENT_SCRIPT, DB_NODES, MOUNT, PACKAGES, RECIPE_CIB, RECIPE_NODE, RECIPE_REJOIN, RECIPE_STORAGE,
                           PGLOG, Client, PgCluster, check_rows, failover_steps)
 
 T0 = time.monotonic()
@@ -123,6 +124,49 @@ def test_0_recipe_is_the_documented_one():
         assert i >= 0, f"not in docs/POSTGRES.md: {cmd}"
         assert i > pos, f"docs/POSTGRES.md has it in another order: {cmd}"
         pos = i
+
+
+# A scripted psql for the client's test on the lab's host: at 10.0.0.1 it
+# answers three rows, then its session dies (a server crash); at 10.0.0.9
+# the connection is refused; at 10.0.0.2 it answers every row.
+FAKE_PSQL = r"""#!/bin/bash
+case "$*" in *" -h 10.0.0.9 "*) echo "psql: error: connection refused"; exit 2;; esac
+k=0
+while IFS= read -r l; do
+  k=$((k+1)); id=${l#*VALUES (}; id=${id%%,*}
+  if [[ "$*" == *" -h 10.0.0.1 "* ]] && [ $k -gt 3 ]; then exit 2; fi
+  echo "$id"
+done
+"""
+
+
+def test_0b_client_acks_only_answered_rows_moves_on_and_keeps_its_pace(tmp_path):
+    # The client (CLIENT_SCRIPT) on this host against a scripted psql: an
+    # ack only for a row whose id came back, a failure moves to the next
+    # node and ends the session there, at most 5 rows a second.
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "psql").write_text(FAKE_PSQL)
+    (tmp_path / "bin" / "psql").chmod(0o755)
+    d = tmp_path / "d"
+    (tmp_path / "pgclient").write_text(CLIENT_SCRIPT.replace(CLIENT_DIR, str(d)))
+    env = dict(os.environ, PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    p = subprocess.Popen(["bash", str(tmp_path / "pgclient"), "a:10.0.0.1", "x:10.0.0.9", "b:10.0.0.2"], env=env)
+    t0 = time.monotonic()
+    time.sleep(4)
+    (d / "stop").touch()
+    assert p.wait(timeout=30) == 0
+    secs = time.monotonic() - t0
+    lines = [ln.split() for ln in (d / "log").read_text().splitlines()]
+    assert lines[-1][0] == "stopped", lines[-3:]
+    rows = [(k, int(i), node) for k, i, node, *_ in lines[:-1]]
+    acks = [(i, node) for k, i, node in rows if k == "ack"]
+    fails = [(i, node) for k, i, node in rows if k == "fail"]
+    assert acks[:3] == [(1, "a"), (2, "a"), (3, "a")], rows
+    assert fails[:2] == [(4, "a"), (5, "x")], rows
+    assert acks[3] == (6, "b") and all(node == "b" for _, node in acks[3:]), rows
+    tried = [i for k, i, _ in rows if k == "try"]
+    assert tried == list(range(1, len(tried) + 1)), tried
+    assert len(acks) <= 5 * secs + 1, f"{len(acks)} rows in {secs:.1f} s: more than 5 a second"
 
 
 def test_1_postgres_serves_on_an_unfenced_node(cl, client):
